@@ -1,0 +1,165 @@
+//! Chunk codecs (spec §6), one module per codec tag, behind one registry: [`decoder`] finds
+//! the codec for a tag read from a file, and [`Encoder`] is the writer's choice of codec and
+//! settings.
+//!
+//! A codec turns a chunk's logical bytes into stored bytes plus an optional parameter block,
+//! and back. Decoding writes into a buffer of exactly the chunk's decoded length, so a
+//! hostile chunk can never make a decoder allocate or write more than the directory (already
+//! validated against the spec's limits) declares.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod raw;
+mod zstd_codec;
+
+use tpde_format::{CodecTag, DType, ErrorKind};
+
+pub use raw::Raw;
+pub use zstd_codec::Zstd;
+
+/// What a codec may know about the chunk besides its bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct ChunkContext {
+    /// The tensor's element type.
+    pub dtype: DType,
+}
+
+/// A codec failed on a chunk.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CodecError {
+    /// The stored bytes are not a valid encoding.
+    #[error("{codec} stored bytes do not decode: {detail}")]
+    Corrupt {
+        /// The codec.
+        codec: CodecTag,
+        /// What the decoder found.
+        detail: String,
+    },
+    /// The stored bytes decode to a different length than the directory declares.
+    #[error("{codec} chunk decodes to {found} bytes, the directory declares {expected}")]
+    LengthMismatch {
+        /// The codec.
+        codec: CodecTag,
+        /// Bytes produced.
+        found: u64,
+        /// Bytes declared.
+        expected: u64,
+    },
+    /// The parameter block is not valid for the codec.
+    #[error("{codec} parameters are invalid: {detail}")]
+    BadParams {
+        /// The codec.
+        codec: CodecTag,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The encoder itself failed (not a property of any file).
+    #[error("{codec} encoder failed: {detail}")]
+    Encode {
+        /// The codec.
+        codec: CodecTag,
+        /// What failed.
+        detail: String,
+    },
+}
+
+impl CodecError {
+    /// The category of this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            CodecError::Encode { .. } => ErrorKind::InvalidArgument,
+            _ => ErrorKind::Malformed,
+        }
+    }
+}
+
+/// One codec: encode for the writer, decode for the reader.
+pub trait ChunkCodec: Send + Sync {
+    /// The tag this codec is registered under.
+    fn tag(&self) -> CodecTag;
+
+    /// Appends the stored form of `input` to `out` and returns the parameter block.
+    fn encode(
+        &self,
+        ctx: ChunkContext,
+        input: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<Vec<u8>, CodecError>;
+
+    /// Decodes `stored` into `out`, which is exactly the chunk's decoded length, filling all
+    /// of it or failing.
+    fn decode(
+        &self,
+        ctx: ChunkContext,
+        params: &[u8],
+        stored: &[u8],
+        out: &mut [u8],
+    ) -> Result<(), CodecError>;
+}
+
+/// The registry: the decoder for a tag. Every registered tag has one.
+pub fn decoder(tag: CodecTag) -> &'static dyn ChunkCodec {
+    match tag {
+        CodecTag::Raw => &Raw,
+        CodecTag::Zstd => &Zstd {
+            level: zstd_codec::DEFAULT_LEVEL,
+        },
+        // `CodecTag` is non-exhaustive only across crates; every tag the format crate
+        // registers is matched above.
+        #[allow(unreachable_patterns)]
+        other => unreachable!("codec tag {other} is registered in tpde-format but has no codec"),
+    }
+}
+
+/// Decodes one chunk through the registry.
+pub fn decode(
+    tag: CodecTag,
+    ctx: ChunkContext,
+    params: &[u8],
+    stored: &[u8],
+    out: &mut [u8],
+) -> Result<(), CodecError> {
+    decoder(tag).decode(ctx, params, stored, out)
+}
+
+/// The writer's choice of codec and its settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Encoder {
+    /// Store as is.
+    Raw,
+    /// Zstandard at this level (1..=22; negative levels are the fast modes).
+    Zstd {
+        /// Compression level.
+        level: i32,
+    },
+}
+
+impl Encoder {
+    /// The codec instance.
+    pub fn codec(self) -> Box<dyn ChunkCodec> {
+        match self {
+            Encoder::Raw => Box::new(Raw),
+            Encoder::Zstd { level } => Box::new(Zstd { level }),
+        }
+    }
+
+    /// The tag this choice writes.
+    pub fn tag(self) -> CodecTag {
+        match self {
+            Encoder::Raw => CodecTag::Raw,
+            Encoder::Zstd { .. } => CodecTag::Zstd,
+        }
+    }
+}
+
+fn no_params(codec: CodecTag, params: &[u8]) -> Result<(), CodecError> {
+    if params.is_empty() {
+        Ok(())
+    } else {
+        Err(CodecError::BadParams {
+            codec,
+            detail: format!("expected no parameters, found {} bytes", params.len()),
+        })
+    }
+}

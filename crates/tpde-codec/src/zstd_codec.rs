@@ -1,0 +1,61 @@
+//! `zstd` (tag 0x0001): one or more Zstandard frames (RFC 8878) whose concatenated content is
+//! the chunk's logical bytes; no parameters. The level is an encoder setting only.
+
+use tpde_format::CodecTag;
+
+use crate::{no_params, ChunkCodec, ChunkContext, CodecError};
+
+/// The level `tpde pack --codec zstd` uses unless told otherwise (zstd's own default).
+pub const DEFAULT_LEVEL: i32 = 3;
+
+/// The `zstd` codec.
+#[derive(Clone, Copy, Debug)]
+pub struct Zstd {
+    /// Compression level for encoding.
+    pub level: i32,
+}
+
+impl ChunkCodec for Zstd {
+    fn tag(&self) -> CodecTag {
+        CodecTag::Zstd
+    }
+
+    fn encode(
+        &self,
+        _: ChunkContext,
+        input: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<Vec<u8>, CodecError> {
+        let compressed =
+            zstd::bulk::compress(input, self.level).map_err(|e| CodecError::Encode {
+                codec: CodecTag::Zstd,
+                detail: e.to_string(),
+            })?;
+        out.extend_from_slice(&compressed);
+        Ok(Vec::new())
+    }
+
+    fn decode(
+        &self,
+        _: ChunkContext,
+        params: &[u8],
+        stored: &[u8],
+        out: &mut [u8],
+    ) -> Result<(), CodecError> {
+        no_params(CodecTag::Zstd, params)?;
+        // The output buffer is exactly the declared length: a frame that would produce more
+        // fails inside zstd rather than growing anything.
+        let n = zstd::bulk::decompress_to_buffer(stored, out).map_err(|e| CodecError::Corrupt {
+            codec: CodecTag::Zstd,
+            detail: e.to_string(),
+        })?;
+        if n != out.len() {
+            return Err(CodecError::LengthMismatch {
+                codec: CodecTag::Zstd,
+                found: n as u64,
+                expected: out.len() as u64,
+            });
+        }
+        Ok(())
+    }
+}
