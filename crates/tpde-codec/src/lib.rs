@@ -87,6 +87,10 @@ pub trait ChunkCodec: Send + Sync {
         out: &mut Vec<u8>,
     ) -> Result<Vec<u8>, CodecError>;
 
+    /// Checks, before any byte is read or allocated, that a chunk of `stored` bytes can decode
+    /// to `decoded` bytes with this codec (spec §6: each codec bounds its expansion).
+    fn check_lengths(&self, stored: u64, decoded: u64) -> Result<(), CodecError>;
+
     /// Decodes `stored` into `out`, which is exactly the chunk's decoded length, filling all
     /// of it or failing.
     fn decode(

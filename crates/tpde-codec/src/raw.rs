@@ -23,6 +23,18 @@ impl ChunkCodec for Raw {
         Ok(Vec::new())
     }
 
+    fn check_lengths(&self, stored: u64, decoded: u64) -> Result<(), CodecError> {
+        if stored == decoded {
+            Ok(())
+        } else {
+            Err(CodecError::LengthMismatch {
+                codec: CodecTag::Raw,
+                found: stored,
+                expected: decoded,
+            })
+        }
+    }
+
     fn decode(
         &self,
         _: ChunkContext,

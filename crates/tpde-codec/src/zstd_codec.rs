@@ -8,6 +8,10 @@ use crate::{no_params, ChunkCodec, ChunkContext, CodecError};
 /// The level `tpde pack --codec zstd` uses unless told otherwise (zstd's own default).
 pub const DEFAULT_LEVEL: i32 = 3;
 
+/// The most a Zstandard stream can expand: an RLE block is a 3-byte block header plus one
+/// byte, and produces at most 128 KiB (RFC 8878 §3.1.1.2).
+pub const MAX_EXPANSION: u64 = (128 << 10) / 4;
+
 /// The `zstd` codec.
 #[derive(Clone, Copy, Debug)]
 pub struct Zstd {
@@ -33,6 +37,17 @@ impl ChunkCodec for Zstd {
             })?;
         out.extend_from_slice(&compressed);
         Ok(Vec::new())
+    }
+
+    fn check_lengths(&self, stored: u64, decoded: u64) -> Result<(), CodecError> {
+        if decoded <= stored.saturating_mul(MAX_EXPANSION) {
+            Ok(())
+        } else {
+            Err(CodecError::Corrupt {
+                codec: CodecTag::Zstd,
+                detail: format!("{stored} stored bytes cannot decode to {decoded} bytes (at most {MAX_EXPANSION}x)"),
+            })
+        }
     }
 
     fn decode(

@@ -107,6 +107,8 @@ pub(crate) fn read_utf8<R: Read + Seek>(
 /// error at the position binrw reports. Offsets are relative to the parsed buffer.
 pub(crate) fn into_format_error(err: binrw::Error, what: &'static str, len: u64) -> FormatError {
     match err {
+        // Errors from nested structures arrive wrapped with binrw's context frames.
+        binrw::Error::Backtrace(bt) => into_format_error(*bt.error, what, len),
         binrw::Error::Custom { pos, err } => match err.downcast::<FormatError>() {
             Ok(e) => match *e {
                 // Registry lookups inside try_map know no position; give them binrw's.

@@ -27,13 +27,32 @@ const PARALLEL_HASH_MIN: usize = 1 << 20;
 
 /// BLAKE3 of a tensor's logical bytes (multi-threaded for large tensors).
 pub fn tensor_digest(bytes: &[u8]) -> Digest {
-    let mut h = blake3::Hasher::new();
-    if bytes.len() >= PARALLEL_HASH_MIN {
-        h.update_rayon(bytes);
-    } else {
-        h.update(bytes);
+    let mut h = StreamDigest::new();
+    h.update(bytes);
+    h.finalize()
+}
+
+/// A tensor digest computed piece by piece, for tensors that are streamed.
+#[derive(Default)]
+pub struct StreamDigest(blake3::Hasher);
+
+impl StreamDigest {
+    /// An empty digest.
+    pub fn new() -> Self {
+        StreamDigest(blake3::Hasher::new())
     }
-    *h.finalize().as_bytes()
+    /// Adds the next bytes of the tensor.
+    pub fn update(&mut self, bytes: &[u8]) {
+        if bytes.len() >= PARALLEL_HASH_MIN {
+            self.0.update_rayon(bytes);
+        } else {
+            self.0.update(bytes);
+        }
+    }
+    /// The digest of all bytes added.
+    pub fn finalize(&self) -> Digest {
+        *self.0.finalize().as_bytes()
+    }
 }
 
 /// What the content digest needs of one tensor.

@@ -1,0 +1,446 @@
+//! The TPDE reader.
+//!
+//! [`Reader::open`] maps the file and reads only the header (first 64 bytes), the trailer
+//! (last 32 bytes) and the directory the trailer points to; it validates all of it against the
+//! spec before returning. Reading a tensor touches only that tensor's chunks. A tensor whose
+//! chunks are all `raw` and adjacent comes back as a slice borrowed from the map, without a
+//! copy; other tensors decode their chunks in parallel into one buffer.
+//!
+//! Every length and offset from the file is checked before use; any byte string given to
+//! [`Reader::from_source`] yields a [`ReadError`], never a panic.
+//!
+//! ```
+//! use tpde_read::Reader;
+//! use tpde_write::{Writer, WriteOptions};
+//! use tpde_format::DType;
+//! let mut w = Writer::new(Vec::new(), WriteOptions::default())?;
+//! w.add_tensor("bias", DType::U8, &[4], &[1, 2, 3, 4])?;
+//! let file = w.finish()?;
+//!
+//! let r = Reader::from_source(file)?;
+//! let bias = r.read("bias")?;
+//! assert!(matches!(bias, std::borrow::Cow::Borrowed(_)), "raw tensors are not copied");
+//! assert_eq!(&*bias, &[1, 2, 3, 4]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![warn(missing_docs)]
+
+mod error;
+mod source;
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::Path;
+
+use rayon::prelude::*;
+use tpde_codec::ChunkContext;
+use tpde_format::digest::{content_digest, tensor_digest, to_hex, Digest, DigestInput};
+use tpde_format::validate::validate;
+use tpde_format::{
+    ChunkEntry, CodecTag, Directory, FormatError, Header, Location, MetadataValue, TensorEntry,
+    Trailer,
+};
+
+pub use error::ReadError;
+pub use source::Source;
+
+/// Whether chunk CRCs are checked on read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ChecksumPolicy {
+    /// Check every chunk's CRC-32 before decoding it (the default).
+    #[default]
+    Verify,
+    /// Skip chunk CRCs: for input already verified or produced by a trusted process. The
+    /// header, trailer and directory are still checked, and decoding still never panics.
+    Trust,
+}
+
+/// Reader settings.
+#[derive(Clone, Copy, Debug)]
+pub struct ReadOptions {
+    /// Chunk CRC policy.
+    pub checksums: ChecksumPolicy,
+    /// The largest tensor the reader will allocate a buffer for.
+    pub max_tensor_bytes: u64,
+}
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        ReadOptions {
+            checksums: ChecksumPolicy::Verify,
+            max_tensor_bytes: 64 << 30,
+        }
+    }
+}
+
+/// What [`Reader::verify`] checked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Tensors decoded and matched against their digests.
+    pub tensors: u64,
+    /// Chunks whose CRC matched and that decoded.
+    pub chunks: u64,
+    /// Stored payload bytes.
+    pub stored_bytes: u64,
+    /// Logical tensor bytes.
+    pub logical_bytes: u64,
+}
+
+/// An open TPDE file.
+pub struct Reader<S: Source = memmap2::Mmap> {
+    src: S,
+    header: Header,
+    trailer: Trailer,
+    directory: Directory,
+    index: HashMap<String, usize>,
+    options: ReadOptions,
+}
+
+impl Reader<memmap2::Mmap> {
+    /// Maps the file at `path` and reads its header, trailer and directory.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, ReadError> {
+        Self::open_with(path, ReadOptions::default())
+    }
+
+    /// [`Reader::open`] with settings.
+    pub fn open_with(path: impl AsRef<Path>, options: ReadOptions) -> Result<Self, ReadError> {
+        let path = path.as_ref();
+        let io = |source| ReadError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = File::open(path).map_err(io)?;
+        // SAFETY: the map is read-only and lives inside the Reader. Like every mmap reader
+        // (safetensors, object), it relies on no other process truncating or rewriting the file
+        // while it is open; TPDE files are written once, to a temporary name, then renamed.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        Reader::with_options(map, options)
+    }
+}
+
+impl<S: Source> Reader<S> {
+    /// Reads the header, trailer and directory of `src`.
+    pub fn from_source(src: S) -> Result<Self, ReadError> {
+        Self::with_options(src, ReadOptions::default())
+    }
+
+    /// [`Reader::from_source`] with settings.
+    pub fn with_options(src: S, options: ReadOptions) -> Result<Self, ReadError> {
+        let len = src.len();
+        let head = src.get(0..len.min(Header::LEN as u64)).unwrap_or_default();
+        let header = Header::parse(head, len)?;
+        let min_len = (Header::LEN + Trailer::LEN) as u64;
+        if len < min_len {
+            return Err(FormatError::Truncated {
+                what: "trailer",
+                start: Header::LEN as u64,
+                end: min_len,
+                file_len: len,
+            }
+            .into());
+        }
+        let tail: &[u8; 32] = bytes(&src, len - Trailer::LEN as u64..len, "trailer")?
+            .try_into()
+            .expect("bytes() returns the length asked for");
+        let trailer = Trailer::parse(tail, len)?;
+        let dir_at = trailer.directory_offset;
+        let dir_bytes = bytes(&src, dir_at..dir_at + trailer.directory_length, "directory")?;
+        let crc = crc32fast::hash(dir_bytes);
+        if crc != trailer.directory_crc32 {
+            return Err(FormatError::ChecksumMismatch {
+                what: "directory",
+                location: Location::at(dir_at),
+                stored: format!("{:08x}", trailer.directory_crc32),
+                computed: format!("{crc:08x}"),
+            }
+            .into());
+        }
+        let directory = Directory::parse(dir_bytes).map_err(|e| e.offset_by(dir_at))?;
+        validate(&header, &directory, dir_at)?;
+        for t in &directory.tensors {
+            for (i, c) in t.chunks.iter().enumerate() {
+                tpde_codec::decoder(c.codec)
+                    .check_lengths(c.stored_length, c.decoded_length)
+                    .map_err(|source| ReadError::Codec {
+                        location: chunk_location(t, i, c),
+                        source,
+                    })?;
+            }
+        }
+        let index = directory
+            .tensors
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.clone(), i))
+            .collect();
+        Ok(Reader {
+            src,
+            header,
+            trailer,
+            directory,
+            index,
+            options,
+        })
+    }
+
+    /// The header.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// The trailer.
+    pub fn trailer(&self) -> &Trailer {
+        &self.trailer
+    }
+
+    /// The directory.
+    pub fn directory(&self) -> &Directory {
+        &self.directory
+    }
+
+    /// Every tensor, in file order.
+    pub fn tensors(&self) -> &[TensorEntry] {
+        &self.directory.tensors
+    }
+
+    /// The file's metadata value for `key`.
+    pub fn metadata(&self, key: &str) -> Option<&MetadataValue> {
+        self.directory.metadata_value(key)
+    }
+
+    /// The file's length in bytes.
+    pub fn file_len(&self) -> u64 {
+        self.src.len()
+    }
+
+    /// The settings.
+    pub fn options(&self) -> ReadOptions {
+        self.options
+    }
+
+    /// The tensor entry named `name`.
+    pub fn tensor(&self, name: &str) -> Result<&TensorEntry, ReadError> {
+        self.index
+            .get(name)
+            .map(|&i| &self.directory.tensors[i])
+            .ok_or_else(|| ReadError::NotFound {
+                name: name.to_owned(),
+            })
+    }
+
+    /// The content digest of the file's tensors (spec §7), from the directory alone.
+    pub fn content_digest(&self) -> Digest {
+        content_digest(self.directory.tensors.iter().map(|t| DigestInput {
+            name: &t.name,
+            dtype: t.dtype,
+            shape: &t.shape,
+            digest: &t.digest,
+        }))
+    }
+
+    /// The logical bytes of the tensor named `name`.
+    pub fn read(&self, name: &str) -> Result<Cow<'_, [u8]>, ReadError> {
+        self.read_tensor(self.tensor(name)?)
+    }
+
+    /// The logical bytes of a tensor: borrowed from the source when its chunks are all `raw`
+    /// and adjacent, decoded into a new buffer otherwise.
+    pub fn read_tensor(&self, t: &TensorEntry) -> Result<Cow<'_, [u8]>, ReadError> {
+        self.read_tensor_with(t, self.options.checksums)
+    }
+
+    /// Decodes a tensor into `out`, which must be exactly its logical length.
+    pub fn read_into(&self, t: &TensorEntry, out: &mut [u8]) -> Result<(), ReadError> {
+        if out.len() as u64 != t.byte_length {
+            return Err(ReadError::BufferLength {
+                name: t.name.clone(),
+                found: out.len() as u64,
+                expected: t.byte_length,
+            });
+        }
+        self.decode_into(t, out, self.options.checksums)
+    }
+
+    /// Whether [`Reader::read_tensor`] returns this tensor without copying.
+    pub fn is_zero_copy(&self, t: &TensorEntry) -> bool {
+        self.contiguous_raw(t).is_some()
+    }
+
+    /// Checks the whole file: every chunk's CRC and decoding, every tensor's digest, and that
+    /// the bytes between payloads are zero. [`Reader::verify_tensor`] and
+    /// [`Reader::verify_padding`] do the parts.
+    pub fn verify(&self) -> Result<VerifyReport, ReadError> {
+        let mut report = VerifyReport::default();
+        for t in self.tensors() {
+            self.verify_tensor(t)?;
+            report.tensors += 1;
+            report.chunks += t.chunks.len() as u64;
+            report.stored_bytes += t.stored_length();
+            report.logical_bytes += t.byte_length;
+        }
+        self.verify_padding()?;
+        Ok(report)
+    }
+
+    /// Decodes one tensor with CRCs checked and compares its digest.
+    pub fn verify_tensor(&self, t: &TensorEntry) -> Result<(), ReadError> {
+        let data = self.read_tensor_with(t, ChecksumPolicy::Verify)?;
+        let digest = tensor_digest(&data);
+        if digest != t.digest {
+            return Err(FormatError::ChecksumMismatch {
+                what: "tensor digest",
+                location: Location::tensor(&t.name),
+                stored: to_hex(&t.digest),
+                computed: to_hex(&digest),
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Checks that every byte of the payload area that no chunk covers is zero (spec §4).
+    pub fn verify_padding(&self) -> Result<(), ReadError> {
+        let mut ranges: Vec<(u64, u64)> = self
+            .tensors()
+            .iter()
+            .flat_map(|t| &t.chunks)
+            .map(|c| (c.offset, c.offset + c.stored_length))
+            .collect();
+        ranges.sort_unstable();
+        let mut at = Header::LEN as u64;
+        let end = self.trailer.directory_offset;
+        for (s, e) in ranges.into_iter().chain([(end, end)]) {
+            if s > at {
+                let gap = bytes(&self.src, at..s, "padding")?;
+                if let Some(i) = gap.iter().position(|&b| b != 0) {
+                    return Err(FormatError::Malformed {
+                        what: "padding",
+                        location: Location::at(at + i as u64),
+                        detail: "a byte outside every chunk is not zero".into(),
+                    }
+                    .into());
+                }
+            }
+            at = at.max(e);
+        }
+        Ok(())
+    }
+
+    fn read_tensor_with(
+        &self,
+        t: &TensorEntry,
+        policy: ChecksumPolicy,
+    ) -> Result<Cow<'_, [u8]>, ReadError> {
+        if t.byte_length > self.options.max_tensor_bytes {
+            return Err(ReadError::TooLarge {
+                name: t.name.clone(),
+                bytes: t.byte_length,
+                limit: self.options.max_tensor_bytes,
+            });
+        }
+        if let Some(range) = self.contiguous_raw(t) {
+            if policy == ChecksumPolicy::Verify {
+                t.chunks
+                    .par_iter()
+                    .enumerate()
+                    .try_for_each(|(i, c)| self.stored(t, i, c, policy).map(|_| ()))?;
+            }
+            return Ok(Cow::Borrowed(bytes(&self.src, range, "chunk")?));
+        }
+        let mut out = vec![0u8; t.byte_length as usize];
+        self.decode_into(t, &mut out, policy)?;
+        Ok(Cow::Owned(out))
+    }
+
+    /// The stored range of a tensor whose chunks are all `raw` and back to back.
+    fn contiguous_raw(&self, t: &TensorEntry) -> Option<std::ops::Range<u64>> {
+        let first = t.chunks.first()?;
+        let mut end = first.offset;
+        for c in &t.chunks {
+            if c.codec != CodecTag::Raw || c.offset != end || !c.params.is_empty() {
+                return None;
+            }
+            end += c.stored_length;
+        }
+        Some(first.offset..end)
+    }
+
+    fn decode_into(
+        &self,
+        t: &TensorEntry,
+        out: &mut [u8],
+        policy: ChecksumPolicy,
+    ) -> Result<(), ReadError> {
+        let mut parts = Vec::with_capacity(t.chunks.len());
+        let mut rest = out;
+        for (i, c) in t.chunks.iter().enumerate() {
+            // Validation made the decoded lengths sum to the tensor's length.
+            let (part, tail) = rest.split_at_mut(c.decoded_length as usize);
+            parts.push((i, c, part));
+            rest = tail;
+        }
+        let ctx = ChunkContext { dtype: t.dtype };
+        let results: Vec<Result<(), ReadError>> = parts
+            .into_par_iter()
+            .map(|(i, c, part)| {
+                let stored = self.stored(t, i, c, policy)?;
+                tpde_codec::decode(c.codec, ctx, &c.params, stored, part).map_err(|source| {
+                    ReadError::Codec {
+                        location: chunk_location(t, i, c),
+                        source,
+                    }
+                })
+            })
+            .collect();
+        // The first failing chunk in file order, so the error does not depend on scheduling.
+        results.into_iter().collect()
+    }
+
+    /// A chunk's stored bytes, CRC-checked under `policy`.
+    fn stored(
+        &self,
+        t: &TensorEntry,
+        i: usize,
+        c: &ChunkEntry,
+        policy: ChecksumPolicy,
+    ) -> Result<&[u8], ReadError> {
+        let bytes = bytes(&self.src, c.offset..c.offset + c.stored_length, "chunk")?;
+        if policy == ChecksumPolicy::Verify {
+            let crc = crc32fast::hash(bytes);
+            if crc != c.crc32 {
+                return Err(FormatError::ChecksumMismatch {
+                    what: "chunk",
+                    location: chunk_location(t, i, c),
+                    stored: format!("{:08x}", c.crc32),
+                    computed: format!("{crc:08x}"),
+                }
+                .into());
+            }
+        }
+        Ok(bytes)
+    }
+}
+
+/// Bytes of the source; validation has already put every range the reader asks for inside the
+/// file, so `None` means a [`Source`] that shrank or misreports its length.
+fn bytes<'a, S: Source>(
+    src: &'a S,
+    range: std::ops::Range<u64>,
+    what: &'static str,
+) -> Result<&'a [u8], ReadError> {
+    let file_len = src.len();
+    let want = range.end - range.start;
+    src.get(range.clone())
+        .filter(|b| b.len() as u64 == want)
+        .ok_or(ReadError::Format(FormatError::Truncated {
+            what,
+            start: range.start,
+            end: range.end,
+            file_len,
+        }))
+}
+
+fn chunk_location(t: &TensorEntry, i: usize, c: &ChunkEntry) -> Location {
+    Location::chunk(&t.name, i as u32).with_offset(c.offset)
+}

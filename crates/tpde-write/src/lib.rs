@@ -1,0 +1,492 @@
+//! The TPDE writer. [`Writer`] streams a file to any [`std::io::Write`]: the header first,
+//! then each tensor's chunks as they are encoded, then the directory and the trailer in
+//! [`Writer::finish`]. Nothing but the directory is held in memory between tensors, so the
+//! number and size of tensors need not be known in advance.
+//!
+//! [`FileWriter`] writes to a temporary file beside the destination and renames it into place
+//! only when the trailer is written and synced: a crash or an error never leaves a partial
+//! file under the final name.
+//!
+//! ```
+//! use tpde_write::{Writer, WriteOptions};
+//! use tpde_format::{DType, MetadataValue};
+//! let mut w = Writer::new(Vec::new(), WriteOptions::default())?;
+//! w.add_metadata("tpde.step", MetadataValue::U64(100))?;
+//! let weights: Vec<u8> = [1.0f32, -2.0, 0.5].iter().flat_map(|x| x.to_le_bytes()).collect();
+//! w.add_tensor("layer.0.weight", DType::F32, &[3], &weights)?;
+//! let file: Vec<u8> = w.finish()?;
+//! assert_eq!(&file[..5], b"\x89TPDE");
+//! # Ok::<(), tpde_write::WriteError>(())
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{self, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+use tpde_codec::{ChunkCodec, ChunkContext, CodecError, Encoder};
+use tpde_format::digest::tensor_digest;
+use tpde_format::limits::{
+    MAX_CHUNK_DECODED_LEN, MAX_KEY_LEN, MAX_NAME_LEN, MAX_PATH_HINT_LEN, MAX_RANK, MIN_ALIGNMENT,
+};
+use tpde_format::metadata::RESERVED_PREFIX;
+use tpde_format::{
+    BaseRef, ChunkEntry, DType, Directory, ErrorKind, Header, MetadataEntry, MetadataValue,
+    RequiredFeatures, TensorEntry, Trailer,
+};
+
+/// The default decoded size of a chunk: large enough that per-chunk overhead is noise, small
+/// enough that a tensor of a few chunks already decodes on several cores.
+pub const DEFAULT_CHUNK_BYTES: u64 = 4 << 20;
+
+/// How to write a file.
+#[derive(Clone, Debug)]
+pub struct WriteOptions {
+    /// The codec for every chunk.
+    pub encoder: Encoder,
+    /// Target decoded bytes per chunk (rounded down to a multiple of the alignment).
+    pub chunk_bytes: u64,
+    /// Payload alignment: a power of two, at least 64.
+    pub alignment: u32,
+    /// The base this file is a delta against (sets the `BASE` feature flag).
+    pub base: Option<BaseRef>,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        WriteOptions {
+            encoder: Encoder::Raw,
+            chunk_bytes: DEFAULT_CHUNK_BYTES,
+            alignment: 64,
+            base: None,
+        }
+    }
+}
+
+/// Why a write failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WriteError {
+    /// The output failed.
+    #[error("I/O error while writing: {0}")]
+    Io(#[from] io::Error),
+    /// The caller's input cannot be written as asked.
+    #[error("cannot write {what}: {detail}")]
+    InvalidInput {
+        /// What was being written.
+        what: String,
+        /// Why not.
+        detail: String,
+    },
+    /// A codec failed to encode.
+    #[error("encoding tensor {tensor:?}: {source}")]
+    Codec {
+        /// The tensor.
+        tensor: String,
+        /// The codec's error.
+        source: CodecError,
+    },
+}
+
+impl WriteError {
+    /// The category of this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            WriteError::Io(_) => ErrorKind::Io,
+            WriteError::InvalidInput { .. } | WriteError::Codec { .. } => {
+                ErrorKind::InvalidArgument
+            }
+        }
+    }
+
+    fn invalid(what: impl Into<String>, detail: impl Into<String>) -> Self {
+        WriteError::InvalidInput {
+            what: what.into(),
+            detail: detail.into(),
+        }
+    }
+}
+
+/// A streaming TPDE writer.
+pub struct Writer<W: Write> {
+    out: W,
+    pos: u64,
+    header: Header,
+    codec: Box<dyn ChunkCodec>,
+    chunk_bytes: u64,
+    directory: Directory,
+    names: HashSet<String>,
+}
+
+impl<W: Write> Writer<W> {
+    /// Starts a file: checks the options and writes the header.
+    pub fn new(mut out: W, options: WriteOptions) -> Result<Self, WriteError> {
+        let a = u64::from(options.alignment);
+        if !a.is_power_of_two()
+            || !(MIN_ALIGNMENT..=tpde_format::limits::MAX_ALIGNMENT).contains(&a)
+        {
+            return Err(WriteError::invalid(
+                "header",
+                format!("alignment {a} is not a power of two in 64..=1 MiB"),
+            ));
+        }
+        if let Some(base) = &options.base {
+            if base.path_hint.len() as u64 > MAX_PATH_HINT_LEN {
+                return Err(WriteError::invalid(
+                    "base reference",
+                    "path hint is over 4096 bytes",
+                ));
+            }
+        }
+        let chunk_bytes = (options.chunk_bytes.min(MAX_CHUNK_DECODED_LEN) / a * a).max(a);
+        let flags = if options.base.is_some() {
+            RequiredFeatures::BASE
+        } else {
+            0
+        };
+        let header = Header::new(options.alignment, flags);
+        out.write_all(&header.to_bytes())?;
+        Ok(Writer {
+            out,
+            pos: Header::LEN as u64,
+            header,
+            codec: options.encoder.codec(),
+            chunk_bytes,
+            directory: Directory {
+                base: options.base,
+                ..Directory::default()
+            },
+            names: HashSet::new(),
+        })
+    }
+
+    /// Adds a metadata entry. Keys are unique; reserved `tpde.` keys must have their spec type.
+    pub fn add_metadata(
+        &mut self,
+        key: impl Into<String>,
+        value: MetadataValue,
+    ) -> Result<(), WriteError> {
+        let key = key.into();
+        if key.is_empty() || key.len() as u64 > MAX_KEY_LEN {
+            return Err(WriteError::invalid(
+                format!("metadata key {key:?}"),
+                "keys are 1..=1024 bytes",
+            ));
+        }
+        if self.directory.metadata.iter().any(|m| m.key == key) {
+            return Err(WriteError::invalid(
+                format!("metadata key {key:?}"),
+                "the key is already set",
+            ));
+        }
+        if key.starts_with(RESERVED_PREFIX) {
+            let expected = match key.as_str() {
+                tpde_format::metadata::KEY_STEP => Some("u64"),
+                tpde_format::metadata::KEY_PRODUCER | tpde_format::metadata::KEY_SOURCE_FORMAT => {
+                    Some("string")
+                }
+                _ => None,
+            };
+            if let Some(expected) = expected.filter(|e| *e != value.type_name()) {
+                return Err(WriteError::invalid(
+                    format!("metadata key {key:?}"),
+                    format!("the spec gives it type {expected}"),
+                ));
+            }
+        }
+        if value.payload().len() as u64 > u64::from(u32::MAX) {
+            return Err(WriteError::invalid(
+                format!("metadata key {key:?}"),
+                "the value is over 4 GiB",
+            ));
+        }
+        self.directory.metadata.push(MetadataEntry::new(key, value));
+        Ok(())
+    }
+
+    /// Adds a tensor whose logical bytes (little-endian, row-major) are in `data`.
+    pub fn add_tensor(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        shape: &[u64],
+        data: &[u8],
+    ) -> Result<&TensorEntry, WriteError> {
+        let expected = self.check_tensor(name, dtype, shape)?;
+        if data.len() as u64 != expected {
+            return Err(WriteError::invalid(
+                format!("tensor {name:?}"),
+                format!(
+                    "{} bytes given, shape {shape:?} of {dtype} needs {expected}",
+                    data.len()
+                ),
+            ));
+        }
+        self.write_tensor(
+            name,
+            dtype,
+            shape,
+            data.len() as u64,
+            tensor_digest(data),
+            data,
+        )
+    }
+
+    /// Adds a tensor whose logical bytes are read from `src`, one batch of chunks at a time, so
+    /// the tensor need never be in memory whole. `src` must yield exactly the tensor's bytes.
+    pub fn add_tensor_from(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        shape: &[u64],
+        mut src: impl Read,
+    ) -> Result<&TensorEntry, WriteError> {
+        let expected = self.check_tensor(name, dtype, shape)?;
+        // The digest is computed batch by batch as the chunks are encoded: one pass.
+        let mut hasher = tpde_format::digest::StreamDigest::new();
+        let mut entry = self.begin_entry(name, dtype, shape, expected);
+        let batch = self.batch_bytes();
+        let mut buf = vec![0u8; batch.min(expected) as usize];
+        let mut done = 0u64;
+        while done < expected {
+            let n = (expected - done).min(batch) as usize;
+            src.read_exact(&mut buf[..n]).map_err(|e| {
+                WriteError::invalid(
+                    format!("tensor {name:?}"),
+                    format!("source ended after {done} of {expected} bytes ({e})"),
+                )
+            })?;
+            hasher.update(&buf[..n]);
+            self.write_batch(&mut entry, &buf[..n], done / dtype.size())?;
+            done += n as u64;
+        }
+        let mut probe = [0u8; 1];
+        if src.read(&mut probe)? != 0 {
+            return Err(WriteError::invalid(
+                format!("tensor {name:?}"),
+                format!("source has more than {expected} bytes"),
+            ));
+        }
+        entry.digest = hasher.finalize();
+        Ok(self.push_entry(entry))
+    }
+
+    /// Writes the directory and trailer and returns the output.
+    pub fn finish(mut self) -> Result<W, WriteError> {
+        let dir = self.directory.to_bytes();
+        let trailer = Trailer::new(self.pos, &dir);
+        self.out.write_all(&dir)?;
+        self.out.write_all(&trailer.to_bytes())?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+
+    /// The tensors written so far.
+    pub fn tensors(&self) -> &[TensorEntry] {
+        &self.directory.tensors
+    }
+
+    /// The header this writer wrote.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    fn check_tensor(&mut self, name: &str, dtype: DType, shape: &[u64]) -> Result<u64, WriteError> {
+        let what = || format!("tensor {name:?}");
+        if name.is_empty() || name.len() as u64 > MAX_NAME_LEN {
+            return Err(WriteError::invalid(
+                what(),
+                "names are 1..=4096 bytes of UTF-8",
+            ));
+        }
+        if self.names.contains(name) {
+            return Err(WriteError::invalid(
+                what(),
+                "a tensor of that name was already written",
+            ));
+        }
+        if shape.len() as u64 > MAX_RANK {
+            return Err(WriteError::invalid(
+                what(),
+                format!("rank {} is over the limit of {MAX_RANK}", shape.len()),
+            ));
+        }
+        shape
+            .iter()
+            .try_fold(dtype.size(), |acc, &d| acc.checked_mul(d))
+            .ok_or_else(|| {
+                WriteError::invalid(what(), format!("shape {shape:?} overflows u64 bytes"))
+            })
+    }
+
+    fn batch_bytes(&self) -> u64 {
+        // Two chunks per thread keeps every core busy while bounding memory.
+        self.chunk_bytes * 2 * rayon::current_num_threads().max(1) as u64
+    }
+
+    fn begin_entry(
+        &self,
+        name: &str,
+        dtype: DType,
+        shape: &[u64],
+        byte_length: u64,
+    ) -> TensorEntry {
+        let chunk_count = byte_length.div_ceil(self.chunk_bytes.max(1)) as usize;
+        TensorEntry {
+            name: name.to_owned(),
+            dtype,
+            shape: shape.to_vec(),
+            byte_length,
+            digest: [0; 32],
+            chunks: Vec::with_capacity(chunk_count),
+        }
+    }
+
+    fn push_entry(&mut self, entry: TensorEntry) -> &TensorEntry {
+        self.names.insert(entry.name.clone());
+        self.directory.tensors.push(entry);
+        self.directory.tensors.last().expect("just pushed")
+    }
+
+    fn write_tensor(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        shape: &[u64],
+        byte_length: u64,
+        digest: [u8; 32],
+        data: &[u8],
+    ) -> Result<&TensorEntry, WriteError> {
+        let mut entry = self.begin_entry(name, dtype, shape, byte_length);
+        entry.digest = digest;
+        let batch = self.batch_bytes() as usize;
+        for (i, part) in data.chunks(batch.max(1)).enumerate() {
+            let first_element = (i * batch) as u64 / dtype.size();
+            self.write_batch(&mut entry, part, first_element)?;
+        }
+        Ok(self.push_entry(entry))
+    }
+
+    /// Encodes the chunks of `data` in parallel and writes them in order.
+    fn write_batch(
+        &mut self,
+        entry: &mut TensorEntry,
+        data: &[u8],
+        first_element: u64,
+    ) -> Result<(), WriteError> {
+        let dtype = entry.dtype;
+        let size = dtype.size() as usize;
+        // chunk_bytes is a multiple of the alignment (>= 64), hence of every dtype size.
+        let chunk = self.chunk_bytes as usize;
+        let ctx = ChunkContext { dtype };
+        let codec = &*self.codec;
+        let tag = codec.tag();
+        let is_raw = tag == tpde_format::CodecTag::Raw;
+        let encoded: Vec<Result<(Vec<u8>, Vec<u8>, u32), CodecError>> = data
+            .par_chunks(chunk)
+            .map(|part| {
+                if is_raw {
+                    // Raw chunks are written straight from the input below; only the CRC here.
+                    return Ok((Vec::new(), Vec::new(), crc32fast::hash(part)));
+                }
+                let mut stored = Vec::with_capacity(part.len() / 2);
+                let params = codec.encode(ctx, part, &mut stored)?;
+                let crc = crc32fast::hash(&stored);
+                Ok((stored, params, crc))
+            })
+            .collect();
+        let mut element = first_element;
+        for (part, result) in data.chunks(chunk).zip(encoded) {
+            let (stored, params, crc) = result.map_err(|source| WriteError::Codec {
+                tensor: entry.name.clone(),
+                source,
+            })?;
+            let stored: &[u8] = if is_raw { part } else { &stored };
+            self.pad_to_alignment()?;
+            let element_count = (part.len() / size) as u64;
+            entry.chunks.push(ChunkEntry {
+                element_start: element,
+                element_count,
+                offset: self.pos,
+                stored_length: stored.len() as u64,
+                decoded_length: part.len() as u64,
+                crc32: crc,
+                codec: tag,
+                params,
+            });
+            self.out.write_all(stored)?;
+            self.pos += stored.len() as u64;
+            element += element_count;
+        }
+        Ok(())
+    }
+
+    fn pad_to_alignment(&mut self) -> io::Result<()> {
+        const ZEROS: [u8; 4096] = [0; 4096];
+        let a = u64::from(self.header.alignment);
+        let mut pad = (a - self.pos % a) % a;
+        while pad > 0 {
+            let n = pad.min(ZEROS.len() as u64);
+            self.out.write_all(&ZEROS[..n as usize])?;
+            pad -= n;
+            self.pos += n;
+        }
+        Ok(())
+    }
+}
+
+/// A [`Writer`] to a file that appears under its final name only when complete.
+pub struct FileWriter {
+    writer: Writer<BufWriter<tempfile::NamedTempFile>>,
+    path: PathBuf,
+}
+
+impl FileWriter {
+    /// Creates a temporary file next to `path` and starts writing to it.
+    pub fn create(path: impl AsRef<Path>, options: WriteOptions) -> Result<Self, WriteError> {
+        let path = path.as_ref().to_path_buf();
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let stem = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!(".{stem}."))
+            .suffix(".partial")
+            .tempfile_in(dir)?;
+        let writer = Writer::new(BufWriter::with_capacity(1 << 20, tmp), options)?;
+        Ok(FileWriter { writer, path })
+    }
+
+    /// Writes the directory and trailer, syncs, and renames the file into place. On error the
+    /// temporary file is removed and nothing appears under the final name.
+    pub fn finish(self) -> Result<File, WriteError> {
+        let tmp = self
+            .writer
+            .finish()?
+            .into_inner()
+            .map_err(|e| e.into_error())?;
+        tmp.as_file().sync_all()?;
+        let file = tmp.persist(&self.path).map_err(|e| e.error)?;
+        Ok(file)
+    }
+}
+
+impl std::ops::Deref for FileWriter {
+    type Target = Writer<BufWriter<tempfile::NamedTempFile>>;
+    fn deref(&self) -> &Self::Target {
+        &self.writer
+    }
+}
+
+impl std::ops::DerefMut for FileWriter {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.writer
+    }
+}
