@@ -110,13 +110,18 @@ impl Reader<memmap2::Mmap> {
             path: path.to_path_buf(),
             source,
         };
-        let file = File::open(path).map_err(io)?;
-        // SAFETY: the map is read-only and lives inside the Reader. Like every mmap reader
-        // (safetensors, object), it relies on no other process truncating or rewriting the file
-        // while it is open; TPDE files are written once, to a temporary name, then renamed.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        let map = map_file(path).map_err(io)?;
         Reader::with_options(map, options)
     }
+}
+
+/// Maps a file read-only: the one place this workspace uses `unsafe`.
+pub fn map_file(path: &Path) -> std::io::Result<memmap2::Mmap> {
+    let file = File::open(path)?;
+    // SAFETY: the map is read-only. Like every mmap reader (safetensors, object), it relies on
+    // no other process truncating or rewriting the file while it is mapped; TPDE files are
+    // written once, to a temporary name, then renamed into place, so they are not rewritten.
+    unsafe { memmap2::Mmap::map(&file) }
 }
 
 impl<S: Source> Reader<S> {

@@ -1,0 +1,238 @@
+//! `tpde bench`: pack and unpack throughput on one safetensors file, single-threaded and on
+//! all cores, side by side with the tools a user would otherwise reach for, in the same run:
+//! the `zstd` command line (`-3`, and `-d`) and plain safetensors loading.
+//!
+//! Every figure is the median of `runs` wall-clock timings with the page cache warm, in MB/s
+//! (10^6 bytes) of the logical tensor bytes (for zstd, of the input file's bytes). Outputs go
+//! to the directory given (use a tmpfs such as /dev/shm to measure codecs rather than disks).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use indicatif::ProgressBar;
+use safetensors::SafeTensors;
+use tpde_codec::Encoder;
+use tpde_read::Reader;
+use tpde_write::WriteOptions;
+
+use crate::{convert, mb_per_s, ratio, CliError};
+
+/// One row of the results table.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// What was measured.
+    pub what: String,
+    /// Threads used (0 = zstd's own -T0).
+    pub threads: usize,
+    /// Output bytes / input bytes, where it applies.
+    pub ratio: Option<f64>,
+    /// Median MB/s.
+    pub mb_s: f64,
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+fn time(runs: usize, mut f: impl FnMut() -> Result<(), CliError>) -> Result<f64, CliError> {
+    f()?; // warm-up: page cache, allocator, thread pool
+    let mut t = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let s = Instant::now();
+        f()?;
+        t.push(s.elapsed().as_secs_f64());
+    }
+    Ok(median(t))
+}
+
+fn pool(threads: usize) -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .expect("thread pool")
+}
+
+fn zstd_cli(args: &[&str], input: &Path, output: &Path) -> Result<(), CliError> {
+    let status = Command::new("zstd")
+        .args(args)
+        .arg("-q")
+        .arg("-f")
+        .arg(input)
+        .arg("-o")
+        .arg(output)
+        .status()
+        .map_err(|e| CliError::failed(format!("running zstd: {e}")))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(CliError::failed(format!("zstd {args:?} failed: {status}")))
+    }
+}
+
+/// Runs the benchmark; returns the rows.
+pub fn run(input: &Path, workdir: &Path, runs: usize) -> Result<Vec<Row>, CliError> {
+    let all = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let file_bytes = std::fs::metadata(input)?.len();
+    let hidden = ProgressBar::hidden();
+    let out = |name: &str| -> PathBuf { workdir.join(name) };
+    let mut rows = Vec::new();
+    let mut logical = 0u64;
+
+    for (label, encoder) in [
+        ("raw", Encoder::Raw),
+        ("zstd -3", Encoder::Zstd { level: 3 }),
+    ] {
+        let packed = out("bench.tpde");
+        let mut threads_list = vec![1];
+        if all > 1 {
+            threads_list.push(all);
+        }
+        for &threads in &threads_list {
+            let p = pool(threads);
+            let mut report = convert::PackReport::default();
+            let secs = time(runs, || {
+                report = p.install(|| {
+                    convert::pack(
+                        input,
+                        &packed,
+                        WriteOptions {
+                            encoder,
+                            ..WriteOptions::default()
+                        },
+                        &hidden,
+                    )
+                })?;
+                Ok(())
+            })?;
+            logical = report.logical_bytes;
+            rows.push(Row {
+                what: format!(
+                    "tpde pack --codec {}",
+                    label.split(' ').next().unwrap_or(label)
+                ),
+                threads,
+                ratio: Some(ratio(report.file_bytes, file_bytes)),
+                mb_s: mb_per_s(report.logical_bytes, secs),
+            });
+            let unpacked = out("bench.unpacked.safetensors");
+            let secs = time(runs, || {
+                p.install(|| convert::unpack(&packed, &unpacked, &hidden).map(|_| ()))
+            })?;
+            rows.push(Row {
+                what: format!("tpde unpack ({label} file)"),
+                threads,
+                ratio: None,
+                mb_s: mb_per_s(logical, secs),
+            });
+            let secs = time(runs, || {
+                p.install(|| {
+                    let r = Reader::open(&packed)?;
+                    let mut sum = 0u64;
+                    for t in r.tensors() {
+                        let data = r.read_tensor(t)?;
+                        sum = sum.wrapping_add(
+                            data.iter()
+                                .step_by(4096)
+                                .map(|&b| u64::from(b))
+                                .sum::<u64>(),
+                        );
+                    }
+                    std::hint::black_box(sum);
+                    Ok(())
+                })
+            })?;
+            rows.push(Row {
+                what: format!("tpde read all tensors ({label} file, CRC on)"),
+                threads,
+                ratio: None,
+                mb_s: mb_per_s(logical, secs),
+            });
+        }
+    }
+
+    // safetensors: map the file and copy every tensor out, the work a loader does.
+    let secs = time(runs, || {
+        let map = tpde_read::map_file(input)?;
+        let st = SafeTensors::deserialize(&map).map_err(|e| CliError::failed(e.to_string()))?;
+        let mut sum = 0u64;
+        for (_, t) in st.tensors() {
+            let copy = t.data().to_vec();
+            sum = sum.wrapping_add(
+                copy.iter()
+                    .step_by(4096)
+                    .map(|&b| u64::from(b))
+                    .sum::<u64>(),
+            );
+        }
+        std::hint::black_box(sum);
+        Ok(())
+    })?;
+    rows.push(Row {
+        what: "safetensors load (mmap + copy each tensor)".into(),
+        threads: 1,
+        ratio: None,
+        mb_s: mb_per_s(logical, secs),
+    });
+
+    if Command::new("zstd").arg("--version").output().is_ok() {
+        let z = out("bench.safetensors.zst");
+        let mut threads_list = vec![("-T1", 1)];
+        if all > 1 {
+            threads_list.push(("-T0", all));
+        }
+        for (flag, threads) in threads_list {
+            let secs = time(runs, || zstd_cli(&["-3", flag], input, &z))?;
+            let zr = ratio(std::fs::metadata(&z)?.len(), file_bytes);
+            rows.push(Row {
+                what: "zstd -3 (CLI, whole file)".into(),
+                threads,
+                ratio: Some(zr),
+                mb_s: mb_per_s(file_bytes, secs),
+            });
+        }
+        let d = out("bench.zstd-d.safetensors");
+        let secs = time(runs, || zstd_cli(&["-d"], &z, &d))?;
+        rows.push(Row {
+            what: "zstd -d (CLI, whole file)".into(),
+            threads: 1,
+            ratio: None,
+            mb_s: mb_per_s(file_bytes, secs),
+        });
+    } else {
+        eprintln!("note: no `zstd` on PATH; the zstd CLI rows are left out");
+    }
+    for f in [
+        "bench.tpde",
+        "bench.unpacked.safetensors",
+        "bench.safetensors.zst",
+        "bench.zstd-d.safetensors",
+    ] {
+        let _ = std::fs::remove_file(out(f));
+    }
+    Ok(rows)
+}
+
+/// The rows as a Markdown table.
+pub fn render(input: &Path, rows: &[Row], runs: usize) -> String {
+    let mut s = format!(
+        "{} ({} bytes), median of {runs} runs, {} cores available\n\n| operation | threads | size ratio | MB/s |\n|---|---:|---:|---:|\n",
+        input.display(),
+        std::fs::metadata(input).map(|m| m.len()).unwrap_or(0),
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    );
+    for r in rows {
+        let ratio = r
+            .ratio
+            .map(|x| format!("{x:.3}"))
+            .unwrap_or_else(|| "-".into());
+        s.push_str(&format!(
+            "| {} | {} | {} | {:.0} |\n",
+            r.what, r.threads, ratio, r.mb_s
+        ));
+    }
+    s
+}

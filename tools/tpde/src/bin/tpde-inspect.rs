@@ -1,0 +1,32 @@
+//! `tpde-inspect FILE [--json] [--chunks]`: what a TPDE file holds.
+//! Exit codes: 0 ok, 1 not readable (corrupt, truncated, not TPDE, unsupported), 2 usage.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// Show a TPDE file's format version, flags, sizes, metadata and tensors.
+#[derive(Parser)]
+#[command(name = "tpde-inspect", version)]
+struct Args {
+    /// The .tpde file.
+    file: PathBuf,
+    /// Print JSON (schema "tpde-inspect/1") instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// List every chunk of every tensor.
+    #[arg(long)]
+    chunks: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match tpde_tools::run_inspect(&args.file, args.json, args.chunks) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tpde-inspect: {}: {e}", args.file.display());
+            ExitCode::from(e.code)
+        }
+    }
+}

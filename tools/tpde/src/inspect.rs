@@ -1,0 +1,313 @@
+//! `tpde-inspect`: what a file holds, as a table for people or as JSON for programs.
+//!
+//! The JSON schema is versioned by its `schema` field (`"tpde-inspect/1"`). Within a schema
+//! version fields are only ever added, never renamed, removed or retyped.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use indicatif::HumanBytes;
+use serde::Serialize;
+use tpde_format::digest::to_hex;
+use tpde_format::TensorEntry;
+use tpde_read::{Reader, Source};
+
+use crate::ratio;
+
+/// The JSON schema name and version.
+pub const SCHEMA: &str = "tpde-inspect/1";
+
+/// The whole report.
+#[derive(Serialize, Debug)]
+pub struct Report {
+    /// [`SCHEMA`].
+    pub schema: &'static str,
+    /// The path inspected.
+    pub file: String,
+    /// File size in bytes.
+    pub file_bytes: u64,
+    /// `{"major": 1, "minor": 0}`.
+    pub format_version: Version,
+    /// Must-understand flags, as a number.
+    pub required_features: u64,
+    /// May-ignore flags, as a number.
+    pub optional_features: u64,
+    /// Payload alignment.
+    pub alignment: u32,
+    /// Number of tensors.
+    pub tensor_count: u64,
+    /// Sum of logical tensor bytes.
+    pub logical_bytes: u64,
+    /// Sum of stored chunk bytes.
+    pub stored_bytes: u64,
+    /// `stored_bytes / logical_bytes`.
+    pub ratio: f64,
+    /// The base reference of a delta, or null.
+    pub base: Option<Base>,
+    /// The content digest (spec §7), hex.
+    pub content_digest: String,
+    /// Metadata entries in file order.
+    pub metadata: Vec<Metadata>,
+    /// Tensors in file order.
+    pub tensors: Vec<Tensor>,
+}
+
+/// Format version.
+#[derive(Serialize, Debug)]
+pub struct Version {
+    /// Major.
+    pub major: u16,
+    /// Minor.
+    pub minor: u16,
+}
+
+/// A base reference.
+#[derive(Serialize, Debug)]
+pub struct Base {
+    /// Hex content digest.
+    pub digest: String,
+    /// Advisory path.
+    pub path_hint: String,
+}
+
+/// A metadata entry.
+#[derive(Serialize, Debug)]
+pub struct Metadata {
+    /// Key.
+    pub key: String,
+    /// Type name (`bool`, `u64`, `i64`, `f64`, `string`, `bytes`, `unknown`).
+    #[serde(rename = "type")]
+    pub type_name: &'static str,
+    /// Value in text form (bytes as 0x-hex).
+    pub value: String,
+}
+
+/// A tensor row.
+#[derive(Serialize, Debug)]
+pub struct Tensor {
+    /// Name.
+    pub name: String,
+    /// Dtype registry name.
+    pub dtype: &'static str,
+    /// Shape.
+    pub shape: Vec<u64>,
+    /// Logical bytes.
+    pub logical_bytes: u64,
+    /// Stored bytes.
+    pub stored_bytes: u64,
+    /// `stored / logical`.
+    pub ratio: f64,
+    /// Distinct codecs used by the chunks, in first-use order.
+    pub codecs: Vec<&'static str>,
+    /// Number of chunks.
+    pub chunk_count: u64,
+    /// BLAKE3 of the logical bytes, hex.
+    pub digest: String,
+    /// Per-chunk rows, only with `--chunks`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chunks: Option<Vec<Chunk>>,
+}
+
+/// A chunk row.
+#[derive(Serialize, Debug)]
+pub struct Chunk {
+    /// First element.
+    pub element_start: u64,
+    /// Elements.
+    pub element_count: u64,
+    /// File offset.
+    pub offset: u64,
+    /// Stored bytes.
+    pub stored_bytes: u64,
+    /// Decoded bytes.
+    pub decoded_bytes: u64,
+    /// Codec name.
+    pub codec: &'static str,
+    /// CRC-32 of the stored bytes, hex.
+    pub crc32: String,
+}
+
+fn tensor_row(t: &TensorEntry, with_chunks: bool) -> Tensor {
+    let mut codecs = Vec::new();
+    for c in &t.chunks {
+        if !codecs.contains(&c.codec.name()) {
+            codecs.push(c.codec.name());
+        }
+    }
+    Tensor {
+        name: t.name.clone(),
+        dtype: t.dtype.name(),
+        shape: t.shape.clone(),
+        logical_bytes: t.byte_length,
+        stored_bytes: t.stored_length(),
+        ratio: ratio(t.stored_length(), t.byte_length),
+        codecs,
+        chunk_count: t.chunks.len() as u64,
+        digest: to_hex(&t.digest),
+        chunks: with_chunks.then(|| {
+            t.chunks
+                .iter()
+                .map(|c| Chunk {
+                    element_start: c.element_start,
+                    element_count: c.element_count,
+                    offset: c.offset,
+                    stored_bytes: c.stored_length,
+                    decoded_bytes: c.decoded_length,
+                    codec: c.codec.name(),
+                    crc32: format!("{:08x}", c.crc32),
+                })
+                .collect()
+        }),
+    }
+}
+
+/// Builds the report of an open file.
+pub fn report<S: Source>(path: &Path, r: &Reader<S>, with_chunks: bool) -> Report {
+    let h = r.header();
+    let logical: u64 = r.tensors().iter().map(|t| t.byte_length).sum();
+    let stored: u64 = r.tensors().iter().map(|t| t.stored_length()).sum();
+    Report {
+        schema: SCHEMA,
+        file: path.display().to_string(),
+        file_bytes: r.file_len(),
+        format_version: Version {
+            major: h.major_version,
+            minor: h.minor_version,
+        },
+        required_features: h.required_features,
+        optional_features: h.optional_features,
+        alignment: h.alignment,
+        tensor_count: r.tensors().len() as u64,
+        logical_bytes: logical,
+        stored_bytes: stored,
+        ratio: ratio(stored, logical),
+        base: r.directory().base.as_ref().map(|b| Base {
+            digest: to_hex(&b.digest),
+            path_hint: b.path_hint.clone(),
+        }),
+        content_digest: to_hex(&r.content_digest()),
+        metadata: r
+            .directory()
+            .metadata
+            .iter()
+            .map(|m| Metadata {
+                key: m.key.clone(),
+                type_name: m.value.type_name(),
+                value: m.value.to_string(),
+            })
+            .collect(),
+        tensors: r
+            .tensors()
+            .iter()
+            .map(|t| tensor_row(t, with_chunks))
+            .collect(),
+    }
+}
+
+/// The report as a human-readable table.
+pub fn render_text(rep: &Report) -> String {
+    let mut s = String::new();
+    let w = &mut s;
+    let _ = writeln!(
+        w,
+        "file        {} ({})",
+        rep.file,
+        HumanBytes(rep.file_bytes)
+    );
+    let _ = writeln!(
+        w,
+        "format      TPDE {}.{}  required flags {:#x}  optional flags {:#x}  alignment {}",
+        rep.format_version.major,
+        rep.format_version.minor,
+        rep.required_features,
+        rep.optional_features,
+        rep.alignment
+    );
+    let _ = writeln!(w, "tensors     {}", rep.tensor_count);
+    let _ = writeln!(
+        w,
+        "bytes       {} logical, {} stored, ratio {:.3}",
+        HumanBytes(rep.logical_bytes),
+        HumanBytes(rep.stored_bytes),
+        rep.ratio
+    );
+    match &rep.base {
+        Some(b) => {
+            let _ = writeln!(w, "base        {} {}", b.digest, b.path_hint);
+        }
+        None => {
+            let _ = writeln!(w, "base        none (keyframe)");
+        }
+    }
+    let _ = writeln!(w, "content     {}", rep.content_digest);
+    if !rep.metadata.is_empty() {
+        let _ = writeln!(w, "metadata");
+        let kw = rep
+            .metadata
+            .iter()
+            .map(|m| m.key.chars().count())
+            .max()
+            .unwrap_or(0);
+        for m in &rep.metadata {
+            let _ = writeln!(w, "  {:kw$}  {:6}  {}", m.key, m.type_name, m.value);
+        }
+    }
+    let rows: Vec<[String; 7]> = rep
+        .tensors
+        .iter()
+        .map(|t| {
+            [
+                t.name.clone(),
+                t.dtype.to_string(),
+                format!("{:?}", t.shape),
+                t.codecs.join("+"),
+                t.chunk_count.to_string(),
+                HumanBytes(t.stored_bytes).to_string(),
+                format!("{:.3}", t.ratio),
+            ]
+        })
+        .collect();
+    let head = [
+        "NAME", "DTYPE", "SHAPE", "CODEC", "CHUNKS", "STORED", "RATIO",
+    ];
+    let mut widths = head.map(|h| h.len());
+    for r in &rows {
+        for (i, c) in r.iter().enumerate() {
+            widths[i] = widths[i].max(c.chars().count());
+        }
+    }
+    let line = |w: &mut String, cells: &[String; 7]| {
+        let mut out = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            let pad = widths[i] - c.chars().count();
+            if i >= 4 {
+                out.push_str(&" ".repeat(pad));
+                out.push_str(c);
+            } else {
+                out.push_str(c);
+                out.push_str(&" ".repeat(pad));
+            }
+            out.push_str("  ");
+        }
+        let _ = writeln!(w, "{}", out.trim_end());
+    };
+    let _ = writeln!(w);
+    line(w, &head.map(String::from));
+    for (r, t) in rows.iter().zip(&rep.tensors) {
+        line(w, r);
+        for (i, c) in t.chunks.iter().flatten().enumerate() {
+            let _ = writeln!(
+                w,
+                "    chunk {i}: elements {}+{}  offset {}  stored {}  decoded {}  {}  crc32 {}",
+                c.element_start,
+                c.element_count,
+                c.offset,
+                c.stored_bytes,
+                c.decoded_bytes,
+                c.codec,
+                c.crc32
+            );
+        }
+    }
+    s
+}

@@ -1,0 +1,137 @@
+//! The `tpde` and `tpde-inspect` command-line tools: conversion to and from safetensors,
+//! inspection, verification, a demo on a generated checkpoint, and a benchmark.
+#![forbid(unsafe_code)]
+
+pub mod bench;
+pub mod convert;
+pub mod demo;
+pub mod inspect;
+
+use std::fmt;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// A failure of a command, with the exit code the tools promise: 1 for a corrupt file, a
+/// failed verification or any other error, 2 for usage errors (clap's own code).
+#[derive(Debug)]
+pub struct CliError {
+    /// Process exit code.
+    pub code: u8,
+    /// What to print on stderr.
+    pub message: String,
+    /// The error category, when it came from the format layer.
+    pub kind: Option<tpde_format::ErrorKind>,
+}
+
+impl CliError {
+    /// A failure with exit code 1.
+    pub fn failed(message: impl Into<String>) -> Self {
+        CliError {
+            code: 1,
+            message: message.into(),
+            kind: None,
+        }
+    }
+    /// A usage error, exit code 2.
+    pub fn usage(message: impl Into<String>) -> Self {
+        CliError {
+            code: 2,
+            message: message.into(),
+            kind: None,
+        }
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<tpde_read::ReadError> for CliError {
+    fn from(e: tpde_read::ReadError) -> Self {
+        CliError {
+            code: 1,
+            kind: Some(e.kind()),
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<tpde_write::WriteError> for CliError {
+    fn from(e: tpde_write::WriteError) -> Self {
+        CliError {
+            code: 1,
+            kind: Some(e.kind()),
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<std::io::Error> for CliError {
+    fn from(e: std::io::Error) -> Self {
+        CliError {
+            code: 1,
+            kind: Some(tpde_format::ErrorKind::Io),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// A byte-count progress bar on stderr; indicatif hides it when stderr is not a terminal.
+pub fn progress_bar(len: u64, what: &str) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{msg:>10} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        )
+        .expect("static template")
+        .progress_chars("=> "),
+    );
+    bar.set_message(what.to_owned());
+    bar
+}
+
+/// `stored / logical`, the share of the raw bytes a file keeps (1.0 for empty input).
+pub fn ratio(stored: u64, logical: u64) -> f64 {
+    if logical == 0 {
+        1.0
+    } else {
+        stored as f64 / logical as f64
+    }
+}
+
+/// Megabytes (10^6 bytes) per second.
+pub fn mb_per_s(bytes: u64, seconds: f64) -> f64 {
+    bytes as f64 / 1e6 / seconds.max(1e-9)
+}
+
+/// Runs `tpde-inspect` (also `tpde inspect`): prints the report of `path` as text or JSON.
+pub fn run_inspect(path: &std::path::Path, json: bool, chunks: bool) -> Result<(), CliError> {
+    match tpde_read::Reader::open(path) {
+        Ok(r) => {
+            let rep = inspect::report(path, &r, chunks);
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&rep).expect("report serializes")
+                );
+            } else {
+                print!("{}", inspect::render_text(&rep));
+            }
+            Ok(())
+        }
+        Err(e) => {
+            let err = CliError::from(e);
+            if json {
+                let v = serde_json::json!({
+                    "schema": inspect::SCHEMA,
+                    "file": path.display().to_string(),
+                    "error": { "kind": err.kind.map(|k| k.as_str()), "message": err.message },
+                });
+                println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+            }
+            Err(err)
+        }
+    }
+}
