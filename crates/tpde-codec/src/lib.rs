@@ -80,12 +80,7 @@ pub trait ChunkCodec: Send + Sync {
     fn tag(&self) -> CodecTag;
 
     /// Appends the stored form of `input` to `out` and returns the parameter block.
-    fn encode(
-        &self,
-        ctx: ChunkContext,
-        input: &[u8],
-        out: &mut Vec<u8>,
-    ) -> Result<Vec<u8>, CodecError>;
+    fn encode(&self, ctx: ChunkContext, input: &[u8], out: &mut Vec<u8>) -> Result<Vec<u8>, CodecError>;
 
     /// Checks, before any byte is read or allocated, that a chunk of `stored` bytes can decode
     /// to `decoded` bytes with this codec (spec §6: each codec bounds its expansion).
@@ -93,22 +88,14 @@ pub trait ChunkCodec: Send + Sync {
 
     /// Decodes `stored` into `out`, which is exactly the chunk's decoded length, filling all
     /// of it or failing.
-    fn decode(
-        &self,
-        ctx: ChunkContext,
-        params: &[u8],
-        stored: &[u8],
-        out: &mut [u8],
-    ) -> Result<(), CodecError>;
+    fn decode(&self, ctx: ChunkContext, params: &[u8], stored: &[u8], out: &mut [u8]) -> Result<(), CodecError>;
 }
 
 /// The registry: the decoder for a tag. Every registered tag has one.
 pub fn decoder(tag: CodecTag) -> &'static dyn ChunkCodec {
     match tag {
         CodecTag::Raw => &Raw,
-        CodecTag::Zstd => &Zstd {
-            level: zstd_codec::DEFAULT_LEVEL,
-        },
+        CodecTag::Zstd => &Zstd { level: zstd_codec::DEFAULT_LEVEL },
         // `CodecTag` is non-exhaustive only across crates; every tag the format crate
         // registers is matched above.
         #[allow(unreachable_patterns)]
@@ -161,9 +148,6 @@ fn no_params(codec: CodecTag, params: &[u8]) -> Result<(), CodecError> {
     if params.is_empty() {
         Ok(())
     } else {
-        Err(CodecError::BadParams {
-            codec,
-            detail: format!("expected no parameters, found {} bytes", params.len()),
-        })
+        Err(CodecError::BadParams { codec, detail: format!("expected no parameters, found {} bytes", params.len()) })
     }
 }

@@ -13,12 +13,7 @@ impl ChunkCodec for Raw {
         CodecTag::Raw
     }
 
-    fn encode(
-        &self,
-        _: ChunkContext,
-        input: &[u8],
-        out: &mut Vec<u8>,
-    ) -> Result<Vec<u8>, CodecError> {
+    fn encode(&self, _: ChunkContext, input: &[u8], out: &mut Vec<u8>) -> Result<Vec<u8>, CodecError> {
         out.extend_from_slice(input);
         Ok(Vec::new())
     }
@@ -27,21 +22,11 @@ impl ChunkCodec for Raw {
         if stored == decoded {
             Ok(())
         } else {
-            Err(CodecError::LengthMismatch {
-                codec: CodecTag::Raw,
-                found: stored,
-                expected: decoded,
-            })
+            Err(CodecError::LengthMismatch { codec: CodecTag::Raw, found: stored, expected: decoded })
         }
     }
 
-    fn decode(
-        &self,
-        _: ChunkContext,
-        params: &[u8],
-        stored: &[u8],
-        out: &mut [u8],
-    ) -> Result<(), CodecError> {
+    fn decode(&self, _: ChunkContext, params: &[u8], stored: &[u8], out: &mut [u8]) -> Result<(), CodecError> {
         no_params(CodecTag::Raw, params)?;
         if stored.len() != out.len() {
             return Err(CodecError::LengthMismatch {

@@ -24,17 +24,9 @@ impl ChunkCodec for Zstd {
         CodecTag::Zstd
     }
 
-    fn encode(
-        &self,
-        _: ChunkContext,
-        input: &[u8],
-        out: &mut Vec<u8>,
-    ) -> Result<Vec<u8>, CodecError> {
-        let compressed =
-            zstd::bulk::compress(input, self.level).map_err(|e| CodecError::Encode {
-                codec: CodecTag::Zstd,
-                detail: e.to_string(),
-            })?;
+    fn encode(&self, _: ChunkContext, input: &[u8], out: &mut Vec<u8>) -> Result<Vec<u8>, CodecError> {
+        let compressed = zstd::bulk::compress(input, self.level)
+            .map_err(|e| CodecError::Encode { codec: CodecTag::Zstd, detail: e.to_string() })?;
         out.extend_from_slice(&compressed);
         Ok(Vec::new())
     }
@@ -50,20 +42,12 @@ impl ChunkCodec for Zstd {
         }
     }
 
-    fn decode(
-        &self,
-        _: ChunkContext,
-        params: &[u8],
-        stored: &[u8],
-        out: &mut [u8],
-    ) -> Result<(), CodecError> {
+    fn decode(&self, _: ChunkContext, params: &[u8], stored: &[u8], out: &mut [u8]) -> Result<(), CodecError> {
         no_params(CodecTag::Zstd, params)?;
         // The output buffer is exactly the declared length: a frame that would produce more
         // fails inside zstd rather than growing anything.
-        let n = zstd::bulk::decompress_to_buffer(stored, out).map_err(|e| CodecError::Corrupt {
-            codec: CodecTag::Zstd,
-            detail: e.to_string(),
-        })?;
+        let n = zstd::bulk::decompress_to_buffer(stored, out)
+            .map_err(|e| CodecError::Corrupt { codec: CodecTag::Zstd, detail: e.to_string() })?;
         if n != out.len() {
             return Err(CodecError::LengthMismatch {
                 codec: CodecTag::Zstd,

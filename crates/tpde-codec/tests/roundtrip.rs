@@ -5,11 +5,7 @@ use proptest::prelude::*;
 use tpde_codec::{decode, ChunkContext, Encoder};
 use tpde_format::DType;
 
-const ENCODERS: [Encoder; 3] = [
-    Encoder::Raw,
-    Encoder::Zstd { level: 1 },
-    Encoder::Zstd { level: 19 },
-];
+const ENCODERS: [Encoder; 3] = [Encoder::Raw, Encoder::Zstd { level: 1 }, Encoder::Zstd { level: 19 }];
 
 fn ctx() -> ChunkContext {
     ChunkContext { dtype: DType::U8 }
@@ -52,31 +48,14 @@ proptest! {
 #[test]
 fn wrong_lengths_and_params_are_errors() {
     let mut stored = Vec::new();
-    Encoder::Zstd { level: 3 }
-        .codec()
-        .encode(ctx(), b"hello hello hello", &mut stored)
-        .unwrap();
+    Encoder::Zstd { level: 3 }.codec().encode(ctx(), b"hello hello hello", &mut stored).unwrap();
     let mut short = [0u8; 5];
     assert!(decode(tpde_format::CodecTag::Zstd, ctx(), &[], &stored, &mut short).is_err());
     let mut long = [0u8; 50];
     assert!(decode(tpde_format::CodecTag::Zstd, ctx(), &[], &stored, &mut long).is_err());
     let mut exact = [0u8; 17];
-    assert!(decode(
-        tpde_format::CodecTag::Zstd,
-        ctx(),
-        &[1],
-        &stored,
-        &mut exact
-    )
-    .is_err());
+    assert!(decode(tpde_format::CodecTag::Zstd, ctx(), &[1], &stored, &mut exact).is_err());
     decode(tpde_format::CodecTag::Zstd, ctx(), &[], &stored, &mut exact).unwrap();
     assert_eq!(&exact, b"hello hello hello");
-    assert!(decode(
-        tpde_format::CodecTag::Raw,
-        ctx(),
-        &[],
-        b"abc",
-        &mut [0u8; 4]
-    )
-    .is_err());
+    assert!(decode(tpde_format::CodecTag::Raw, ctx(), &[], b"abc", &mut [0u8; 4]).is_err());
 }

@@ -16,10 +16,7 @@ fn remaining<R: Read + Seek>(reader: &mut R) -> BinResult<(u64, u64)> {
 }
 
 pub(crate) fn custom(pos: u64, err: FormatError) -> binrw::Error {
-    binrw::Error::Custom {
-        pos,
-        err: Box::new(err),
-    }
+    binrw::Error::Custom { pos, err: Box::new(err) }
 }
 
 /// Reads `count` items, each at least `min_len` bytes, after checking that they can fit.
@@ -39,7 +36,9 @@ where
             FormatError::Malformed {
                 what: "directory",
                 location: Location::at(pos),
-                detail: format!("{what} count {count} needs at least {min_len} bytes each, but only {left} bytes remain"),
+                detail: format!(
+                    "{what} count {count} needs at least {min_len} bytes each, but only {left} bytes remain"
+                ),
             },
         ));
     }
@@ -58,15 +57,7 @@ pub(crate) fn read_bytes<R: Read + Seek>(
 ) -> BinResult<Vec<u8>> {
     let (pos, left) = remaining(reader)?;
     if len > limit {
-        return Err(custom(
-            pos,
-            FormatError::LimitExceeded {
-                what,
-                found: len,
-                limit,
-                location: Location::at(pos),
-            },
-        ));
+        return Err(custom(pos, FormatError::LimitExceeded { what, found: len, limit, location: Location::at(pos) }));
     }
     if len > left {
         return Err(custom(
@@ -113,45 +104,23 @@ pub(crate) fn into_format_error(err: binrw::Error, what: &'static str, len: u64)
             Ok(e) => match *e {
                 // Registry lookups inside try_map know no position; give them binrw's.
                 FormatError::UnknownCodec { tag, location } if location.offset.is_none() => {
-                    FormatError::UnknownCodec {
-                        tag,
-                        location: location.with_offset(pos),
-                    }
+                    FormatError::UnknownCodec { tag, location: location.with_offset(pos) }
                 }
                 FormatError::UnknownDType { code, location } if location.offset.is_none() => {
-                    FormatError::UnknownDType {
-                        code,
-                        location: location.with_offset(pos),
-                    }
+                    FormatError::UnknownDType { code, location: location.with_offset(pos) }
                 }
-                FormatError::Malformed {
-                    what,
-                    location,
-                    detail,
-                } if location.offset.is_none() => FormatError::Malformed {
-                    what,
-                    location: location.with_offset(pos),
-                    detail,
-                },
+                FormatError::Malformed { what, location, detail } if location.offset.is_none() => {
+                    FormatError::Malformed { what, location: location.with_offset(pos), detail }
+                }
                 e => e,
             },
-            Err(other) => FormatError::Malformed {
-                what,
-                location: Location::at(pos),
-                detail: other.to_string(),
-            },
+            Err(other) => FormatError::Malformed { what, location: Location::at(pos), detail: other.to_string() },
         },
-        binrw::Error::Io(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-            FormatError::Malformed {
-                what,
-                location: Location::at(len),
-                detail: "a structure runs past the end of the directory".into(),
-            }
-        }
-        other => FormatError::Malformed {
+        binrw::Error::Io(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => FormatError::Malformed {
             what,
-            location: Location::default(),
-            detail: other.to_string(),
+            location: Location::at(len),
+            detail: "a structure runs past the end of the directory".into(),
         },
+        other => FormatError::Malformed { what, location: Location::default(), detail: other.to_string() },
     }
 }

@@ -33,10 +33,7 @@ impl CodecTag {
     }
 
     pub(crate) fn parse(tag: u16) -> Result<CodecTag, FormatError> {
-        CodecTag::from_u16(tag).ok_or(FormatError::UnknownCodec {
-            tag,
-            location: Location::default(),
-        })
+        CodecTag::from_u16(tag).ok_or(FormatError::UnknownCodec { tag, location: Location::default() })
     }
 
     /// The registry name.

@@ -108,16 +108,8 @@ mod tests {
     #[test]
     fn content_digest_vector() {
         let d = tensor_digest(&1.0f32.to_le_bytes());
-        assert_eq!(
-            to_hex(&d),
-            to_hex(blake3::hash(&[0x00, 0x00, 0x80, 0x3f]).as_bytes())
-        );
-        let one = DigestInput {
-            name: "w",
-            dtype: DType::F32,
-            shape: &[1],
-            digest: &d,
-        };
+        assert_eq!(to_hex(&d), to_hex(blake3::hash(&[0x00, 0x00, 0x80, 0x3f]).as_bytes()));
+        let one = DigestInput { name: "w", dtype: DType::F32, shape: &[1], digest: &d };
         let mut manual = Vec::new();
         manual.extend_from_slice(b"tpde-content-v1\0");
         manual.extend_from_slice(&1u64.to_le_bytes());
@@ -130,9 +122,7 @@ mod tests {
 
     #[test]
     fn parallel_and_serial_hash_agree() {
-        let data: Vec<u8> = (0..3 * PARALLEL_HASH_MIN)
-            .map(|i| (i * 31 % 251) as u8)
-            .collect();
+        let data: Vec<u8> = (0..3 * PARALLEL_HASH_MIN).map(|i| (i * 31 % 251) as u8).collect();
         assert_eq!(tensor_digest(&data), *blake3::hash(&data).as_bytes());
     }
 }

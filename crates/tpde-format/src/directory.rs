@@ -100,11 +100,7 @@ impl ChunkEntry {
     }
 }
 
-fn read_shape<R: Read + Seek>(
-    reader: &mut R,
-    endian: Endian,
-    rank: u8,
-) -> binrw::BinResult<Vec<u64>> {
+fn read_shape<R: Read + Seek>(reader: &mut R, endian: Endian, rank: u8) -> binrw::BinResult<Vec<u64>> {
     // rank is at most 255, so this allocates at most 2 KiB whatever the file says.
     let mut shape = Vec::with_capacity(rank.into());
     for _ in 0..rank {
@@ -153,16 +149,12 @@ impl TensorEntry {
 
     /// Number of elements, or `None` if the product overflows `u64`.
     pub fn element_count(&self) -> Option<u64> {
-        self.shape
-            .iter()
-            .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+        self.shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d))
     }
 
     /// Sum of the chunks' stored lengths (saturating; validated files do not overflow).
     pub fn stored_length(&self) -> u64 {
-        self.chunks
-            .iter()
-            .fold(0u64, |acc, c| acc.saturating_add(c.stored_length))
+        self.chunks.iter().fold(0u64, |acc, c| acc.saturating_add(c.stored_length))
     }
 }
 
@@ -208,10 +200,7 @@ impl Directory {
             return Err(FormatError::Malformed {
                 what: "directory",
                 location: Location::at(cur.position()),
-                detail: format!(
-                    "{} bytes follow the last tensor entry",
-                    len - cur.position()
-                ),
+                detail: format!("{} bytes follow the last tensor entry", len - cur.position()),
             });
         }
         Ok(dir)
@@ -231,9 +220,6 @@ impl Directory {
 
     /// The metadata value for this key.
     pub fn metadata_value(&self, key: &str) -> Option<&MetadataValue> {
-        self.metadata
-            .iter()
-            .find(|m| m.key == key)
-            .map(|m| &m.value)
+        self.metadata.iter().find(|m| m.key == key).map(|m| &m.value)
     }
 }

@@ -85,10 +85,7 @@ impl DType {
     }
 
     pub(crate) fn parse(code: u8) -> Result<DType, FormatError> {
-        DType::from_code(code).ok_or(FormatError::UnknownDType {
-            code,
-            location: Location::default(),
-        })
+        DType::from_code(code).ok_or(FormatError::UnknownDType { code, location: Location::default() })
     }
 
     /// Bytes per element.
@@ -129,10 +126,7 @@ impl DType {
 
     /// Whether this is a floating-point type.
     pub const fn is_float(self) -> bool {
-        matches!(
-            self,
-            DType::F16 | DType::BF16 | DType::F32 | DType::F64 | DType::F8E4M3 | DType::F8E5M2
-        )
+        matches!(self, DType::F16 | DType::BF16 | DType::F32 | DType::F64 | DType::F8E4M3 | DType::F8E5M2)
     }
 }
 

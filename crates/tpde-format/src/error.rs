@@ -70,25 +70,15 @@ pub struct Location {
 impl Location {
     /// A location at an absolute byte offset.
     pub fn at(offset: u64) -> Self {
-        Location {
-            offset: Some(offset),
-            ..Default::default()
-        }
+        Location { offset: Some(offset), ..Default::default() }
     }
     /// A location naming a tensor.
     pub fn tensor(name: &str) -> Self {
-        Location {
-            tensor: Some(name.to_owned()),
-            ..Default::default()
-        }
+        Location { tensor: Some(name.to_owned()), ..Default::default() }
     }
     /// A location naming a chunk of a tensor.
     pub fn chunk(name: &str, index: u32) -> Self {
-        Location {
-            tensor: Some(name.to_owned()),
-            chunk: Some(index),
-            offset: None,
-        }
+        Location { tensor: Some(name.to_owned()), chunk: Some(index), offset: None }
     }
     /// The same location with a byte offset added.
     pub fn with_offset(mut self, offset: u64) -> Self {
@@ -140,9 +130,7 @@ pub enum FormatError {
         supported: u16,
     },
     /// Rule R4: a must-understand feature flag this reader does not know.
-    #[error(
-        "unknown must-understand feature flags {unknown:#x} (this reader understands {known:#x})"
-    )]
+    #[error("unknown must-understand feature flags {unknown:#x} (this reader understands {known:#x})")]
     UnknownRequiredFeatures {
         /// The unknown bits.
         unknown: u64,
@@ -166,9 +154,7 @@ pub enum FormatError {
         location: Location,
     },
     /// Rule R5/R6: the file ends before a structure.
-    #[error(
-        "truncated file: {what} needs bytes {start}..{end} but the file is {file_len} bytes long"
-    )]
+    #[error("truncated file: {what} needs bytes {start}..{end} but the file is {file_len} bytes long")]
     Truncated {
         /// The structure.
         what: &'static str,
@@ -231,16 +217,8 @@ impl FormatError {
         }
     }
 
-    pub(crate) fn malformed(
-        what: &'static str,
-        location: Location,
-        detail: impl Into<String>,
-    ) -> Self {
-        FormatError::Malformed {
-            what,
-            location,
-            detail: detail.into(),
-        }
+    pub(crate) fn malformed(what: &'static str, location: Location, detail: impl Into<String>) -> Self {
+        FormatError::Malformed { what, location, detail: detail.into() }
     }
 
     /// Adds `base` to the byte offset of the location this error carries, for errors found

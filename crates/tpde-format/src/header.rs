@@ -114,29 +114,17 @@ impl Header {
     pub fn parse(bytes: &[u8], file_len: u64) -> Result<Header, FormatError> {
         let prefix = &bytes[..bytes.len().min(8)];
         if prefix != &MAGIC[..prefix.len()] || (prefix.is_empty() && file_len == 0) {
-            return Err(FormatError::NotTpde {
-                found: prefix.to_vec(),
-                expected: MAGIC,
-            });
+            return Err(FormatError::NotTpde { found: prefix.to_vec(), expected: MAGIC });
         }
         if bytes.len() >= 12 {
             let major = u16::from_le_bytes([bytes[8], bytes[9]]);
             let minor = u16::from_le_bytes([bytes[10], bytes[11]]);
             if major != FORMAT_MAJOR {
-                return Err(FormatError::UnsupportedVersion {
-                    major,
-                    minor,
-                    supported: FORMAT_MAJOR,
-                });
+                return Err(FormatError::UnsupportedVersion { major, minor, supported: FORMAT_MAJOR });
             }
         }
         let Some(fixed) = bytes.get(..Header::LEN) else {
-            return Err(FormatError::Truncated {
-                what: "header",
-                start: 0,
-                end: Header::LEN as u64,
-                file_len,
-            });
+            return Err(FormatError::Truncated { what: "header", start: 0, end: Header::LEN as u64, file_len });
         };
         let h = Header::read(&mut Cursor::new(fixed)).expect("64 bytes parse as a header");
         let computed = crc32fast::hash(&fixed[..60]);
@@ -149,11 +137,7 @@ impl Header {
             });
         }
         if h.reserved.iter().any(|&b| b != 0) {
-            return Err(FormatError::malformed(
-                "header",
-                Location::at(32),
-                "reserved bytes are not zero",
-            ));
+            return Err(FormatError::malformed("header", Location::at(32), "reserved bytes are not zero"));
         }
         let a = u64::from(h.alignment);
         if !a.is_power_of_two() || !(MIN_ALIGNMENT..=MAX_ALIGNMENT).contains(&a) {
@@ -165,10 +149,7 @@ impl Header {
         }
         let unknown = h.required_features & !RequiredFeatures::KNOWN;
         if unknown != 0 {
-            return Err(FormatError::UnknownRequiredFeatures {
-                unknown,
-                known: RequiredFeatures::KNOWN,
-            });
+            return Err(FormatError::UnknownRequiredFeatures { unknown, known: RequiredFeatures::KNOWN });
         }
         Ok(h)
     }
@@ -190,52 +171,25 @@ mod tests {
         let good = Header::new(64, 0).to_bytes();
         let mut b = good;
         b[9] = 2; // major 0x0201
-        assert_eq!(
-            Header::parse(&b, 64).unwrap_err().kind(),
-            ErrorKind::UnsupportedVersion
-        );
+        assert_eq!(Header::parse(&b, 64).unwrap_err().kind(), ErrorKind::UnsupportedVersion);
         let mut b = good;
         b[10] = 7; // newer minor, CRC not resealed
-        assert_eq!(
-            Header::parse(&b, 64).unwrap_err().kind(),
-            ErrorKind::ChecksumMismatch
-        );
-        assert!(
-            Header::parse(&reseal(b), 64).is_ok(),
-            "a newer minor version is read"
-        );
+        assert_eq!(Header::parse(&b, 64).unwrap_err().kind(), ErrorKind::ChecksumMismatch);
+        assert!(Header::parse(&reseal(b), 64).is_ok(), "a newer minor version is read");
         let mut b = good;
         b[16] = 0x02;
-        assert_eq!(
-            Header::parse(&reseal(b), 64).unwrap_err().kind(),
-            ErrorKind::UnsupportedFeature
-        );
+        assert_eq!(Header::parse(&reseal(b), 64).unwrap_err().kind(), ErrorKind::UnsupportedFeature);
         let mut b = good;
         b[24] = 0xff; // unknown optional flags are ignored
         assert!(Header::parse(&reseal(b), 64).is_ok());
         let mut b = good;
         b[40] = 1;
-        assert_eq!(
-            Header::parse(&reseal(b), 64).unwrap_err().kind(),
-            ErrorKind::Malformed
-        );
+        assert_eq!(Header::parse(&reseal(b), 64).unwrap_err().kind(), ErrorKind::Malformed);
         let mut b = good;
         b[12] = 48;
-        assert_eq!(
-            Header::parse(&reseal(b), 64).unwrap_err().kind(),
-            ErrorKind::Malformed
-        );
-        assert_eq!(
-            Header::parse(&good[..20], 20).unwrap_err().kind(),
-            ErrorKind::Truncated
-        );
-        assert_eq!(
-            Header::parse(&good[..3], 3).unwrap_err().kind(),
-            ErrorKind::Truncated
-        );
-        assert_eq!(
-            Header::parse(b"", 0).unwrap_err().kind(),
-            ErrorKind::NotTpde
-        );
+        assert_eq!(Header::parse(&reseal(b), 64).unwrap_err().kind(), ErrorKind::Malformed);
+        assert_eq!(Header::parse(&good[..20], 20).unwrap_err().kind(), ErrorKind::Truncated);
+        assert_eq!(Header::parse(&good[..3], 3).unwrap_err().kind(), ErrorKind::Truncated);
+        assert_eq!(Header::parse(b"", 0).unwrap_err().kind(), ErrorKind::NotTpde);
     }
 }

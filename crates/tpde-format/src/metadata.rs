@@ -92,25 +92,20 @@ impl MetadataValue {
 
     fn decode(type_code: u8, bytes: Vec<u8>) -> Result<MetadataValue, String> {
         let eight = |b: &[u8]| -> Result<[u8; 8], String> {
-            b.try_into()
-                .map_err(|_| format!("a {}-byte value for an 8-byte type", b.len()))
+            b.try_into().map_err(|_| format!("a {}-byte value for an 8-byte type", b.len()))
         };
         Ok(match type_code {
             0x01 => match bytes.as_slice() {
                 [0] => MetadataValue::Bool(false),
                 [1] => MetadataValue::Bool(true),
-                other => {
-                    return Err(format!(
-                        "bool value must be one byte 0 or 1, found {other:?}"
-                    ))
-                }
+                other => return Err(format!("bool value must be one byte 0 or 1, found {other:?}")),
             },
             0x02 => MetadataValue::U64(u64::from_le_bytes(eight(&bytes)?)),
             0x03 => MetadataValue::I64(i64::from_le_bytes(eight(&bytes)?)),
             0x04 => MetadataValue::F64(f64::from_bits(u64::from_le_bytes(eight(&bytes)?))),
-            0x05 => MetadataValue::String(
-                String::from_utf8(bytes).map_err(|e| format!("string value is not UTF-8 ({e})"))?,
-            ),
+            0x05 => {
+                MetadataValue::String(String::from_utf8(bytes).map_err(|e| format!("string value is not UTF-8 ({e})"))?)
+            }
             0x06 => MetadataValue::Bytes(bytes),
             type_code => MetadataValue::Unknown { type_code, bytes },
         })
@@ -140,20 +135,9 @@ impl std::fmt::Display for MetadataValue {
 #[binrw::parser(reader, endian)]
 fn read_value(type_code: u8, len: u32) -> BinResult<MetadataValue> {
     let pos = reader.stream_position()?;
-    let bytes = read_bytes(
-        reader,
-        endian,
-        (len.into(), MAX_DIRECTORY_LEN, "metadata value"),
-    )?;
+    let bytes = read_bytes(reader, endian, (len.into(), MAX_DIRECTORY_LEN, "metadata value"))?;
     MetadataValue::decode(type_code, bytes).map_err(|detail| {
-        custom(
-            pos,
-            FormatError::Malformed {
-                what: "metadata value",
-                location: Location::at(pos),
-                detail,
-            },
-        )
+        custom(pos, FormatError::Malformed { what: "metadata value", location: Location::at(pos), detail })
     })
 }
 
@@ -191,9 +175,6 @@ impl MetadataEntry {
 
     /// A new entry.
     pub fn new(key: impl Into<String>, value: MetadataValue) -> Self {
-        MetadataEntry {
-            key: key.into(),
-            value,
-        }
+        MetadataEntry { key: key.into(), value }
     }
 }

@@ -74,12 +74,7 @@ impl Trailer {
     /// ```
     pub fn parse(bytes: &[u8; 32], file_len: u64) -> Result<Trailer, FormatError> {
         let Some(trailer_at) = file_len.checked_sub(Trailer::LEN as u64) else {
-            return Err(FormatError::Truncated {
-                what: "trailer",
-                start: 0,
-                end: Trailer::LEN as u64,
-                file_len,
-            });
+            return Err(FormatError::Truncated { what: "trailer", start: 0, end: Trailer::LEN as u64, file_len });
         };
         let t = Trailer::read(&mut Cursor::new(&bytes[..])).expect("32 bytes parse as a trailer");
         if t.end_magic != END_MAGIC {

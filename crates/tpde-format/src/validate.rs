@@ -40,11 +40,7 @@ pub fn validate(header: &Header, dir: &Directory, payload_end: u64) -> Result<()
             ));
         }
         if !names.insert(t.name.as_str()) {
-            return Err(FormatError::malformed(
-                "tensor entry",
-                here(),
-                "the name is used by an earlier tensor",
-            ));
+            return Err(FormatError::malformed("tensor entry", here(), "the name is used by an earlier tensor"));
         }
         if t.shape.len() as u64 > MAX_RANK {
             return Err(FormatError::LimitExceeded {
@@ -62,10 +58,9 @@ pub fn validate(header: &Header, dir: &Directory, payload_end: u64) -> Result<()
                 "tensor entry",
                 here(),
                 match expected_len {
-                    Some(e) => format!(
-                        "byte_length is {} but shape {:?} x {} bytes is {e}",
-                        t.byte_length, t.shape, size
-                    ),
+                    Some(e) => {
+                        format!("byte_length is {} but shape {:?} x {} bytes is {e}", t.byte_length, t.shape, size)
+                    }
                     None => format!("shape {:?} x {} bytes overflows u64", t.shape, size),
                 },
             ));
@@ -79,16 +74,10 @@ pub fn validate(header: &Header, dir: &Directory, payload_end: u64) -> Result<()
                 return Err(FormatError::malformed(
                     "chunk entry",
                     at(),
-                    format!(
-                        "element_start is {} but the previous chunk ended at element {next}",
-                        c.element_start
-                    ),
+                    format!("element_start is {} but the previous chunk ended at element {next}", c.element_start),
                 ));
             }
-            let end = c
-                .element_start
-                .checked_add(c.element_count)
-                .filter(|&e| c.element_count > 0 && e <= numel);
+            let end = c.element_start.checked_add(c.element_count).filter(|&e| c.element_count > 0 && e <= numel);
             let Some(end) = end else {
                 return Err(FormatError::malformed(
                     "chunk entry",
@@ -133,15 +122,10 @@ pub fn validate(header: &Header, dir: &Directory, payload_end: u64) -> Result<()
                 return Err(FormatError::malformed(
                     "chunk entry",
                     at(),
-                    format!(
-                        "offset {} is not a multiple of the alignment {alignment}",
-                        c.offset
-                    ),
+                    format!("offset {} is not a multiple of the alignment {alignment}", c.offset),
                 ));
             }
-            let in_bounds = c
-                .stored_range()
-                .filter(|r| r.start >= Header::LEN as u64 && r.end <= payload_end);
+            let in_bounds = c.stored_range().filter(|r| r.start >= Header::LEN as u64 && r.end <= payload_end);
             let Some(range) = in_bounds else {
                 return Err(FormatError::malformed(
                     "chunk entry",
@@ -190,18 +174,10 @@ fn validate_metadata(dir: &Directory) -> Result<(), FormatError> {
     for m in &dir.metadata {
         let here = || Location::default();
         if m.key.is_empty() {
-            return Err(FormatError::malformed(
-                "metadata entry",
-                here(),
-                "empty key",
-            ));
+            return Err(FormatError::malformed("metadata entry", here(), "empty key"));
         }
         if !keys.insert(m.key.as_str()) {
-            return Err(FormatError::malformed(
-                "metadata entry",
-                here(),
-                format!("key {:?} appears twice", m.key),
-            ));
+            return Err(FormatError::malformed("metadata entry", here(), format!("key {:?} appears twice", m.key)));
         }
         let expected = match m.key.as_str() {
             KEY_STEP => Some("u64"),
@@ -213,11 +189,7 @@ fn validate_metadata(dir: &Directory) -> Result<(), FormatError> {
                 return Err(FormatError::malformed(
                     "metadata entry",
                     here(),
-                    format!(
-                        "reserved key {:?} must hold a {expected}, found a {}",
-                        m.key,
-                        m.value.type_name()
-                    ),
+                    format!("reserved key {:?} must hold a {expected}, found a {}", m.key, m.value.type_name()),
                 ));
             }
         }

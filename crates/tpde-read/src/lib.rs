@@ -38,8 +38,7 @@ use tpde_codec::ChunkContext;
 use tpde_format::digest::{content_digest, tensor_digest, to_hex, Digest, DigestInput};
 use tpde_format::validate::validate;
 use tpde_format::{
-    ChunkEntry, CodecTag, Directory, FormatError, Header, Location, MetadataValue, TensorEntry,
-    Trailer,
+    ChunkEntry, CodecTag, Directory, FormatError, Header, Location, MetadataValue, TensorEntry, Trailer,
 };
 
 pub use error::ReadError;
@@ -67,10 +66,7 @@ pub struct ReadOptions {
 
 impl Default for ReadOptions {
     fn default() -> Self {
-        ReadOptions {
-            checksums: ChecksumPolicy::Verify,
-            max_tensor_bytes: 64 << 30,
-        }
+        ReadOptions { checksums: ChecksumPolicy::Verify, max_tensor_bytes: 64 << 30 }
     }
 }
 
@@ -106,10 +102,7 @@ impl Reader<memmap2::Mmap> {
     /// [`Reader::open`] with settings.
     pub fn open_with(path: impl AsRef<Path>, options: ReadOptions) -> Result<Self, ReadError> {
         let path = path.as_ref();
-        let io = |source| ReadError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
+        let io = |source| ReadError::Io { path: path.to_path_buf(), source };
         let map = map_file(path).map_err(io)?;
         Reader::with_options(map, options)
     }
@@ -167,26 +160,11 @@ impl<S: Source> Reader<S> {
             for (i, c) in t.chunks.iter().enumerate() {
                 tpde_codec::decoder(c.codec)
                     .check_lengths(c.stored_length, c.decoded_length)
-                    .map_err(|source| ReadError::Codec {
-                        location: chunk_location(t, i, c),
-                        source,
-                    })?;
+                    .map_err(|source| ReadError::Codec { location: chunk_location(t, i, c), source })?;
             }
         }
-        let index = directory
-            .tensors
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.name.clone(), i))
-            .collect();
-        Ok(Reader {
-            src,
-            header,
-            trailer,
-            directory,
-            index,
-            options,
-        })
+        let index = directory.tensors.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
+        Ok(Reader { src, header, trailer, directory, index, options })
     }
 
     /// The header.
@@ -229,9 +207,7 @@ impl<S: Source> Reader<S> {
         self.index
             .get(name)
             .map(|&i| &self.directory.tensors[i])
-            .ok_or_else(|| ReadError::NotFound {
-                name: name.to_owned(),
-            })
+            .ok_or_else(|| ReadError::NotFound { name: name.to_owned() })
     }
 
     /// The content digest of the file's tensors (spec §7), from the directory alone.
@@ -306,12 +282,8 @@ impl<S: Source> Reader<S> {
 
     /// Checks that every byte of the payload area that no chunk covers is zero (spec §4).
     pub fn verify_padding(&self) -> Result<(), ReadError> {
-        let mut ranges: Vec<(u64, u64)> = self
-            .tensors()
-            .iter()
-            .flat_map(|t| &t.chunks)
-            .map(|c| (c.offset, c.offset + c.stored_length))
-            .collect();
+        let mut ranges: Vec<(u64, u64)> =
+            self.tensors().iter().flat_map(|t| &t.chunks).map(|c| (c.offset, c.offset + c.stored_length)).collect();
         ranges.sort_unstable();
         let mut at = Header::LEN as u64;
         let end = self.trailer.directory_offset;
@@ -332,11 +304,7 @@ impl<S: Source> Reader<S> {
         Ok(())
     }
 
-    fn read_tensor_with(
-        &self,
-        t: &TensorEntry,
-        policy: ChecksumPolicy,
-    ) -> Result<Cow<'_, [u8]>, ReadError> {
+    fn read_tensor_with(&self, t: &TensorEntry, policy: ChecksumPolicy) -> Result<Cow<'_, [u8]>, ReadError> {
         if t.byte_length > self.options.max_tensor_bytes {
             return Err(ReadError::TooLarge {
                 name: t.name.clone(),
@@ -346,10 +314,7 @@ impl<S: Source> Reader<S> {
         }
         if let Some(range) = self.contiguous_raw(t) {
             if policy == ChecksumPolicy::Verify {
-                t.chunks
-                    .par_iter()
-                    .enumerate()
-                    .try_for_each(|(i, c)| self.stored(t, i, c, policy).map(|_| ()))?;
+                t.chunks.par_iter().enumerate().try_for_each(|(i, c)| self.stored(t, i, c, policy).map(|_| ()))?;
             }
             return Ok(Cow::Borrowed(bytes(&self.src, range, "chunk")?));
         }
@@ -371,12 +336,7 @@ impl<S: Source> Reader<S> {
         Some(first.offset..end)
     }
 
-    fn decode_into(
-        &self,
-        t: &TensorEntry,
-        out: &mut [u8],
-        policy: ChecksumPolicy,
-    ) -> Result<(), ReadError> {
+    fn decode_into(&self, t: &TensorEntry, out: &mut [u8], policy: ChecksumPolicy) -> Result<(), ReadError> {
         let mut parts = Vec::with_capacity(t.chunks.len());
         let mut rest = out;
         for (i, c) in t.chunks.iter().enumerate() {
@@ -390,12 +350,8 @@ impl<S: Source> Reader<S> {
             .into_par_iter()
             .map(|(i, c, part)| {
                 let stored = self.stored(t, i, c, policy)?;
-                tpde_codec::decode(c.codec, ctx, &c.params, stored, part).map_err(|source| {
-                    ReadError::Codec {
-                        location: chunk_location(t, i, c),
-                        source,
-                    }
-                })
+                tpde_codec::decode(c.codec, ctx, &c.params, stored, part)
+                    .map_err(|source| ReadError::Codec { location: chunk_location(t, i, c), source })
             })
             .collect();
         // The first failing chunk in file order, so the error does not depend on scheduling.
@@ -403,13 +359,7 @@ impl<S: Source> Reader<S> {
     }
 
     /// A chunk's stored bytes, CRC-checked under `policy`.
-    fn stored(
-        &self,
-        t: &TensorEntry,
-        i: usize,
-        c: &ChunkEntry,
-        policy: ChecksumPolicy,
-    ) -> Result<&[u8], ReadError> {
+    fn stored(&self, t: &TensorEntry, i: usize, c: &ChunkEntry, policy: ChecksumPolicy) -> Result<&[u8], ReadError> {
         let bytes = bytes(&self.src, c.offset..c.offset + c.stored_length, "chunk")?;
         if policy == ChecksumPolicy::Verify {
             let crc = crc32fast::hash(bytes);
@@ -429,21 +379,15 @@ impl<S: Source> Reader<S> {
 
 /// Bytes of the source; validation has already put every range the reader asks for inside the
 /// file, so `None` means a [`Source`] that shrank or misreports its length.
-fn bytes<'a, S: Source>(
-    src: &'a S,
-    range: std::ops::Range<u64>,
-    what: &'static str,
-) -> Result<&'a [u8], ReadError> {
+fn bytes<'a, S: Source>(src: &'a S, range: std::ops::Range<u64>, what: &'static str) -> Result<&'a [u8], ReadError> {
     let file_len = src.len();
     let want = range.end - range.start;
-    src.get(range.clone())
-        .filter(|b| b.len() as u64 == want)
-        .ok_or(ReadError::Format(FormatError::Truncated {
-            what,
-            start: range.start,
-            end: range.end,
-            file_len,
-        }))
+    src.get(range.clone()).filter(|b| <[u8]>::len(b) as u64 == want).ok_or(ReadError::Format(FormatError::Truncated {
+        what,
+        start: range.start,
+        end: range.end,
+        file_len,
+    }))
 }
 
 fn chunk_location(t: &TensorEntry, i: usize, c: &ChunkEntry) -> Location {

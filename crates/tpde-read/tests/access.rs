@@ -28,18 +28,11 @@ fn open_and_read_touch_only_what_they_need() {
     for encoder in [Encoder::Raw, Encoder::Zstd { level: 3 }] {
         let bytes = common::small_file(encoder);
         let len = bytes.len() as u64;
-        let src = Recording {
-            bytes,
-            log: Mutex::new(Vec::new()),
-        };
+        let src = Recording { bytes, log: Mutex::new(Vec::new()) };
         let r = Reader::from_source(&src).unwrap();
         let dir = r.trailer().directory_offset..len - 32;
         let opened: Vec<_> = std::mem::take(&mut *src.log.lock().unwrap());
-        assert_eq!(
-            opened,
-            vec![0..64, len - 32..len, dir.clone()],
-            "open reads header, trailer, directory"
-        );
+        assert_eq!(opened, vec![0..64, len - 32..len, dir.clone()], "open reads header, trailer, directory");
 
         let t = r.tensor("ünïcode/名前").unwrap();
         r.read_tensor(t).unwrap();
@@ -55,9 +48,7 @@ fn open_and_read_touch_only_what_they_need() {
         assert!(!read.is_empty());
         for range in read {
             assert!(
-                allowed
-                    .iter()
-                    .any(|a| a.start <= range.start && range.end <= a.end),
+                allowed.iter().any(|a| a.start <= range.start && range.end <= a.end),
                 "{range:?} is outside the tensor's chunks {allowed:?}"
             );
         }

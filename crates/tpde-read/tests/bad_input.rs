@@ -17,14 +17,8 @@ fn truncation_at_every_offset_is_an_error() {
         let file = common::small_file(encoder);
         assert!(open(&file).is_ok());
         for len in 0..file.len() {
-            let err = open(&file[..len])
-                .err()
-                .unwrap_or_else(|| panic!("truncated to {len} bytes opened"));
-            let expected = if len == 0 {
-                ErrorKind::NotTpde
-            } else {
-                ErrorKind::Truncated
-            };
+            let err = open(&file[..len]).err().unwrap_or_else(|| panic!("truncated to {len} bytes opened"));
+            let expected = if len == 0 { ErrorKind::NotTpde } else { ErrorKind::Truncated };
             assert_eq!(err.kind(), expected, "truncated to {len}: {err}");
         }
     }
@@ -59,10 +53,7 @@ fn flipped_chunk_bytes_are_checksum_mismatches() {
     let err = r.read("ramp").unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ChecksumMismatch);
     let msg = err.to_string();
-    assert!(
-        msg.contains("\"ramp\"") && msg.contains("chunk 1"),
-        "error says where: {msg}"
-    );
+    assert!(msg.contains("\"ramp\"") && msg.contains("chunk 1"), "error says where: {msg}");
 }
 
 #[test]
@@ -70,92 +61,50 @@ fn directory_rules() {
     let file = common::small_file(Encoder::Raw);
     let case = |name: &str, kind: ErrorKind, edit: &dyn Fn(&mut tpde_format::Directory)| {
         let bad = common::with_directory(&file, edit);
-        let err = open(&bad)
-            .err()
-            .unwrap_or_else(|| panic!("{name}: accepted"));
+        let err = open(&bad).err().unwrap_or_else(|| panic!("{name}: accepted"));
         assert_eq!(err.kind(), kind, "{name}: {err}");
     };
     case("overlapping chunks", ErrorKind::Malformed, &|d| {
         let off = d.tensors[0].chunks[0].offset;
         d.tensors[0].chunks[1].offset = off + 64;
     });
-    case("chunk past the payload area", ErrorKind::Malformed, &|d| {
-        d.tensors[0].chunks[0].offset = 1 << 40
-    });
-    case("offset overflows", ErrorKind::Malformed, &|d| {
-        d.tensors[0].chunks[0].offset = u64::MAX - 63
-    });
-    case("unaligned chunk", ErrorKind::Malformed, &|d| {
-        d.tensors[0].chunks[0].offset += 1
-    });
-    case(
-        "byte_length disagrees with shape",
-        ErrorKind::Malformed,
-        &|d| d.tensors[0].byte_length += 4,
-    );
-    case("shape overflows u64", ErrorKind::Malformed, &|d| {
-        d.tensors[0].shape = vec![u64::MAX, u64::MAX]
-    });
-    case("gap in element ranges", ErrorKind::Malformed, &|d| {
-        d.tensors[0].chunks[1].element_start += 1
-    });
-    case("decoded length disagrees", ErrorKind::Malformed, &|d| {
-        d.tensors[0].chunks[0].decoded_length -= 4
-    });
+    case("chunk past the payload area", ErrorKind::Malformed, &|d| d.tensors[0].chunks[0].offset = 1 << 40);
+    case("offset overflows", ErrorKind::Malformed, &|d| d.tensors[0].chunks[0].offset = u64::MAX - 63);
+    case("unaligned chunk", ErrorKind::Malformed, &|d| d.tensors[0].chunks[0].offset += 1);
+    case("byte_length disagrees with shape", ErrorKind::Malformed, &|d| d.tensors[0].byte_length += 4);
+    case("shape overflows u64", ErrorKind::Malformed, &|d| d.tensors[0].shape = vec![u64::MAX, u64::MAX]);
+    case("gap in element ranges", ErrorKind::Malformed, &|d| d.tensors[0].chunks[1].element_start += 1);
+    case("decoded length disagrees", ErrorKind::Malformed, &|d| d.tensors[0].chunks[0].decoded_length -= 4);
     case("raw stored length disagrees", ErrorKind::Malformed, &|d| {
         d.tensors[0].chunks[0].stored_length -= 4;
     });
-    case("duplicate tensor name", ErrorKind::Malformed, &|d| {
-        d.tensors[1].name = d.tensors[0].name.clone()
-    });
+    case("duplicate tensor name", ErrorKind::Malformed, &|d| d.tensors[1].name = d.tensors[0].name.clone());
     case("rank over the limit", ErrorKind::LimitExceeded, &|d| {
         d.tensors[2].shape = vec![0; 33];
     });
-    case(
-        "decoded chunk over the limit",
-        ErrorKind::LimitExceeded,
-        &|d| {
-            let t = &mut d.tensors[0];
-            t.shape = vec![1 << 29];
-            t.byte_length = 4 << 29;
-            t.chunks.truncate(1);
-            t.chunks[0].element_count = 1 << 29;
-            t.chunks[0].decoded_length = 4 << 29;
-        },
-    );
-    case(
-        "reserved key with the wrong type",
-        ErrorKind::Malformed,
-        &|d| {
-            d.metadata[0].value = tpde_format::MetadataValue::I64(1);
-        },
-    );
-    case(
-        "base reference without the BASE flag",
-        ErrorKind::Malformed,
-        &|d| {
-            d.base = Some(tpde_format::BaseRef {
-                digest: [7; 32],
-                path_hint: "b.tpde".into(),
-            });
-        },
-    );
+    case("decoded chunk over the limit", ErrorKind::LimitExceeded, &|d| {
+        let t = &mut d.tensors[0];
+        t.shape = vec![1 << 29];
+        t.byte_length = 4 << 29;
+        t.chunks.truncate(1);
+        t.chunks[0].element_count = 1 << 29;
+        t.chunks[0].decoded_length = 4 << 29;
+    });
+    case("reserved key with the wrong type", ErrorKind::Malformed, &|d| {
+        d.metadata[0].value = tpde_format::MetadataValue::I64(1);
+    });
+    case("base reference without the BASE flag", ErrorKind::Malformed, &|d| {
+        d.base = Some(tpde_format::BaseRef { digest: [7; 32], path_hint: "b.tpde".into() });
+    });
 }
 
 #[test]
 fn header_rules() {
     let file = common::small_file(Encoder::Raw);
     let bad = common::with_header(&file, |h| h.required_features |= 1 << 5);
-    assert_eq!(
-        open(&bad).err().unwrap().kind(),
-        ErrorKind::UnsupportedFeature
-    );
+    assert_eq!(open(&bad).err().unwrap().kind(), ErrorKind::UnsupportedFeature);
     let bad = common::with_header(&file, |h| h.required_features |= RequiredFeatures::BASE);
-    assert_eq!(
-        open(&bad).err().unwrap().kind(),
-        ErrorKind::Malformed,
-        "BASE flag without a base reference"
-    );
+    assert_eq!(open(&bad).err().unwrap().kind(), ErrorKind::Malformed, "BASE flag without a base reference");
     let bad = common::with_header(&file, |h| h.optional_features |= 1 << 9);
     assert!(open(&bad).is_ok(), "unknown may-ignore flags are ignored");
     let bad = common::with_header(&file, |h| h.major_version = 2);
@@ -168,10 +117,7 @@ fn header_rules() {
     bad[..4].copy_from_slice(b"PK\x03\x04");
     let err = open(&bad).err().unwrap();
     assert_eq!(err.kind(), ErrorKind::NotTpde);
-    assert!(
-        err.to_string().contains("50, 4b, 03, 04"),
-        "names the magic found: {err}"
-    );
+    assert!(err.to_string().contains("50, 4b, 03, 04"), "names the magic found: {err}");
 }
 
 #[test]
@@ -183,11 +129,10 @@ fn unknown_codec_and_dtype_codes_are_unsupported() {
     // "scalar" has one chunk; find its entry by name and patch the dtype and codec bytes.
     let name_at = dir.windows(6).position(|w| w == b"scalar").unwrap();
     let dtype_at = name_at + 6;
-    let codec_at = dtype_at + 2 + 8 * 0 + 8 + 32 + 4 + 44;
-    for (at, value, what) in [
-        (dtype_at, vec![0x7e], "dtype"),
-        (codec_at, vec![0x34, 0x12], "codec"),
-    ] {
+    // dtype, rank (0: a scalar has no dims), byte_length, digest, chunk_count, then the
+    // chunk entry's five u64 and crc32 before its codec tag.
+    let codec_at = dtype_at + 2 + 8 + 32 + 4 + 44;
+    for (at, value, what) in [(dtype_at, vec![0x7e], "dtype"), (codec_at, vec![0x34, 0x12], "codec")] {
         let mut d = dir.to_vec();
         d[at..at + value.len()].copy_from_slice(&value);
         let mut bad = file[..dir_at].to_vec();
@@ -201,14 +146,8 @@ fn unknown_codec_and_dtype_codes_are_unsupported() {
 #[test]
 fn oversized_tensors_are_refused_before_allocating() {
     let file = common::small_file(Encoder::Zstd { level: 3 });
-    let r = Reader::with_options(
-        file.as_slice(),
-        ReadOptions {
-            max_tensor_bytes: 100,
-            ..ReadOptions::default()
-        },
-    )
-    .unwrap();
+    let r =
+        Reader::with_options(file.as_slice(), ReadOptions { max_tensor_bytes: 100, ..ReadOptions::default() }).unwrap();
     assert_eq!(r.read("ramp").unwrap_err().kind(), ErrorKind::LimitExceeded);
     assert!(r.read("scalar").is_ok());
 }
@@ -239,8 +178,5 @@ fn error_messages_say_where_and_what() {
     let file = common::small_file(Encoder::Raw);
     let bad = common::with_directory(&file, |d| d.tensors[0].byte_length += 4);
     let msg = open(&bad).err().unwrap().to_string();
-    assert!(
-        msg.contains("\"ramp\"") && msg.contains("1204") && msg.contains("1200"),
-        "{msg}"
-    );
+    assert!(msg.contains("\"ramp\"") && msg.contains("1204") && msg.contains("1200"), "{msg}");
 }

@@ -35,6 +35,9 @@ fn reader_reads_the_spec_vector() {
     assert_eq!(&*r.read("w").unwrap(), &[0, 0, 0x80, 0x3f, 0, 0, 0, 0xc0]);
     assert_eq!(r.metadata("tpde.step"), Some(&MetadataValue::U64(1)));
     // Both values are quoted in spec §12 and were checked against Python's `blake3` package.
-    assert_eq!(to_hex(&r.tensor("w").unwrap().digest), "54847fa2028a3457068a78ba8e6a086cccf672def025d7e4cb2761b538edbf3f");
+    assert_eq!(
+        to_hex(&r.tensor("w").unwrap().digest),
+        "54847fa2028a3457068a78ba8e6a086cccf672def025d7e4cb2761b538edbf3f"
+    );
     assert_eq!(to_hex(&r.content_digest()), "f6f0ebd9d030af91b114ef726de62360b5c92f02256b1b5011af5f8de132389f");
 }

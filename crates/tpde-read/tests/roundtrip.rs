@@ -45,10 +45,7 @@ fn metadata_value() -> impl Strategy<Value = MetadataValue> {
 }
 
 fn encoder() -> impl Strategy<Value = Encoder> {
-    prop_oneof![
-        Just(Encoder::Raw),
-        (1i32..6).prop_map(|level| Encoder::Zstd { level })
-    ]
+    prop_oneof![Just(Encoder::Raw), (1i32..6).prop_map(|level| Encoder::Zstd { level })]
 }
 
 proptest! {
@@ -118,14 +115,9 @@ fn raw_tensors_are_borrowed_from_the_source() {
     assert!(t.chunks.len() > 1, "the tensor spans several chunks");
     assert!(r.is_zero_copy(t));
     let data = r.read("ramp").unwrap();
-    let Cow::Borrowed(slice) = data else {
-        panic!("raw tensor was copied")
-    };
+    let Cow::Borrowed(slice) = data else { panic!("raw tensor was copied") };
     let file_range = file.as_ptr_range();
-    assert!(
-        file_range.contains(&slice.as_ptr()),
-        "the slice points into the file's bytes"
-    );
+    assert!(file_range.contains(&slice.as_ptr()), "the slice points into the file's bytes");
 
     let z = common::small_file(Encoder::Zstd { level: 3 });
     let rz = Reader::from_source(z.as_slice()).unwrap();
@@ -136,77 +128,37 @@ fn raw_tensors_are_borrowed_from_the_source() {
 #[test]
 fn streamed_and_in_memory_tensors_write_the_same_file() {
     let data: Vec<u8> = (0..10_000u32).map(|i| (i % 253) as u8).collect();
-    let opts = || WriteOptions {
-        encoder: Encoder::Zstd { level: 3 },
-        chunk_bytes: 1024,
-        ..WriteOptions::default()
-    };
+    let opts = || WriteOptions { encoder: Encoder::Zstd { level: 3 }, chunk_bytes: 1024, ..WriteOptions::default() };
     let mut a = Writer::new(Vec::new(), opts()).unwrap();
     a.add_tensor("t", DType::U8, &[100, 100], &data).unwrap();
     let mut b = Writer::new(Vec::new(), opts()).unwrap();
-    b.add_tensor_from("t", DType::U8, &[100, 100], data.as_slice())
-        .unwrap();
+    b.add_tensor_from("t", DType::U8, &[100, 100], data.as_slice()).unwrap();
     assert_eq!(a.finish().unwrap(), b.finish().unwrap());
 
     let mut c = Writer::new(Vec::new(), opts()).unwrap();
     let short = c.add_tensor_from("t", DType::U8, &[100, 100], &data[..9_999]);
-    assert_eq!(
-        short.unwrap_err().kind(),
-        tpde_format::ErrorKind::InvalidArgument
-    );
+    assert_eq!(short.unwrap_err().kind(), tpde_format::ErrorKind::InvalidArgument);
     let long = c.add_tensor_from("u", DType::U8, &[10], data.as_slice());
-    assert_eq!(
-        long.unwrap_err().kind(),
-        tpde_format::ErrorKind::InvalidArgument
-    );
+    assert_eq!(long.unwrap_err().kind(), tpde_format::ErrorKind::InvalidArgument);
 }
 
 #[test]
 fn writer_rejects_inconsistent_input() {
     let mut w = Writer::new(Vec::new(), WriteOptions::default()).unwrap();
     w.add_tensor("a", DType::F32, &[2], &[0; 8]).unwrap();
-    assert!(
-        w.add_tensor("a", DType::F32, &[2], &[0; 8]).is_err(),
-        "duplicate name"
-    );
-    assert!(
-        w.add_tensor("b", DType::F32, &[3], &[0; 8]).is_err(),
-        "length does not match shape"
-    );
-    assert!(
-        w.add_tensor("", DType::U8, &[0], &[]).is_err(),
-        "empty name"
-    );
-    assert!(
-        w.add_tensor("c", DType::U8, &[u64::MAX, 2], &[]).is_err(),
-        "shape overflows"
-    );
-    assert!(
-        w.add_metadata("tpde.step", MetadataValue::String("x".into()))
-            .is_err(),
-        "reserved key type"
-    );
+    assert!(w.add_tensor("a", DType::F32, &[2], &[0; 8]).is_err(), "duplicate name");
+    assert!(w.add_tensor("b", DType::F32, &[3], &[0; 8]).is_err(), "length does not match shape");
+    assert!(w.add_tensor("", DType::U8, &[0], &[]).is_err(), "empty name");
+    assert!(w.add_tensor("c", DType::U8, &[u64::MAX, 2], &[]).is_err(), "shape overflows");
+    assert!(w.add_metadata("tpde.step", MetadataValue::String("x".into())).is_err(), "reserved key type");
     w.add_metadata("k", MetadataValue::Bool(true)).unwrap();
-    assert!(
-        w.add_metadata("k", MetadataValue::Bool(false)).is_err(),
-        "duplicate key"
-    );
-    assert!(Writer::new(
-        Vec::new(),
-        WriteOptions {
-            alignment: 48,
-            ..WriteOptions::default()
-        }
-    )
-    .is_err());
+    assert!(w.add_metadata("k", MetadataValue::Bool(false)).is_err(), "duplicate key");
+    assert!(Writer::new(Vec::new(), WriteOptions { alignment: 48, ..WriteOptions::default() }).is_err());
 }
 
 #[test]
 fn not_found_is_its_own_category() {
     let file = common::small_file(Encoder::Raw);
     let r = Reader::from_source(file).unwrap();
-    assert_eq!(
-        r.read("missing").unwrap_err().kind(),
-        tpde_format::ErrorKind::NotFound
-    );
+    assert_eq!(r.read("missing").unwrap_err().kind(), tpde_format::ErrorKind::NotFound);
 }

@@ -34,8 +34,8 @@ use tpde_format::limits::{
 };
 use tpde_format::metadata::RESERVED_PREFIX;
 use tpde_format::{
-    BaseRef, ChunkEntry, DType, Directory, ErrorKind, Header, MetadataEntry, MetadataValue,
-    RequiredFeatures, TensorEntry, Trailer,
+    BaseRef, ChunkEntry, DType, Directory, ErrorKind, Header, MetadataEntry, MetadataValue, RequiredFeatures,
+    TensorEntry, Trailer,
 };
 
 /// The default decoded size of a chunk: large enough that per-chunk overhead is noise, small
@@ -57,12 +57,7 @@ pub struct WriteOptions {
 
 impl Default for WriteOptions {
     fn default() -> Self {
-        WriteOptions {
-            encoder: Encoder::Raw,
-            chunk_bytes: DEFAULT_CHUNK_BYTES,
-            alignment: 64,
-            base: None,
-        }
+        WriteOptions { encoder: Encoder::Raw, chunk_bytes: DEFAULT_CHUNK_BYTES, alignment: 64, base: None }
     }
 }
 
@@ -96,17 +91,12 @@ impl WriteError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             WriteError::Io(_) => ErrorKind::Io,
-            WriteError::InvalidInput { .. } | WriteError::Codec { .. } => {
-                ErrorKind::InvalidArgument
-            }
+            WriteError::InvalidInput { .. } | WriteError::Codec { .. } => ErrorKind::InvalidArgument,
         }
     }
 
     fn invalid(what: impl Into<String>, detail: impl Into<String>) -> Self {
-        WriteError::InvalidInput {
-            what: what.into(),
-            detail: detail.into(),
-        }
+        WriteError::InvalidInput { what: what.into(), detail: detail.into() }
     }
 }
 
@@ -125,28 +115,16 @@ impl<W: Write> Writer<W> {
     /// Starts a file: checks the options and writes the header.
     pub fn new(mut out: W, options: WriteOptions) -> Result<Self, WriteError> {
         let a = u64::from(options.alignment);
-        if !a.is_power_of_two()
-            || !(MIN_ALIGNMENT..=tpde_format::limits::MAX_ALIGNMENT).contains(&a)
-        {
-            return Err(WriteError::invalid(
-                "header",
-                format!("alignment {a} is not a power of two in 64..=1 MiB"),
-            ));
+        if !a.is_power_of_two() || !(MIN_ALIGNMENT..=tpde_format::limits::MAX_ALIGNMENT).contains(&a) {
+            return Err(WriteError::invalid("header", format!("alignment {a} is not a power of two in 64..=1 MiB")));
         }
         if let Some(base) = &options.base {
             if base.path_hint.len() as u64 > MAX_PATH_HINT_LEN {
-                return Err(WriteError::invalid(
-                    "base reference",
-                    "path hint is over 4096 bytes",
-                ));
+                return Err(WriteError::invalid("base reference", "path hint is over 4096 bytes"));
             }
         }
         let chunk_bytes = (options.chunk_bytes.min(MAX_CHUNK_DECODED_LEN) / a * a).max(a);
-        let flags = if options.base.is_some() {
-            RequiredFeatures::BASE
-        } else {
-            0
-        };
+        let flags = if options.base.is_some() { RequiredFeatures::BASE } else { 0 };
         let header = Header::new(options.alignment, flags);
         out.write_all(&header.to_bytes())?;
         Ok(Writer {
@@ -155,39 +133,24 @@ impl<W: Write> Writer<W> {
             header,
             codec: options.encoder.codec(),
             chunk_bytes,
-            directory: Directory {
-                base: options.base,
-                ..Directory::default()
-            },
+            directory: Directory { base: options.base, ..Directory::default() },
             names: HashSet::new(),
         })
     }
 
     /// Adds a metadata entry. Keys are unique; reserved `tpde.` keys must have their spec type.
-    pub fn add_metadata(
-        &mut self,
-        key: impl Into<String>,
-        value: MetadataValue,
-    ) -> Result<(), WriteError> {
+    pub fn add_metadata(&mut self, key: impl Into<String>, value: MetadataValue) -> Result<(), WriteError> {
         let key = key.into();
         if key.is_empty() || key.len() as u64 > MAX_KEY_LEN {
-            return Err(WriteError::invalid(
-                format!("metadata key {key:?}"),
-                "keys are 1..=1024 bytes",
-            ));
+            return Err(WriteError::invalid(format!("metadata key {key:?}"), "keys are 1..=1024 bytes"));
         }
         if self.directory.metadata.iter().any(|m| m.key == key) {
-            return Err(WriteError::invalid(
-                format!("metadata key {key:?}"),
-                "the key is already set",
-            ));
+            return Err(WriteError::invalid(format!("metadata key {key:?}"), "the key is already set"));
         }
         if key.starts_with(RESERVED_PREFIX) {
             let expected = match key.as_str() {
                 tpde_format::metadata::KEY_STEP => Some("u64"),
-                tpde_format::metadata::KEY_PRODUCER | tpde_format::metadata::KEY_SOURCE_FORMAT => {
-                    Some("string")
-                }
+                tpde_format::metadata::KEY_PRODUCER | tpde_format::metadata::KEY_SOURCE_FORMAT => Some("string"),
                 _ => None,
             };
             if let Some(expected) = expected.filter(|e| *e != value.type_name()) {
@@ -198,10 +161,7 @@ impl<W: Write> Writer<W> {
             }
         }
         if value.payload().len() as u64 > u64::from(u32::MAX) {
-            return Err(WriteError::invalid(
-                format!("metadata key {key:?}"),
-                "the value is over 4 GiB",
-            ));
+            return Err(WriteError::invalid(format!("metadata key {key:?}"), "the value is over 4 GiB"));
         }
         self.directory.metadata.push(MetadataEntry::new(key, value));
         Ok(())
@@ -219,20 +179,10 @@ impl<W: Write> Writer<W> {
         if data.len() as u64 != expected {
             return Err(WriteError::invalid(
                 format!("tensor {name:?}"),
-                format!(
-                    "{} bytes given, shape {shape:?} of {dtype} needs {expected}",
-                    data.len()
-                ),
+                format!("{} bytes given, shape {shape:?} of {dtype} needs {expected}", data.len()),
             ));
         }
-        self.write_tensor(
-            name,
-            dtype,
-            shape,
-            data.len() as u64,
-            tensor_digest(data),
-            data,
-        )
+        self.write_tensor(name, dtype, shape, data.len() as u64, tensor_digest(data), data)
     }
 
     /// Adds a tensor whose logical bytes are read from `src`, one batch of chunks at a time, so
@@ -297,29 +247,18 @@ impl<W: Write> Writer<W> {
     fn check_tensor(&mut self, name: &str, dtype: DType, shape: &[u64]) -> Result<u64, WriteError> {
         let what = || format!("tensor {name:?}");
         if name.is_empty() || name.len() as u64 > MAX_NAME_LEN {
-            return Err(WriteError::invalid(
-                what(),
-                "names are 1..=4096 bytes of UTF-8",
-            ));
+            return Err(WriteError::invalid(what(), "names are 1..=4096 bytes of UTF-8"));
         }
         if self.names.contains(name) {
-            return Err(WriteError::invalid(
-                what(),
-                "a tensor of that name was already written",
-            ));
+            return Err(WriteError::invalid(what(), "a tensor of that name was already written"));
         }
         if shape.len() as u64 > MAX_RANK {
-            return Err(WriteError::invalid(
-                what(),
-                format!("rank {} is over the limit of {MAX_RANK}", shape.len()),
-            ));
+            return Err(WriteError::invalid(what(), format!("rank {} is over the limit of {MAX_RANK}", shape.len())));
         }
         shape
             .iter()
             .try_fold(dtype.size(), |acc, &d| acc.checked_mul(d))
-            .ok_or_else(|| {
-                WriteError::invalid(what(), format!("shape {shape:?} overflows u64 bytes"))
-            })
+            .ok_or_else(|| WriteError::invalid(what(), format!("shape {shape:?} overflows u64 bytes")))
     }
 
     fn batch_bytes(&self) -> u64 {
@@ -327,13 +266,7 @@ impl<W: Write> Writer<W> {
         self.chunk_bytes * 2 * rayon::current_num_threads().max(1) as u64
     }
 
-    fn begin_entry(
-        &self,
-        name: &str,
-        dtype: DType,
-        shape: &[u64],
-        byte_length: u64,
-    ) -> TensorEntry {
+    fn begin_entry(&self, name: &str, dtype: DType, shape: &[u64], byte_length: u64) -> TensorEntry {
         let chunk_count = byte_length.div_ceil(self.chunk_bytes.max(1)) as usize;
         TensorEntry {
             name: name.to_owned(),
@@ -371,12 +304,7 @@ impl<W: Write> Writer<W> {
     }
 
     /// Encodes the chunks of `data` in parallel and writes them in order.
-    fn write_batch(
-        &mut self,
-        entry: &mut TensorEntry,
-        data: &[u8],
-        first_element: u64,
-    ) -> Result<(), WriteError> {
+    fn write_batch(&mut self, entry: &mut TensorEntry, data: &[u8], first_element: u64) -> Result<(), WriteError> {
         let dtype = entry.dtype;
         let size = dtype.size() as usize;
         // chunk_bytes is a multiple of the alignment (>= 64), hence of every dtype size.
@@ -385,25 +313,23 @@ impl<W: Write> Writer<W> {
         let codec = &*self.codec;
         let tag = codec.tag();
         let is_raw = tag == tpde_format::CodecTag::Raw;
-        let encoded: Vec<Result<(Vec<u8>, Vec<u8>, u32), CodecError>> = data
+        let encoded: Vec<Result<EncodedChunk, CodecError>> = data
             .par_chunks(chunk)
             .map(|part| {
                 if is_raw {
                     // Raw chunks are written straight from the input below; only the CRC here.
-                    return Ok((Vec::new(), Vec::new(), crc32fast::hash(part)));
+                    return Ok(EncodedChunk { stored: Vec::new(), params: Vec::new(), crc32: crc32fast::hash(part) });
                 }
                 let mut stored = Vec::with_capacity(part.len() / 2);
                 let params = codec.encode(ctx, part, &mut stored)?;
-                let crc = crc32fast::hash(&stored);
-                Ok((stored, params, crc))
+                let crc32 = crc32fast::hash(&stored);
+                Ok(EncodedChunk { stored, params, crc32 })
             })
             .collect();
         let mut element = first_element;
         for (part, result) in data.chunks(chunk).zip(encoded) {
-            let (stored, params, crc) = result.map_err(|source| WriteError::Codec {
-                tensor: entry.name.clone(),
-                source,
-            })?;
+            let EncodedChunk { stored, params, crc32 } =
+                result.map_err(|source| WriteError::Codec { tensor: entry.name.clone(), source })?;
             let stored: &[u8] = if is_raw { part } else { &stored };
             self.pad_to_alignment()?;
             let element_count = (part.len() / size) as u64;
@@ -413,7 +339,7 @@ impl<W: Write> Writer<W> {
                 offset: self.pos,
                 stored_length: stored.len() as u64,
                 decoded_length: part.len() as u64,
-                crc32: crc,
+                crc32,
                 codec: tag,
                 params,
             });
@@ -438,6 +364,13 @@ impl<W: Write> Writer<W> {
     }
 }
 
+/// One chunk after encoding (for `raw`, only its CRC: the bytes are the input's).
+struct EncodedChunk {
+    stored: Vec<u8>,
+    params: Vec<u8>,
+    crc32: u32,
+}
+
 /// A [`Writer`] to a file that appears under its final name only when complete.
 pub struct FileWriter {
     writer: Writer<BufWriter<tempfile::NamedTempFile>>,
@@ -452,14 +385,8 @@ impl FileWriter {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        let stem = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let tmp = tempfile::Builder::new()
-            .prefix(&format!(".{stem}."))
-            .suffix(".partial")
-            .tempfile_in(dir)?;
+        let stem = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let tmp = tempfile::Builder::new().prefix(&format!(".{stem}.")).suffix(".partial").tempfile_in(dir)?;
         let writer = Writer::new(BufWriter::with_capacity(1 << 20, tmp), options)?;
         Ok(FileWriter { writer, path })
     }
@@ -467,11 +394,7 @@ impl FileWriter {
     /// Writes the directory and trailer, syncs, and renames the file into place. On error the
     /// temporary file is removed and nothing appears under the final name.
     pub fn finish(self) -> Result<File, WriteError> {
-        let tmp = self
-            .writer
-            .finish()?
-            .into_inner()
-            .map_err(|e| e.into_error())?;
+        let tmp = self.writer.finish()?.into_inner().map_err(|e| e.into_error())?;
         tmp.as_file().sync_all()?;
         let file = tmp.persist(&self.path).map_err(|e| e.error)?;
         Ok(file)

@@ -48,10 +48,7 @@ fn time(runs: usize, mut f: impl FnMut() -> Result<(), CliError>) -> Result<f64,
 }
 
 fn pool(threads: usize) -> rayon::ThreadPool {
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .expect("thread pool")
+    rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool")
 }
 
 fn zstd_cli(args: &[&str], input: &Path, output: &Path) -> Result<(), CliError> {
@@ -73,19 +70,14 @@ fn zstd_cli(args: &[&str], input: &Path, output: &Path) -> Result<(), CliError> 
 
 /// Runs the benchmark; returns the rows.
 pub fn run(input: &Path, workdir: &Path, runs: usize) -> Result<Vec<Row>, CliError> {
-    let all = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
+    let all = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let file_bytes = std::fs::metadata(input)?.len();
     let hidden = ProgressBar::hidden();
     let out = |name: &str| -> PathBuf { workdir.join(name) };
     let mut rows = Vec::new();
     let mut logical = 0u64;
 
-    for (label, encoder) in [
-        ("raw", Encoder::Raw),
-        ("zstd -3", Encoder::Zstd { level: 3 }),
-    ] {
+    for (label, encoder) in [("raw", Encoder::Raw), ("zstd -3", Encoder::Zstd { level: 3 })] {
         let packed = out("bench.tpde");
         let mut threads_list = vec![1];
         if all > 1 {
@@ -96,32 +88,19 @@ pub fn run(input: &Path, workdir: &Path, runs: usize) -> Result<Vec<Row>, CliErr
             let mut report = convert::PackReport::default();
             let secs = time(runs, || {
                 report = p.install(|| {
-                    convert::pack(
-                        input,
-                        &packed,
-                        WriteOptions {
-                            encoder,
-                            ..WriteOptions::default()
-                        },
-                        &hidden,
-                    )
+                    convert::pack(input, &packed, WriteOptions { encoder, ..WriteOptions::default() }, &hidden)
                 })?;
                 Ok(())
             })?;
             logical = report.logical_bytes;
             rows.push(Row {
-                what: format!(
-                    "tpde pack --codec {}",
-                    label.split(' ').next().unwrap_or(label)
-                ),
+                what: format!("tpde pack --codec {}", label.split(' ').next().unwrap_or(label)),
                 threads,
                 ratio: Some(ratio(report.file_bytes, file_bytes)),
                 mb_s: mb_per_s(report.logical_bytes, secs),
             });
             let unpacked = out("bench.unpacked.safetensors");
-            let secs = time(runs, || {
-                p.install(|| convert::unpack(&packed, &unpacked, &hidden).map(|_| ()))
-            })?;
+            let secs = time(runs, || p.install(|| convert::unpack(&packed, &unpacked, &hidden).map(|_| ())))?;
             rows.push(Row {
                 what: format!("tpde unpack ({label} file)"),
                 threads,
@@ -134,12 +113,7 @@ pub fn run(input: &Path, workdir: &Path, runs: usize) -> Result<Vec<Row>, CliErr
                     let mut sum = 0u64;
                     for t in r.tensors() {
                         let data = r.read_tensor(t)?;
-                        sum = sum.wrapping_add(
-                            data.iter()
-                                .step_by(4096)
-                                .map(|&b| u64::from(b))
-                                .sum::<u64>(),
-                        );
+                        sum = sum.wrapping_add(data.iter().step_by(4096).map(|&b| u64::from(b)).sum::<u64>());
                     }
                     std::hint::black_box(sum);
                     Ok(())
@@ -161,12 +135,7 @@ pub fn run(input: &Path, workdir: &Path, runs: usize) -> Result<Vec<Row>, CliErr
         let mut sum = 0u64;
         for (_, t) in st.tensors() {
             let copy = t.data().to_vec();
-            sum = sum.wrapping_add(
-                copy.iter()
-                    .step_by(4096)
-                    .map(|&b| u64::from(b))
-                    .sum::<u64>(),
-            );
+            sum = sum.wrapping_add(copy.iter().step_by(4096).map(|&b| u64::from(b)).sum::<u64>());
         }
         std::hint::black_box(sum);
         Ok(())
@@ -205,12 +174,7 @@ pub fn run(input: &Path, workdir: &Path, runs: usize) -> Result<Vec<Row>, CliErr
     } else {
         eprintln!("note: no `zstd` on PATH; the zstd CLI rows are left out");
     }
-    for f in [
-        "bench.tpde",
-        "bench.unpacked.safetensors",
-        "bench.safetensors.zst",
-        "bench.zstd-d.safetensors",
-    ] {
+    for f in ["bench.tpde", "bench.unpacked.safetensors", "bench.safetensors.zst", "bench.zstd-d.safetensors"] {
         let _ = std::fs::remove_file(out(f));
     }
     Ok(rows)
@@ -225,14 +189,8 @@ pub fn render(input: &Path, rows: &[Row], runs: usize) -> String {
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
     );
     for r in rows {
-        let ratio = r
-            .ratio
-            .map(|x| format!("{x:.3}"))
-            .unwrap_or_else(|| "-".into());
-        s.push_str(&format!(
-            "| {} | {} | {} | {:.0} |\n",
-            r.what, r.threads, ratio, r.mb_s
-        ));
+        let ratio = r.ratio.map(|x| format!("{x:.3}")).unwrap_or_else(|| "-".into());
+        s.push_str(&format!("| {} | {} | {} | {:.0} |\n", r.what, r.threads, ratio, r.mb_s));
     }
     s
 }

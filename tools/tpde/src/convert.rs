@@ -77,34 +77,19 @@ pub struct PackReport {
 }
 
 fn st_error(path: &Path, e: safetensors::SafeTensorError) -> CliError {
-    CliError::failed(format!(
-        "{}: not a valid safetensors file: {e}",
-        path.display()
-    ))
+    CliError::failed(format!("{}: not a valid safetensors file: {e}", path.display()))
 }
 
 /// Packs a safetensors file into a TPDE file.
-pub fn pack(
-    input: &Path,
-    output: &Path,
-    options: WriteOptions,
-    bar: &ProgressBar,
-) -> Result<PackReport, CliError> {
+pub fn pack(input: &Path, output: &Path, options: WriteOptions, bar: &ProgressBar) -> Result<PackReport, CliError> {
     let start = Instant::now();
-    let map = tpde_read::map_file(input)
-        .map_err(|e| CliError::failed(format!("{}: {e}", input.display())))?;
+    let map = tpde_read::map_file(input).map_err(|e| CliError::failed(format!("{}: {e}", input.display())))?;
     let (_, header) = SafeTensors::read_metadata(&map).map_err(|e| st_error(input, e))?;
     let st = SafeTensors::deserialize(&map).map_err(|e| st_error(input, e))?;
 
     let mut w = FileWriter::create(output, options)?;
-    w.add_metadata(
-        KEY_PRODUCER,
-        MetadataValue::String(format!("tpde {}", env!("CARGO_PKG_VERSION"))),
-    )?;
-    w.add_metadata(
-        KEY_SOURCE_FORMAT,
-        MetadataValue::String("safetensors".into()),
-    )?;
+    w.add_metadata(KEY_PRODUCER, MetadataValue::String(format!("tpde {}", env!("CARGO_PKG_VERSION"))))?;
+    w.add_metadata(KEY_SOURCE_FORMAT, MetadataValue::String("safetensors".into()))?;
     if let Some(meta) = header.metadata() {
         let mut keys: Vec<&String> = meta.keys().collect();
         keys.sort();
@@ -119,11 +104,7 @@ pub fn pack(
         }
     }
     let names = header.offset_keys();
-    let total: u64 = names
-        .iter()
-        .filter_map(|n| st.tensor(n).ok())
-        .map(|t| t.data().len() as u64)
-        .sum();
+    let total: u64 = names.iter().filter_map(|n| st.tensor(n).ok()).map(|t| t.data().len() as u64).sum();
     bar.set_length(total);
     let mut report = PackReport::default();
     for name in &names {
@@ -182,9 +163,7 @@ pub struct UnpackReport {
 
 /// The safetensors `__metadata__` map a TPDE file carries: every non-reserved entry, strings
 /// as they are and other types in their text form.
-pub fn safetensors_metadata<S: tpde_read::Source>(
-    r: &Reader<S>,
-) -> Option<HashMap<String, String>> {
+pub fn safetensors_metadata<S: tpde_read::Source>(r: &Reader<S>) -> Option<HashMap<String, String>> {
     let map: HashMap<String, String> = r
         .directory()
         .metadata
@@ -212,54 +191,23 @@ pub fn unpack(input: &Path, output: &Path, bar: &ProgressBar) -> Result<UnpackRe
     for t in r.tensors() {
         let data = r.read_tensor(t)?;
         bar.inc(t.byte_length);
-        let shape = t
-            .shape
-            .iter()
-            .map(|&d| usize::try_from(d))
-            .collect::<Result<Vec<_>, _>>();
-        let shape = shape.map_err(|_| {
-            CliError::failed(format!(
-                "tensor {:?}: shape does not fit this platform",
-                t.name
-            ))
-        })?;
-        tensors.push((
-            t.name.clone(),
-            Tensor {
-                dtype: dtype_to_safetensors(t.dtype),
-                shape,
-                data,
-            },
-        ));
+        let shape = t.shape.iter().map(|&d| usize::try_from(d)).collect::<Result<Vec<_>, _>>();
+        let shape =
+            shape.map_err(|_| CliError::failed(format!("tensor {:?}: shape does not fit this platform", t.name)))?;
+        tensors.push((t.name.clone(), Tensor { dtype: dtype_to_safetensors(t.dtype), shape, data }));
     }
     let logical_bytes = tensors.iter().map(|(_, t)| t.data.len() as u64).sum();
     let dir = match output.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    let tmp = tempfile::Builder::new()
-        .prefix(".tpde-unpack.")
-        .suffix(".partial")
-        .tempfile_in(dir)?;
-    safetensors::serialize_to_file(
-        tensors.iter().map(|(n, t)| (n.as_str(), t)),
-        safetensors_metadata(&r),
-        tmp.path(),
-    )
-    .map_err(|e| {
-        CliError::failed(format!(
-            "{}: writing safetensors failed: {e}",
-            output.display()
-        ))
-    })?;
+    let tmp = tempfile::Builder::new().prefix(".tpde-unpack.").suffix(".partial").tempfile_in(dir)?;
+    safetensors::serialize_to_file(tensors.iter().map(|(n, t)| (n.as_str(), t)), safetensors_metadata(&r), tmp.path())
+        .map_err(|e| CliError::failed(format!("{}: writing safetensors failed: {e}", output.display())))?;
     tmp.as_file().sync_all()?;
     tmp.persist(output).map_err(|e| CliError::from(e.error))?;
     bar.finish_and_clear();
-    Ok(UnpackReport {
-        tensors: tensors.len() as u64,
-        logical_bytes,
-        seconds: start.elapsed().as_secs_f64(),
-    })
+    Ok(UnpackReport { tensors: tensors.len() as u64, logical_bytes, seconds: start.elapsed().as_secs_f64() })
 }
 
 /// Compares every tensor (name, dtype, shape, bytes) and the metadata map of two safetensors
@@ -276,17 +224,10 @@ pub fn compare_safetensors(a: &Path, b: &Path) -> Result<Option<String>, CliErro
     na.sort();
     nb.sort();
     if na != nb {
-        return Ok(Some(format!(
-            "tensor names differ: {} vs {}",
-            na.len(),
-            nb.len()
-        )));
+        return Ok(Some(format!("tensor names differ: {} vs {}", na.len(), nb.len())));
     }
     for n in na {
-        let (ta, tb) = (
-            sa.tensor(n).map_err(|e| st_error(a, e))?,
-            sb.tensor(n).map_err(|e| st_error(b, e))?,
-        );
+        let (ta, tb) = (sa.tensor(n).map_err(|e| st_error(a, e))?, sb.tensor(n).map_err(|e| st_error(b, e))?);
         if ta.dtype() != tb.dtype() || ta.shape() != tb.shape() || ta.data() != tb.data() {
             return Ok(Some(format!("tensor {n:?} differs")));
         }
@@ -307,14 +248,10 @@ pub fn encoder(codec: &str, level: Option<i32>) -> Result<Encoder, CliError> {
             let level = level.unwrap_or(3);
             let range = zstd::compression_level_range();
             if !range.contains(&level) {
-                return Err(CliError::usage(format!(
-                    "--level {level} is outside zstd's {range:?}"
-                )));
+                return Err(CliError::usage(format!("--level {level} is outside zstd's {range:?}")));
             }
             Ok(Encoder::Zstd { level })
         }
-        other => Err(CliError::usage(format!(
-            "unknown codec {other:?}: expected raw or zstd"
-        ))),
+        other => Err(CliError::usage(format!("unknown codec {other:?}: expected raw or zstd"))),
     }
 }

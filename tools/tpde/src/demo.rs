@@ -32,12 +32,7 @@ pub struct DemoModel {
 
 impl Default for DemoModel {
     fn default() -> Self {
-        DemoModel {
-            vocab: 8192,
-            d_model: 256,
-            d_ff: 704,
-            layers: 4,
-        }
+        DemoModel { vocab: 8192, d_model: 256, d_ff: 704, layers: 4 }
     }
 }
 
@@ -69,41 +64,18 @@ fn f32_bytes(values: impl Iterator<Item = f32>) -> Vec<u8> {
 /// Writes the demo checkpoint as a safetensors file; returns its logical byte count.
 pub fn write_checkpoint(m: DemoModel, step: u64, seed: u64, path: &Path) -> Result<u64, CliError> {
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut params: Vec<(String, Vec<usize>, bool)> = vec![(
-        "model.embed_tokens.weight".into(),
-        vec![m.vocab, m.d_model],
-        false,
-    )];
+    let mut params: Vec<(String, Vec<usize>, bool)> =
+        vec![("model.embed_tokens.weight".into(), vec![m.vocab, m.d_model], false)];
     for l in 0..m.layers {
         let p = format!("model.layers.{l}");
         for proj in ["q_proj", "k_proj", "v_proj", "o_proj"] {
-            params.push((
-                format!("{p}.self_attn.{proj}.weight"),
-                vec![m.d_model, m.d_model],
-                false,
-            ));
+            params.push((format!("{p}.self_attn.{proj}.weight"), vec![m.d_model, m.d_model], false));
         }
-        params.push((
-            format!("{p}.mlp.gate_proj.weight"),
-            vec![m.d_ff, m.d_model],
-            false,
-        ));
-        params.push((
-            format!("{p}.mlp.up_proj.weight"),
-            vec![m.d_ff, m.d_model],
-            false,
-        ));
-        params.push((
-            format!("{p}.mlp.down_proj.weight"),
-            vec![m.d_model, m.d_ff],
-            false,
-        ));
+        params.push((format!("{p}.mlp.gate_proj.weight"), vec![m.d_ff, m.d_model], false));
+        params.push((format!("{p}.mlp.up_proj.weight"), vec![m.d_ff, m.d_model], false));
+        params.push((format!("{p}.mlp.down_proj.weight"), vec![m.d_model, m.d_ff], false));
         params.push((format!("{p}.input_layernorm.weight"), vec![m.d_model], true));
-        params.push((
-            format!("{p}.post_attention_layernorm.weight"),
-            vec![m.d_model],
-            true,
-        ));
+        params.push((format!("{p}.post_attention_layernorm.weight"), vec![m.d_model], true));
     }
     params.push(("model.norm.weight".into(), vec![m.d_model], true));
     params.push(("lm_head.weight".into(), vec![m.vocab, m.d_model], false));
@@ -115,63 +87,30 @@ pub fn write_checkpoint(m: DemoModel, step: u64, seed: u64, path: &Path) -> Resu
         let n: usize = shape.iter().product();
         let w: Vec<u8> = (0..n)
             .flat_map(|_| {
-                let x = if is_norm {
-                    1.0 + rng.gen_range(-0.05..0.05)
-                } else {
-                    weight.sample(&mut rng)
-                };
+                let x = if is_norm { 1.0 + rng.gen_range(-0.05..0.05) } else { weight.sample(&mut rng) };
                 bf16::from_f32(x).to_le_bytes()
             })
             .collect();
         let m1: Vec<f32> = (0..n).map(|_| moment.sample(&mut rng)).collect();
-        let m2 = f32_bytes(
-            m1.iter()
-                .map(|g| g * g * rng.gen_range(0.5f32..2.0) + 1e-12),
-        );
+        let m2 = f32_bytes(m1.iter().map(|g| g * g * rng.gen_range(0.5f32..2.0) + 1e-12));
         tensors.push((
             format!("optimizer.exp_avg.{name}"),
-            Owned {
-                dtype: Dtype::F32,
-                shape: shape.clone(),
-                data: f32_bytes(m1.into_iter()),
-            },
+            Owned { dtype: Dtype::F32, shape: shape.clone(), data: f32_bytes(m1.into_iter()) },
         ));
         tensors.push((
             format!("optimizer.exp_avg_sq.{name}"),
-            Owned {
-                dtype: Dtype::F32,
-                shape: shape.clone(),
-                data: m2,
-            },
+            Owned { dtype: Dtype::F32, shape: shape.clone(), data: m2 },
         ));
-        tensors.push((
-            name,
-            Owned {
-                dtype: Dtype::BF16,
-                shape,
-                data: w,
-            },
-        ));
+        tensors.push((name, Owned { dtype: Dtype::BF16, shape, data: w }));
     }
     tensors.push((
         "optimizer.step".into(),
-        Owned {
-            dtype: Dtype::I64,
-            shape: vec![],
-            data: (step as i64).to_le_bytes().to_vec(),
-        },
+        Owned { dtype: Dtype::I64, shape: vec![], data: (step as i64).to_le_bytes().to_vec() },
     ));
     let logical = tensors.iter().map(|(_, t)| t.data.len() as u64).sum();
-    let meta = HashMap::from([
-        ("format".to_string(), "pt".to_string()),
-        ("step".to_string(), step.to_string()),
-    ]);
-    safetensors::serialize_to_file(
-        tensors.iter().map(|(n, t)| (n.as_str(), t)),
-        Some(meta),
-        path,
-    )
-    .map_err(|e| CliError::failed(format!("{}: {e}", path.display())))?;
+    let meta = HashMap::from([("format".to_string(), "pt".to_string()), ("step".to_string(), step.to_string())]);
+    safetensors::serialize_to_file(tensors.iter().map(|(n, t)| (n.as_str(), t)), Some(meta), path)
+        .map_err(|e| CliError::failed(format!("{}: {e}", path.display())))?;
     Ok(logical)
 }
 

@@ -170,10 +170,7 @@ pub fn report<S: Source>(path: &Path, r: &Reader<S>, with_chunks: bool) -> Repor
         schema: SCHEMA,
         file: path.display().to_string(),
         file_bytes: r.file_len(),
-        format_version: Version {
-            major: h.major_version,
-            minor: h.minor_version,
-        },
+        format_version: Version { major: h.major_version, minor: h.minor_version },
         required_features: h.required_features,
         optional_features: h.optional_features,
         alignment: h.alignment,
@@ -181,26 +178,15 @@ pub fn report<S: Source>(path: &Path, r: &Reader<S>, with_chunks: bool) -> Repor
         logical_bytes: logical,
         stored_bytes: stored,
         ratio: ratio(stored, logical),
-        base: r.directory().base.as_ref().map(|b| Base {
-            digest: to_hex(&b.digest),
-            path_hint: b.path_hint.clone(),
-        }),
+        base: r.directory().base.as_ref().map(|b| Base { digest: to_hex(&b.digest), path_hint: b.path_hint.clone() }),
         content_digest: to_hex(&r.content_digest()),
         metadata: r
             .directory()
             .metadata
             .iter()
-            .map(|m| Metadata {
-                key: m.key.clone(),
-                type_name: m.value.type_name(),
-                value: m.value.to_string(),
-            })
+            .map(|m| Metadata { key: m.key.clone(), type_name: m.value.type_name(), value: m.value.to_string() })
             .collect(),
-        tensors: r
-            .tensors()
-            .iter()
-            .map(|t| tensor_row(t, with_chunks))
-            .collect(),
+        tensors: r.tensors().iter().map(|t| tensor_row(t, with_chunks)).collect(),
     }
 }
 
@@ -208,20 +194,11 @@ pub fn report<S: Source>(path: &Path, r: &Reader<S>, with_chunks: bool) -> Repor
 pub fn render_text(rep: &Report) -> String {
     let mut s = String::new();
     let w = &mut s;
-    let _ = writeln!(
-        w,
-        "file        {} ({})",
-        rep.file,
-        HumanBytes(rep.file_bytes)
-    );
+    let _ = writeln!(w, "file        {} ({})", rep.file, HumanBytes(rep.file_bytes));
     let _ = writeln!(
         w,
         "format      TPDE {}.{}  required flags {:#x}  optional flags {:#x}  alignment {}",
-        rep.format_version.major,
-        rep.format_version.minor,
-        rep.required_features,
-        rep.optional_features,
-        rep.alignment
+        rep.format_version.major, rep.format_version.minor, rep.required_features, rep.optional_features, rep.alignment
     );
     let _ = writeln!(w, "tensors     {}", rep.tensor_count);
     let _ = writeln!(
@@ -242,12 +219,7 @@ pub fn render_text(rep: &Report) -> String {
     let _ = writeln!(w, "content     {}", rep.content_digest);
     if !rep.metadata.is_empty() {
         let _ = writeln!(w, "metadata");
-        let kw = rep
-            .metadata
-            .iter()
-            .map(|m| m.key.chars().count())
-            .max()
-            .unwrap_or(0);
+        let kw = rep.metadata.iter().map(|m| m.key.chars().count()).max().unwrap_or(0);
         for m in &rep.metadata {
             let _ = writeln!(w, "  {:kw$}  {:6}  {}", m.key, m.type_name, m.value);
         }
@@ -267,9 +239,7 @@ pub fn render_text(rep: &Report) -> String {
             ]
         })
         .collect();
-    let head = [
-        "NAME", "DTYPE", "SHAPE", "CODEC", "CHUNKS", "STORED", "RATIO",
-    ];
+    let head = ["NAME", "DTYPE", "SHAPE", "CODEC", "CHUNKS", "STORED", "RATIO"];
     let mut widths = head.map(|h| h.len());
     for r in &rows {
         for (i, c) in r.iter().enumerate() {
@@ -299,13 +269,7 @@ pub fn render_text(rep: &Report) -> String {
             let _ = writeln!(
                 w,
                 "    chunk {i}: elements {}+{}  offset {}  stored {}  decoded {}  {}  crc32 {}",
-                c.element_start,
-                c.element_count,
-                c.offset,
-                c.stored_bytes,
-                c.decoded_bytes,
-                c.codec,
-                c.crc32
+                c.element_start, c.element_count, c.offset, c.stored_bytes, c.decoded_bytes, c.codec, c.crc32
             );
         }
     }

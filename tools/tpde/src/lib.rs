@@ -26,19 +26,11 @@ pub struct CliError {
 impl CliError {
     /// A failure with exit code 1.
     pub fn failed(message: impl Into<String>) -> Self {
-        CliError {
-            code: 1,
-            message: message.into(),
-            kind: None,
-        }
+        CliError { code: 1, message: message.into(), kind: None }
     }
     /// A usage error, exit code 2.
     pub fn usage(message: impl Into<String>) -> Self {
-        CliError {
-            code: 2,
-            message: message.into(),
-            kind: None,
-        }
+        CliError { code: 2, message: message.into(), kind: None }
     }
 }
 
@@ -50,31 +42,19 @@ impl fmt::Display for CliError {
 
 impl From<tpde_read::ReadError> for CliError {
     fn from(e: tpde_read::ReadError) -> Self {
-        CliError {
-            code: 1,
-            kind: Some(e.kind()),
-            message: e.to_string(),
-        }
+        CliError { code: 1, kind: Some(e.kind()), message: e.to_string() }
     }
 }
 
 impl From<tpde_write::WriteError> for CliError {
     fn from(e: tpde_write::WriteError) -> Self {
-        CliError {
-            code: 1,
-            kind: Some(e.kind()),
-            message: e.to_string(),
-        }
+        CliError { code: 1, kind: Some(e.kind()), message: e.to_string() }
     }
 }
 
 impl From<std::io::Error> for CliError {
     fn from(e: std::io::Error) -> Self {
-        CliError {
-            code: 1,
-            kind: Some(tpde_format::ErrorKind::Io),
-            message: e.to_string(),
-        }
+        CliError { code: 1, kind: Some(tpde_format::ErrorKind::Io), message: e.to_string() }
     }
 }
 
@@ -82,11 +62,9 @@ impl From<std::io::Error> for CliError {
 pub fn progress_bar(len: u64, what: &str) -> ProgressBar {
     let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
     bar.set_style(
-        ProgressStyle::with_template(
-            "{msg:>10} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-        )
-        .expect("static template")
-        .progress_chars("=> "),
+        ProgressStyle::with_template("{msg:>10} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
+            .expect("static template")
+            .progress_chars("=> "),
     );
     bar.set_message(what.to_owned());
     bar
@@ -112,10 +90,7 @@ pub fn run_inspect(path: &std::path::Path, json: bool, chunks: bool) -> Result<(
         Ok(r) => {
             let rep = inspect::report(path, &r, chunks);
             if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&rep).expect("report serializes")
-                );
+                println!("{}", serde_json::to_string_pretty(&rep).expect("report serializes"));
             } else {
                 print!("{}", inspect::render_text(&rep));
             }

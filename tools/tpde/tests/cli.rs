@@ -15,18 +15,7 @@ fn inspect() -> Command {
 
 fn small_model(dir: &Path) -> std::path::PathBuf {
     let p = dir.join("m.safetensors");
-    demo::write_checkpoint(
-        demo::DemoModel {
-            vocab: 64,
-            d_model: 16,
-            d_ff: 48,
-            layers: 2,
-        },
-        5,
-        1,
-        &p,
-    )
-    .unwrap();
+    demo::write_checkpoint(demo::DemoModel { vocab: 64, d_model: 16, d_ff: 48, layers: 2 }, 5, 1, &p).unwrap();
     p
 }
 
@@ -44,24 +33,9 @@ fn pack_unpack_round_trip_with_both_codecs() {
             .arg(&packed)
             .assert()
             .success();
-        tpde()
-            .arg("verify")
-            .arg(&packed)
-            .assert()
-            .success()
-            .stdout(predicates::str::contains("ok: "));
-        tpde()
-            .arg("unpack")
-            .arg(&packed)
-            .arg("-o")
-            .arg(&back)
-            .assert()
-            .success();
-        assert_eq!(
-            convert::compare_safetensors(&src, &back).unwrap(),
-            None,
-            "{codec} round trip"
-        );
+        tpde().arg("verify").arg(&packed).assert().success().stdout(predicates::str::contains("ok: "));
+        tpde().arg("unpack").arg(&packed).arg("-o").arg(&back).assert().success();
+        assert_eq!(convert::compare_safetensors(&src, &back).unwrap(), None, "{codec} round trip");
     }
 }
 
@@ -70,22 +44,8 @@ fn cat_prints_one_tensor() {
     let dir = tempfile::tempdir().unwrap();
     let src = small_model(dir.path());
     let packed = dir.path().join("m.tpde");
-    tpde()
-        .arg("pack")
-        .arg(&src)
-        .arg("-o")
-        .arg(&packed)
-        .assert()
-        .success();
-    let out = tpde()
-        .arg("cat")
-        .arg(&packed)
-        .arg("optimizer.step")
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
+    tpde().arg("pack").arg(&src).arg("-o").arg(&packed).assert().success();
+    let out = tpde().arg("cat").arg(&packed).arg("optimizer.step").assert().success().get_output().stdout.clone();
     assert_eq!(out, 5i64.to_le_bytes());
     tpde()
         .arg("cat")
@@ -101,60 +61,27 @@ fn inspect_text_and_json() {
     let dir = tempfile::tempdir().unwrap();
     let src = small_model(dir.path());
     let packed = dir.path().join("m.tpde");
-    tpde()
-        .arg("pack")
-        .arg(&src)
-        .arg("-o")
-        .arg(&packed)
-        .assert()
-        .success();
-    let text = inspect()
-        .arg(&packed)
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
+    tpde().arg("pack").arg(&src).arg("-o").arg(&packed).assert().success();
+    let text = inspect().arg(&packed).assert().success().get_output().stdout.clone();
     let text = String::from_utf8(text).unwrap();
-    for needle in [
-        "TPDE 1.0",
-        "model.embed_tokens.weight",
-        "bf16",
-        "[64, 16]",
-        "zstd",
-        "tpde.source_format",
-        "none (keyframe)",
-    ] {
+    for needle in
+        ["TPDE 1.0", "model.embed_tokens.weight", "bf16", "[64, 16]", "zstd", "tpde.source_format", "none (keyframe)"]
+    {
         assert!(text.contains(needle), "{needle} missing from:\n{text}");
     }
-    let json = inspect()
-        .arg(&packed)
-        .args(["--json", "--chunks"])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
+    let json = inspect().arg(&packed).args(["--json", "--chunks"]).assert().success().get_output().stdout.clone();
     let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
     assert_eq!(v["schema"], "tpde-inspect/1");
     assert_eq!(v["format_version"]["major"], 1);
     assert_eq!(v["base"], serde_json::Value::Null);
     let tensors = v["tensors"].as_array().unwrap();
     assert_eq!(tensors.len() as u64, v["tensor_count"].as_u64().unwrap());
-    let t = tensors
-        .iter()
-        .find(|t| t["name"] == "model.embed_tokens.weight")
-        .unwrap();
+    let t = tensors.iter().find(|t| t["name"] == "model.embed_tokens.weight").unwrap();
     assert_eq!(t["dtype"], "bf16");
     assert_eq!(t["shape"], serde_json::json!([64, 16]));
-    assert_eq!(
-        t["chunks"].as_array().unwrap().len() as u64,
-        t["chunk_count"].as_u64().unwrap()
-    );
+    assert_eq!(t["chunks"].as_array().unwrap().len() as u64, t["chunk_count"].as_u64().unwrap());
     let meta = v["metadata"].as_array().unwrap();
-    assert!(meta
-        .iter()
-        .any(|m| m["key"] == "step" && m["value"] == "5" && m["type"] == "string"));
+    assert!(meta.iter().any(|m| m["key"] == "step" && m["value"] == "5" && m["type"] == "string"));
 }
 
 #[test]
@@ -162,39 +89,16 @@ fn exit_codes_and_messages() {
     let dir = tempfile::tempdir().unwrap();
     let src = small_model(dir.path());
     let packed = dir.path().join("m.tpde");
-    tpde()
-        .arg("pack")
-        .arg(&src)
-        .arg("-o")
-        .arg(&packed)
-        .assert()
-        .success();
+    tpde().arg("pack").arg(&src).arg("-o").arg(&packed).assert().success();
 
     // Usage errors exit 2.
     inspect().assert().code(2);
-    tpde()
-        .args(["pack", "--codec", "lz77"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&packed)
-        .assert()
-        .code(2);
+    tpde().args(["pack", "--codec", "lz77"]).arg(&src).arg("-o").arg(&packed).assert().code(2);
     tpde().args(["frobnicate"]).assert().code(2);
 
     // Not a TPDE file: exit 1, and the message names the magic found.
-    inspect()
-        .arg(&src)
-        .assert()
-        .code(1)
-        .stderr(predicates::str::contains("not a TPDE file"));
-    let json = inspect()
-        .arg(&src)
-        .arg("--json")
-        .assert()
-        .code(1)
-        .get_output()
-        .stdout
-        .clone();
+    inspect().arg(&src).assert().code(1).stderr(predicates::str::contains("not a TPDE file"));
+    let json = inspect().arg(&src).arg("--json").assert().code(1).get_output().stdout.clone();
     let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
     assert_eq!(v["error"]["kind"], "not-tpde");
 
@@ -205,65 +109,33 @@ fn exit_codes_and_messages() {
     bytes[60..64].copy_from_slice(&crc.to_le_bytes());
     let v3 = dir.path().join("v3.tpde");
     std::fs::write(&v3, &bytes).unwrap();
-    inspect()
-        .arg(&v3)
-        .assert()
-        .code(1)
-        .stderr(predicates::str::contains("version 3.0"));
+    inspect().arg(&v3).assert().code(1).stderr(predicates::str::contains("version 3.0"));
 
     // A corrupted chunk: open succeeds, verify fails with exit 1 and says where.
     let mut bytes = std::fs::read(&packed).unwrap();
-    let at = tpde_read::Reader::open(&packed)
-        .unwrap()
-        .tensor("lm_head.weight")
-        .unwrap()
-        .chunks[0]
-        .offset as usize;
+    let at = tpde_read::Reader::open(&packed).unwrap().tensor("lm_head.weight").unwrap().chunks[0].offset as usize;
     bytes[at + 10] ^= 0x40;
     let bad = dir.path().join("bad.tpde");
     std::fs::write(&bad, &bytes).unwrap();
     inspect().arg(&bad).assert().success();
-    tpde()
-        .arg("verify")
-        .arg(&bad)
-        .assert()
-        .code(1)
-        .stderr(predicates::str::contains("checksum mismatch"));
+    tpde().arg("verify").arg(&bad).assert().code(1).stderr(predicates::str::contains("checksum mismatch"));
 
     // Truncated: exit 1.
     let bytes = std::fs::read(&packed).unwrap();
     let cut = dir.path().join("cut.tpde");
     std::fs::write(&cut, &bytes[..bytes.len() - 10]).unwrap();
-    tpde()
-        .arg("verify")
-        .arg(&cut)
-        .assert()
-        .code(1)
-        .stderr(predicates::str::contains("truncated"));
+    tpde().arg("verify").arg(&cut).assert().code(1).stderr(predicates::str::contains("truncated"));
 }
 
 #[test]
 fn a_failed_pack_leaves_nothing_under_the_final_name() {
     let dir = tempfile::tempdir().unwrap();
     let bad_input = dir.path().join("broken.safetensors");
-    std::fs::write(
-        &bad_input,
-        b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":{\"dtype\":\"F32\",",
-    )
-    .unwrap();
+    std::fs::write(&bad_input, b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":{\"dtype\":\"F32\",").unwrap();
     let out = dir.path().join("out.tpde");
-    tpde()
-        .arg("pack")
-        .arg(&bad_input)
-        .arg("-o")
-        .arg(&out)
-        .assert()
-        .code(1);
+    tpde().arg("pack").arg(&bad_input).arg("-o").arg(&out).assert().code(1);
     assert!(!out.exists());
-    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(leftovers.len(), 1, "only the input remains: {leftovers:?}");
 }
 
@@ -279,27 +151,16 @@ fn file_writer_is_atomic() {
         // Dropped without finish(): as if the process had failed mid-write.
     }
     assert!(!path.exists());
-    assert_eq!(
-        std::fs::read_dir(dir.path()).unwrap().count(),
-        0,
-        "the temporary file is removed"
-    );
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "the temporary file is removed");
     let mut w = FileWriter::create(&path, WriteOptions::default()).unwrap();
     w.add_tensor("t", DType::U8, &[3], &[1, 2, 3]).unwrap();
     w.finish().unwrap();
-    assert_eq!(
-        &*tpde_read::Reader::open(&path).unwrap().read("t").unwrap(),
-        &[1, 2, 3]
-    );
+    assert_eq!(&*tpde_read::Reader::open(&path).unwrap().read("t").unwrap(), &[1, 2, 3]);
 }
 
 #[test]
 fn demo_runs_and_round_trips() {
-    tpde()
-        .arg("demo")
-        .assert()
-        .success()
-        .stdout(predicates::str::contains("bit-exact"));
+    tpde().arg("demo").assert().success().stdout(predicates::str::contains("bit-exact"));
 }
 
 fn crc32fast_hash(b: &[u8]) -> u32 {

@@ -7,36 +7,23 @@ use tpde_write::{WriteOptions, Writer};
 
 /// A small file with several tensors, several chunks per tensor, both codecs' worth of data.
 pub fn small_file(encoder: Encoder) -> Vec<u8> {
-    let opts = WriteOptions {
-        encoder,
-        chunk_bytes: 128,
-        ..WriteOptions::default()
-    };
+    let opts = WriteOptions { encoder, chunk_bytes: 128, ..WriteOptions::default() };
     let mut w = Writer::new(Vec::new(), opts).unwrap();
     w.add_metadata("tpde.step", MetadataValue::U64(42)).unwrap();
-    w.add_metadata("note", MetadataValue::String("hello".into()))
-        .unwrap();
-    let ramp: Vec<u8> = (0..300u32)
-        .flat_map(|i| ((i as f32) * 0.25).to_le_bytes())
-        .collect();
+    w.add_metadata("note", MetadataValue::String("hello".into())).unwrap();
+    let ramp: Vec<u8> = (0..300u32).flat_map(|i| ((i as f32) * 0.25).to_le_bytes()).collect();
     w.add_tensor("ramp", DType::F32, &[3, 100], &ramp).unwrap();
-    w.add_tensor("scalar", DType::I64, &[], &7i64.to_le_bytes())
-        .unwrap();
+    w.add_tensor("scalar", DType::I64, &[], &7i64.to_le_bytes()).unwrap();
     w.add_tensor("empty", DType::BF16, &[0, 5], &[]).unwrap();
     let bytes: Vec<u8> = (0..200u32).map(|i| (i * 7 % 256) as u8).collect();
-    w.add_tensor("ünïcode/名前", DType::U8, &[200], &bytes)
-        .unwrap();
+    w.add_tensor("ünïcode/名前", DType::U8, &[200], &bytes).unwrap();
     w.finish().unwrap()
 }
 
 /// Replaces the directory of a valid file with `dir` and reseals the trailer, so a test can
 /// build a file that breaks exactly one directory rule.
 pub fn with_directory(file: &[u8], edit: impl FnOnce(&mut Directory)) -> Vec<u8> {
-    let t = Trailer::parse(
-        file[file.len() - 32..].try_into().unwrap(),
-        file.len() as u64,
-    )
-    .unwrap();
+    let t = Trailer::parse(file[file.len() - 32..].try_into().unwrap(), file.len() as u64).unwrap();
     let mut dir = Directory::parse(&file[t.directory_offset as usize..file.len() - 32]).unwrap();
     edit(&mut dir);
     let mut out = file[..t.directory_offset as usize].to_vec();

@@ -102,13 +102,7 @@ fn main() -> ExitCode {
 
 fn run(command: Command) -> Result<(), CliError> {
     match command {
-        Command::Pack {
-            input,
-            output,
-            codec,
-            level,
-            chunk_size,
-        } => {
+        Command::Pack { input, output, codec, level, chunk_size } => {
             let encoder = convert::encoder(&codec, level)?;
             if chunk_size == 0 {
                 return Err(CliError::usage("--chunk-size must be positive"));
@@ -117,11 +111,7 @@ fn run(command: Command) -> Result<(), CliError> {
             let r = convert::pack(
                 &input,
                 &output,
-                WriteOptions {
-                    encoder,
-                    chunk_bytes: chunk_size,
-                    ..WriteOptions::default()
-                },
+                WriteOptions { encoder, chunk_bytes: chunk_size, ..WriteOptions::default() },
                 &bar,
             )?;
             eprintln!(
@@ -213,10 +203,7 @@ fn run_demo(dir: Option<PathBuf>) -> Result<(), CliError> {
     ));
 
     let bar = progress_bar(0, "packing");
-    let opts = WriteOptions {
-        encoder: convert::encoder("zstd", None)?,
-        ..WriteOptions::default()
-    };
+    let opts = WriteOptions { encoder: convert::encoder("zstd", None)?, ..WriteOptions::default() };
     let p = convert::pack(&src, &packed, opts, &bar)?;
     steps.push((
         "tpde pack --codec zstd".into(),
@@ -230,10 +217,7 @@ fn run_demo(dir: Option<PathBuf>) -> Result<(), CliError> {
     ));
 
     let r = Reader::open(&packed)?;
-    println!(
-        "{}",
-        inspect::render_text(&inspect::report(&packed, &r, false))
-    );
+    println!("{}", inspect::render_text(&inspect::report(&packed, &r, false)));
 
     let t = Instant::now();
     let report = r.verify()?;
@@ -260,9 +244,7 @@ fn run_demo(dir: Option<PathBuf>) -> Result<(), CliError> {
         println!("| {step} | {result} | {secs:.2} |");
     }
     if let Some(d) = diff {
-        return Err(CliError::failed(format!(
-            "round trip is not bit-exact: {d}"
-        )));
+        return Err(CliError::failed(format!("round trip is not bit-exact: {d}")));
     }
     if _temp.is_none() {
         println!("\nfiles kept in {}", work.display());
