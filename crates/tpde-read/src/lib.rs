@@ -28,6 +28,11 @@
 mod error;
 mod source;
 
+/// The README's examples, compiled and run as doctests.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs::File;

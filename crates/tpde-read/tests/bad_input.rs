@@ -180,3 +180,114 @@ fn error_messages_say_where_and_what() {
     let msg = open(&bad).err().unwrap().to_string();
     assert!(msg.contains("\"ramp\"") && msg.contains("1204") && msg.contains("1200"), "{msg}");
 }
+
+/// Rewrites the trailer of `file` with these fields, resealing its CRC.
+fn with_trailer(file: &[u8], directory_offset: u64, directory_length: u64, directory_crc32: u32) -> Vec<u8> {
+    let mut t = tpde_format::Trailer {
+        directory_offset,
+        directory_length,
+        directory_crc32,
+        trailer_crc32: 0,
+        end_magic: *b"TPDE-END",
+    };
+    t.trailer_crc32 = crc32fast::hash(&t.to_bytes()[..20]);
+    let mut out = file[..file.len() - 32].to_vec();
+    out.extend_from_slice(&t.to_bytes());
+    out
+}
+
+/// Replaces the directory bytes and reseals the trailer.
+fn with_directory_bytes(file: &[u8], edit: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let r = open(file).unwrap();
+    let at = r.trailer().directory_offset as usize;
+    let mut dir = file[at..file.len() - 32].to_vec();
+    edit(&mut dir);
+    let mut out = file[..at].to_vec();
+    out.extend_from_slice(&dir);
+    out.extend_from_slice(&tpde_format::Trailer::new(at as u64, &dir).to_bytes());
+    out
+}
+
+#[test]
+fn trailer_and_directory_envelope_rules() {
+    let file = common::small_file(Encoder::Raw);
+    let r = open(&file).unwrap();
+    let t = r.trailer().clone();
+    let kind = |bytes: &[u8]| open(bytes).err().expect("rejected").kind();
+
+    // R7: trailer CRC.
+    let mut bad = file.clone();
+    let n = bad.len();
+    bad[n - 30] ^= 1;
+    assert_eq!(kind(&bad), ErrorKind::ChecksumMismatch);
+    // R9: directory over the limit.
+    assert_eq!(kind(&with_trailer(&file, 64, 300 << 20, 0)), ErrorKind::LimitExceeded);
+    // R10: directory overlapping the header, or not ending at the trailer.
+    let end = file.len() as u64 - 32;
+    assert_eq!(kind(&with_trailer(&file, 32, end - 32, t.directory_crc32)), ErrorKind::Malformed);
+    assert_eq!(kind(&with_trailer(&file, t.directory_offset, t.directory_length - 1, 0)), ErrorKind::Malformed);
+    // R11: directory CRC.
+    let mut bad = file.clone();
+    bad[t.directory_offset as usize + 2] ^= 1;
+    assert_eq!(kind(&bad), ErrorKind::ChecksumMismatch);
+    // R12: base_kind 2, trailing bytes, a count past the end, a string that is not UTF-8.
+    assert_eq!(kind(&with_directory_bytes(&file, |d| d[8] = 2)), ErrorKind::Malformed);
+    assert_eq!(kind(&with_directory_bytes(&file, |d| d.push(0))), ErrorKind::Malformed);
+    assert_eq!(
+        kind(&with_directory_bytes(&file, |d| d[4..8].copy_from_slice(&u32::MAX.to_le_bytes()))),
+        ErrorKind::Malformed
+    );
+    let key_at = 9 + 2; // first metadata key "tpde.step"
+    assert_eq!(kind(&with_directory_bytes(&file, |d| d[key_at] = 0xff)), ErrorKind::Malformed);
+}
+
+#[test]
+fn codec_rules() {
+    let file = common::small_file(Encoder::Zstd { level: 3 });
+    let r = open(&file).unwrap();
+    let ramp0 = r.tensor("ramp").unwrap().chunks[0].clone();
+    // R23: a zstd chunk claiming more than 32768x expansion is rejected at open.
+    let bad = common::with_directory(&file, |d| {
+        let t = &mut d.tensors[0];
+        t.shape = vec![1 << 20];
+        t.byte_length = 4 << 20;
+        t.chunks.truncate(1);
+        t.chunks[0].element_count = 1 << 20;
+        t.chunks[0].decoded_length = 4 << 20;
+    });
+    let err = open(&bad).err().unwrap();
+    assert_eq!(err.kind(), ErrorKind::Malformed, "{err}");
+    // R25: stored bytes that do not decode, under a CRC that matches them.
+    let mut bad = file.clone();
+    let at = ramp0.offset as usize + ramp0.stored_length as usize / 2;
+    bad[at] ^= 0x5a;
+    let crc = crc32fast::hash(&bad[ramp0.offset as usize..(ramp0.offset + ramp0.stored_length) as usize]);
+    let bad = common::with_directory(&bad, |d| d.tensors[0].chunks[0].crc32 = crc);
+    let r = open(&bad).unwrap();
+    let e = r.read("ramp").err();
+    let verified = r.verify().err();
+    assert!(e.is_some() || verified.is_some(), "a corrupted zstd chunk decodes and verifies");
+    // R25: params where the codec takes none.
+    let bad = common::with_directory(&file, |d| d.tensors[0].chunks[0].params = vec![1]);
+    assert_eq!(open(&bad).unwrap().read("ramp").unwrap_err().kind(), ErrorKind::Malformed);
+}
+
+#[test]
+fn verification_rules() {
+    let file = common::small_file(Encoder::Raw);
+    // R26: a tensor digest that does not match.
+    let bad = common::with_directory(&file, |d| d.tensors[0].digest[0] ^= 1);
+    let r = open(&bad).unwrap();
+    assert!(r.read("ramp").is_ok(), "reads check CRCs, not digests");
+    assert_eq!(r.verify().unwrap_err().kind(), ErrorKind::ChecksumMismatch);
+    // R27: a non-zero byte in padding.
+    let r = open(&file).unwrap();
+    let c = &r.tensor("scalar").unwrap().chunks[0];
+    let pad = (c.offset + c.stored_length) as usize;
+    let mut bad = file.clone();
+    bad[pad] = 1;
+    let r = open(&bad).unwrap();
+    let err = r.verify().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Malformed);
+    assert!(err.to_string().contains(&format!("byte {pad}")), "{err}");
+}

@@ -1,0 +1,20 @@
+//! Every registered codec's decoder on arbitrary stored bytes and params, into a buffer of an
+//! arbitrary declared length: errors are fine, panics are not, and a success fills the buffer.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use tpde_codec::{decode, decoder, ChunkContext};
+use tpde_format::{CodecTag, DType};
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&[sel, len_lo, len_hi, params_len], rest)) = data.split_first_chunk::<4>() else { return };
+    let tag = CodecTag::ALL[sel as usize % CodecTag::ALL.len()];
+    let dtype = DType::ALL[(sel as usize / 8) % DType::ALL.len()];
+    let (params, stored) = rest.split_at((params_len as usize % 4).min(rest.len()));
+    let decoded_len = u16::from_le_bytes([len_lo, len_hi]) as u64;
+    if decoder(tag).check_lengths(stored.len() as u64, decoded_len).is_err() {
+        return;
+    }
+    let mut out = vec![0u8; decoded_len as usize];
+    let _ = decode(tag, ChunkContext { dtype }, params, stored, &mut out);
+});

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The whole test suite: what `.ci/run` runs, and what a developer runs before pushing.
+# Works on a fresh machine: it installs what it needs (cargo-fuzz) itself.
+#   FUZZ_SECONDS  seconds per fuzz target (default 30; 0 skips fuzzing)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=never
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "format and lints"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "tests: unit, property, integration, CLI, doc"
+cargo test --workspace --locked
+
+step "demo, as a user runs it"
+cargo run --release --locked --bin tpde -- demo | tail -n 6
+
+FUZZ_SECONDS=${FUZZ_SECONDS:-30}
+if [ "$FUZZ_SECONDS" -gt 0 ]; then
+  step "fuzz: every target for ${FUZZ_SECONDS}s"
+  command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+  # cargo-fuzz needs nightly flags; use a nightly toolchain where there is one, else let the
+  # stable compiler accept them.
+  if rustup run nightly rustc --version >/dev/null 2>&1; then
+    fuzz=(cargo +nightly fuzz)
+  else
+    export RUSTC_BOOTSTRAP=1
+    fuzz=(cargo fuzz)
+  fi
+  for target in $(cd fuzz && "${fuzz[@]}" list); do
+    mkdir -p "fuzz/corpus/$target"
+    cp spec/vectors/*.tpde "fuzz/corpus/$target/"
+    (cd fuzz && "${fuzz[@]}" run "$target" -- -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -malloc_limit_mb=1024)
+  done
+fi
+echo
+echo "all checks passed"
