@@ -26,6 +26,15 @@ pub const KEY_SOURCE_FORMAT: &str = "tpde.source_format";
 /// The reserved key prefix.
 pub const RESERVED_PREFIX: &str = "tpde.";
 
+/// The type the spec gives a reserved key, if the key is one this version defines.
+pub fn reserved_type(key: &str) -> Option<&'static str> {
+    match key {
+        KEY_STEP => Some("u64"),
+        KEY_PRODUCER | KEY_SOURCE_FORMAT => Some("string"),
+        _ => None,
+    }
+}
+
 /// A metadata value.
 #[derive(Clone, Debug, PartialEq)]
 pub enum MetadataValue {

@@ -8,7 +8,7 @@ use crate::directory::Directory;
 use crate::error::{FormatError, Location};
 use crate::header::{Header, RequiredFeatures};
 use crate::limits::{MAX_CHUNK_DECODED_LEN, MAX_CHUNK_STORED_LEN, MAX_NAME_LEN, MAX_RANK};
-use crate::metadata::{MetadataValue, KEY_PRODUCER, KEY_SOURCE_FORMAT, KEY_STEP};
+use crate::metadata::reserved_type;
 
 /// Checks a parsed directory against the header and the payload area `64..payload_end`
 /// (`payload_end` is the directory's offset).
@@ -179,12 +179,7 @@ fn validate_metadata(dir: &Directory) -> Result<(), FormatError> {
         if !keys.insert(m.key.as_str()) {
             return Err(FormatError::malformed("metadata entry", here(), format!("key {:?} appears twice", m.key)));
         }
-        let expected = match m.key.as_str() {
-            KEY_STEP => Some("u64"),
-            KEY_PRODUCER | KEY_SOURCE_FORMAT => Some("string"),
-            _ => None,
-        };
-        if let Some(expected) = expected {
+        if let Some(expected) = reserved_type(&m.key) {
             if m.value.type_name() != expected {
                 return Err(FormatError::malformed(
                     "metadata entry",
@@ -193,7 +188,6 @@ fn validate_metadata(dir: &Directory) -> Result<(), FormatError> {
                 ));
             }
         }
-        let _: &MetadataValue = &m.value;
     }
     Ok(())
 }

@@ -32,7 +32,7 @@ use tpde_format::digest::tensor_digest;
 use tpde_format::limits::{
     MAX_CHUNK_DECODED_LEN, MAX_KEY_LEN, MAX_NAME_LEN, MAX_PATH_HINT_LEN, MAX_RANK, MIN_ALIGNMENT,
 };
-use tpde_format::metadata::RESERVED_PREFIX;
+use tpde_format::metadata::reserved_type;
 use tpde_format::{
     BaseRef, ChunkEntry, DType, Directory, ErrorKind, Header, MetadataEntry, MetadataValue, RequiredFeatures,
     TensorEntry, Trailer,
@@ -147,18 +147,11 @@ impl<W: Write> Writer<W> {
         if self.directory.metadata.iter().any(|m| m.key == key) {
             return Err(WriteError::invalid(format!("metadata key {key:?}"), "the key is already set"));
         }
-        if key.starts_with(RESERVED_PREFIX) {
-            let expected = match key.as_str() {
-                tpde_format::metadata::KEY_STEP => Some("u64"),
-                tpde_format::metadata::KEY_PRODUCER | tpde_format::metadata::KEY_SOURCE_FORMAT => Some("string"),
-                _ => None,
-            };
-            if let Some(expected) = expected.filter(|e| *e != value.type_name()) {
-                return Err(WriteError::invalid(
-                    format!("metadata key {key:?}"),
-                    format!("the spec gives it type {expected}"),
-                ));
-            }
+        if let Some(expected) = reserved_type(&key).filter(|e| *e != value.type_name()) {
+            return Err(WriteError::invalid(
+                format!("metadata key {key:?}"),
+                format!("the spec gives it type {expected}"),
+            ));
         }
         if value.payload().len() as u64 > u64::from(u32::MAX) {
             return Err(WriteError::invalid(format!("metadata key {key:?}"), "the value is over 4 GiB"));
