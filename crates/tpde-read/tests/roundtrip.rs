@@ -162,3 +162,38 @@ fn not_found_is_its_own_category() {
     let r = Reader::from_source(file).unwrap();
     assert_eq!(r.read("missing").unwrap_err().kind(), tpde_format::ErrorKind::NotFound);
 }
+
+#[test]
+fn a_tensor_that_fails_part_way_stops_the_writer() {
+    /// Yields `ok` bytes, then fails.
+    struct Failing {
+        ok: usize,
+    }
+    impl std::io::Read for Failing {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            if self.ok == 0 {
+                return Err(std::io::Error::other("disk on fire"));
+            }
+            let n = buf.len().min(self.ok);
+            buf[..n].fill(7);
+            self.ok -= n;
+            Ok(n)
+        }
+    }
+    let opts = WriteOptions { chunk_bytes: 64, ..WriteOptions::default() };
+    let mut w = Writer::new(Vec::new(), opts.clone()).unwrap();
+    w.add_tensor("a", DType::U8, &[4], &[1, 2, 3, 4]).unwrap();
+    // A failure before any byte is written leaves the writer usable.
+    assert!(w.add_tensor("a", DType::U8, &[1], &[0]).is_err());
+    w.add_tensor("b", DType::U8, &[1], &[0]).unwrap();
+    // The batch is several chunks: the source fails after the first batch is written.
+    let batch = 64 * 2 * rayon_threads();
+    let err = w.add_tensor_from("c", DType::U8, &[batch as u64 * 3], Failing { ok: batch + 10 }).unwrap_err();
+    assert!(err.to_string().contains("disk on fire"), "{err}");
+    assert!(w.add_tensor("d", DType::U8, &[1], &[0]).is_err(), "no more tensors after a part-written one");
+    assert!(w.finish().is_err(), "a file with orphaned payload bytes is never finished");
+}
+
+fn rayon_threads() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}

@@ -109,6 +109,9 @@ pub struct Writer<W: Write> {
     chunk_bytes: u64,
     directory: Directory,
     names: HashSet<String>,
+    /// Set when a tensor failed after some of its bytes were written: those bytes belong to no
+    /// chunk, so the file could only be finished in breach of spec rule R27.
+    failed: bool,
 }
 
 impl<W: Write> Writer<W> {
@@ -135,6 +138,7 @@ impl<W: Write> Writer<W> {
             chunk_bytes,
             directory: Directory { base: options.base, ..Directory::default() },
             names: HashSet::new(),
+            failed: false,
         })
     }
 
@@ -175,7 +179,9 @@ impl<W: Write> Writer<W> {
                 format!("{} bytes given, shape {shape:?} of {dtype} needs {expected}", data.len()),
             ));
         }
-        self.write_tensor(name, dtype, shape, data.len() as u64, tensor_digest(data), data)
+        let before = self.pos;
+        let result = self.write_tensor(name, dtype, shape, data.len() as u64, tensor_digest(data), data);
+        self.settle(before, result)
     }
 
     /// Adds a tensor whose logical bytes are read from `src`, one batch of chunks at a time, so
@@ -185,9 +191,22 @@ impl<W: Write> Writer<W> {
         name: &str,
         dtype: DType,
         shape: &[u64],
-        mut src: impl Read,
+        src: impl Read,
     ) -> Result<&TensorEntry, WriteError> {
         let expected = self.check_tensor(name, dtype, shape)?;
+        let before = self.pos;
+        let result = self.stream_tensor(name, dtype, shape, expected, src);
+        self.settle(before, result)
+    }
+
+    fn stream_tensor(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        shape: &[u64],
+        expected: u64,
+        mut src: impl Read,
+    ) -> Result<(), WriteError> {
         // The digest is computed batch by batch as the chunks are encoded: one pass.
         let mut hasher = tpde_format::digest::StreamDigest::new();
         let mut entry = self.begin_entry(name, dtype, shape, expected);
@@ -214,11 +233,13 @@ impl<W: Write> Writer<W> {
             ));
         }
         entry.digest = hasher.finalize();
-        Ok(self.push_entry(entry))
+        self.push_entry(entry);
+        Ok(())
     }
 
     /// Writes the directory and trailer and returns the output.
     pub fn finish(mut self) -> Result<W, WriteError> {
+        self.check_not_failed()?;
         let dir = self.directory.to_bytes();
         let trailer = Trailer::new(self.pos, &dir);
         self.out.write_all(&dir)?;
@@ -237,7 +258,31 @@ impl<W: Write> Writer<W> {
         &self.header
     }
 
+    /// Ends a step that may have written payload bytes. If it failed after writing some, those
+    /// bytes belong to no chunk, and the writer refuses all further work.
+    fn settle(&mut self, before: u64, result: Result<(), WriteError>) -> Result<&TensorEntry, WriteError> {
+        match result {
+            Ok(()) => Ok(self.directory.tensors.last().expect("the step pushed its entry")),
+            Err(e) => {
+                self.failed |= self.pos != before;
+                Err(e)
+            }
+        }
+    }
+
+    fn check_not_failed(&self) -> Result<(), WriteError> {
+        if self.failed {
+            Err(WriteError::invalid(
+                "file",
+                "an earlier tensor failed part-way; its bytes cannot be taken back, so the file cannot be finished",
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
     fn check_tensor(&mut self, name: &str, dtype: DType, shape: &[u64]) -> Result<u64, WriteError> {
+        self.check_not_failed()?;
         let what = || format!("tensor {name:?}");
         if name.is_empty() || name.len() as u64 > MAX_NAME_LEN {
             return Err(WriteError::invalid(what(), "names are 1..=4096 bytes of UTF-8"));
@@ -271,10 +316,9 @@ impl<W: Write> Writer<W> {
         }
     }
 
-    fn push_entry(&mut self, entry: TensorEntry) -> &TensorEntry {
+    fn push_entry(&mut self, entry: TensorEntry) {
         self.names.insert(entry.name.clone());
         self.directory.tensors.push(entry);
-        self.directory.tensors.last().expect("just pushed")
     }
 
     fn write_tensor(
@@ -285,7 +329,7 @@ impl<W: Write> Writer<W> {
         byte_length: u64,
         digest: [u8; 32],
         data: &[u8],
-    ) -> Result<&TensorEntry, WriteError> {
+    ) -> Result<(), WriteError> {
         let mut entry = self.begin_entry(name, dtype, shape, byte_length);
         entry.digest = digest;
         let batch = self.batch_bytes() as usize;
@@ -293,7 +337,8 @@ impl<W: Write> Writer<W> {
             let first_element = (i * batch) as u64 / dtype.size();
             self.write_batch(&mut entry, part, first_element)?;
         }
-        Ok(self.push_entry(entry))
+        self.push_entry(entry);
+        Ok(())
     }
 
     /// Encodes the chunks of `data` in parallel and writes them in order.
