@@ -257,9 +257,15 @@ impl<S: Source> Reader<S> {
     /// the bytes between payloads are zero. [`Reader::verify_tensor`] and
     /// [`Reader::verify_padding`] do the parts.
     pub fn verify(&self) -> Result<VerifyReport, ReadError> {
+        self.verify_with(|_| {})
+    }
+
+    /// [`Reader::verify`], calling `on_tensor` after each tensor checks out (for progress).
+    pub fn verify_with(&self, mut on_tensor: impl FnMut(&TensorEntry)) -> Result<VerifyReport, ReadError> {
         let mut report = VerifyReport::default();
         for t in self.tensors() {
             self.verify_tensor(t)?;
+            on_tensor(t);
             report.tensors += 1;
             report.chunks += t.chunks.len() as u64;
             report.stored_bytes += t.stored_length();

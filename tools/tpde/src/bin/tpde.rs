@@ -169,26 +169,21 @@ fn run(command: Command) -> Result<(), CliError> {
 fn verify(file: &std::path::Path) -> Result<(), CliError> {
     let r = Reader::open(file)?;
     let bar = progress_bar(r.tensors().iter().map(|t| t.byte_length).sum(), "verifying");
-    let mut chunks = 0u64;
-    for t in r.tensors() {
-        r.verify_tensor(t)?;
-        chunks += t.chunks.len() as u64;
-        bar.inc(t.byte_length);
-    }
-    r.verify_padding()?;
+    let report = r.verify_with(|t| bar.inc(t.byte_length))?;
     bar.finish_and_clear();
     println!(
-        "ok: {} tensors, {chunks} chunks, {} logical, {} stored; content digest {}",
-        r.tensors().len(),
-        HumanBytes(r.tensors().iter().map(|t| t.byte_length).sum()),
-        HumanBytes(r.tensors().iter().map(|t| t.stored_length()).sum()),
+        "ok: {} tensors, {} chunks, {} logical, {} stored; content digest {}",
+        report.tensors,
+        report.chunks,
+        HumanBytes(report.logical_bytes),
+        HumanBytes(report.stored_bytes),
         tpde_format::digest::to_hex(&r.content_digest())
     );
     Ok(())
 }
 
 fn run_demo(dir: Option<PathBuf>) -> Result<(), CliError> {
-    let (work, _temp) = demo::workdir(dir)?;
+    let (work, temp) = demo::workdir(dir)?;
     let src = work.join("demo.safetensors");
     let packed = work.join("demo.tpde");
     let back = work.join("demo.unpacked.safetensors");
@@ -246,7 +241,7 @@ fn run_demo(dir: Option<PathBuf>) -> Result<(), CliError> {
     if let Some(d) = diff {
         return Err(CliError::failed(format!("round trip is not bit-exact: {d}")));
     }
-    if _temp.is_none() {
+    if temp.is_none() {
         println!("\nfiles kept in {}", work.display());
     }
     Ok(())
