@@ -9,19 +9,35 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod float;
+pub mod planes;
+pub mod positions;
+pub mod rans;
 mod raw;
+mod select;
 mod zstd_codec;
 
 use tpde_format::{CodecTag, DType, ErrorKind};
 
+pub use float::{Dense, DenseOp, Planes, Sparse};
+pub use positions::PositionCoder;
 pub use raw::Raw;
 pub use zstd_codec::Zstd;
 
 /// What a codec may know about the chunk besides its bytes.
 #[derive(Clone, Copy, Debug)]
-pub struct ChunkContext {
+pub struct ChunkContext<'a> {
     /// The tensor's element type.
     pub dtype: DType,
+    /// The base tensor's bytes over the same elements, for the delta codecs (spec §6.3).
+    pub base: Option<&'a [u8]>,
+}
+
+impl ChunkContext<'_> {
+    /// A context without a base.
+    pub fn keyframe(dtype: DType) -> ChunkContext<'static> {
+        ChunkContext { dtype, base: None }
+    }
 }
 
 /// A codec failed on a chunk.
@@ -54,6 +70,22 @@ pub enum CodecError {
         /// What is wrong.
         detail: String,
     },
+    /// A delta chunk was given no base to decode against.
+    #[error("{codec} chunk needs the base tensor, and none was given")]
+    MissingBase {
+        /// The codec.
+        codec: CodecTag,
+    },
+    /// The base bytes given for a delta chunk are not the chunk's length.
+    #[error("{codec} chunk of {expected} bytes was given {found} base bytes")]
+    BaseLength {
+        /// The codec.
+        codec: CodecTag,
+        /// Base bytes given.
+        found: u64,
+        /// The chunk's decoded length.
+        expected: u64,
+    },
     /// The encoder itself failed (not a property of any file).
     #[error("{codec} encoder failed: {detail}")]
     Encode {
@@ -69,6 +101,8 @@ impl CodecError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             CodecError::Encode { .. } => ErrorKind::InvalidArgument,
+            CodecError::MissingBase { .. } => ErrorKind::BaseMissing,
+            CodecError::BaseLength { .. } => ErrorKind::BaseMismatch,
             _ => ErrorKind::Malformed,
         }
     }
@@ -96,6 +130,13 @@ pub fn decoder(tag: CodecTag) -> &'static dyn ChunkCodec {
     match tag {
         CodecTag::Raw => &Raw,
         CodecTag::Zstd => &Zstd { level: zstd_codec::DEFAULT_LEVEL },
+        CodecTag::Planes => &Planes,
+        CodecTag::DeltaXor => &Dense(DenseOp::Xor),
+        CodecTag::DeltaSub => &Dense(DenseOp::Sub),
+        CodecTag::SparseEliasDelta => &Sparse(PositionCoder::EliasDelta),
+        CodecTag::SparseFibonacci => &Sparse(PositionCoder::Fibonacci),
+        CodecTag::SparseRice => &Sparse(PositionCoder::Rice),
+        CodecTag::SparsePacked => &Sparse(PositionCoder::Packed),
         // `CodecTag` is non-exhaustive only across crates; every tag the format crate
         // registers is matched above.
         #[allow(unreachable_patterns)]
@@ -124,22 +165,33 @@ pub enum Encoder {
         /// Compression level.
         level: i32,
     },
+    /// One codec for every chunk. A codec that needs a base falls back to `planes` for a tensor
+    /// that has none (new in this checkpoint, or changed in shape or dtype).
+    Codec(CodecTag),
+    /// The smallest lossless form per chunk: `planes` without a base; with one, whichever of
+    /// `delta-xor`, `delta-sub`, the four sparse forms and `planes` is estimated smallest.
+    Auto,
 }
 
 impl Encoder {
-    /// The codec instance.
-    pub fn codec(self) -> Box<dyn ChunkCodec> {
-        match self {
-            Encoder::Raw => Box::new(Raw),
-            Encoder::Zstd { level } => Box::new(Zstd { level }),
-        }
+    /// Encodes one chunk, appending its stored bytes to `out`; returns the tag and parameters.
+    pub fn encode(self, ctx: ChunkContext, input: &[u8], out: &mut Vec<u8>) -> Result<(CodecTag, Vec<u8>), CodecError> {
+        let tag = match self {
+            Encoder::Raw => CodecTag::Raw,
+            Encoder::Zstd { level } => return Ok((CodecTag::Zstd, Zstd { level }.encode(ctx, input, out)?)),
+            Encoder::Codec(tag) if tag.needs_base() && ctx.base.is_none() => CodecTag::Planes,
+            Encoder::Codec(tag) => tag,
+            Encoder::Auto => return select::encode_best(ctx, input, out),
+        };
+        Ok((tag, decoder(tag).encode(ctx, input, out)?))
     }
 
-    /// The tag this choice writes.
-    pub fn tag(self) -> CodecTag {
+    /// The lowest minor version of format 1 whose codecs this encoder may write.
+    pub fn since_minor(self) -> u16 {
         match self {
-            Encoder::Raw => CodecTag::Raw,
-            Encoder::Zstd { .. } => CodecTag::Zstd,
+            Encoder::Raw | Encoder::Zstd { .. } => 0,
+            Encoder::Codec(tag) => tag.since_minor(),
+            Encoder::Auto => 1,
         }
     }
 }

@@ -1,61 +1,155 @@
-//! Property tests of every codec: the round trip is bit-exact, and decoding mutated stored
-//! bytes returns an error or some bytes of the right length, never a panic.
+//! Property tests of every codec: the round trip is bit-exact for every dtype, with and without
+//! a base, on data shaped like consecutive checkpoints (a base and a copy with some elements
+//! changed, some only in low bits); decoding mutated stored bytes returns an error or bytes of
+//! the right length, never a panic.
 
 use proptest::prelude::*;
 use tpde_codec::{decode, ChunkContext, Encoder};
-use tpde_format::DType;
+use tpde_format::{CodecTag, DType, ErrorKind};
 
-const ENCODERS: [Encoder; 3] = [Encoder::Raw, Encoder::Zstd { level: 1 }, Encoder::Zstd { level: 19 }];
+const DTYPES: [DType; 8] =
+    [DType::U8, DType::BF16, DType::F16, DType::F32, DType::F64, DType::I64, DType::F8E4M3, DType::Bool];
 
-fn ctx() -> ChunkContext {
-    ChunkContext { dtype: DType::U8 }
+fn encoders() -> Vec<Encoder> {
+    let mut e = vec![Encoder::Raw, Encoder::Zstd { level: 1 }, Encoder::Zstd { level: 19 }, Encoder::Auto];
+    e.extend(CodecTag::ALL.into_iter().filter(|t| !matches!(t, CodecTag::Raw | CodecTag::Zstd)).map(Encoder::Codec));
+    e
+}
+
+/// A base and a current chunk of `n` elements of `dtype`: `changed` of 256 elements differ,
+/// each by a flip of one of its `low_bits` lowest bits or, one time in eight, anywhere.
+fn checkpoint_pair() -> impl Strategy<Value = (DType, Vec<u8>, Vec<u8>)> {
+    (0usize..DTYPES.len(), 0usize..3000, any::<u64>(), 0u32..=256, 1u32..12).prop_map(
+        |(d, n, seed, changed, low_bits)| {
+            let dtype = DTYPES[d];
+            let w = dtype.size() as usize;
+            let mut rng = seed | 1;
+            let mut next = move || {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng
+            };
+            let base: Vec<u8> = (0..n * w).map(|_| next() as u8).collect();
+            let mut cur = base.clone();
+            for e in cur.chunks_exact_mut(w) {
+                let r = next();
+                if (r & 255) < u64::from(changed) {
+                    let bits = (w * 8) as u64;
+                    let bit =
+                        if r >> 8 & 7 == 0 { (r >> 11) % bits } else { (r >> 11) % u64::from(low_bits).min(bits) };
+                    e[(bit / 8) as usize] ^= 1 << (bit % 8);
+                }
+            }
+            (dtype, base, cur)
+        },
+    )
 }
 
 proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
     #[test]
-    fn round_trip_is_bit_exact(data in prop::collection::vec(any::<u8>(), 0..20_000), which in 0usize..3) {
-        let enc = ENCODERS[which];
+    fn round_trip_is_bit_exact((dtype, base, cur) in checkpoint_pair(), which in 0usize..11, with_base: bool) {
+        let enc = encoders()[which];
+        let ctx = ChunkContext { dtype, base: with_base.then_some(&base[..]) };
         let mut stored = Vec::new();
-        let params = enc.codec().encode(ctx(), &data, &mut stored).unwrap();
-        let mut out = vec![0xAB; data.len()];
-        decode(enc.tag(), ctx(), &params, &stored, &mut out).unwrap();
-        prop_assert_eq!(out, data);
+        let (tag, params) = enc.encode(ctx, &cur, &mut stored).unwrap();
+        prop_assert!(with_base || !tag.needs_base(), "{tag} chosen without a base");
+        tpde_codec::decoder(tag).check_lengths(stored.len() as u64, cur.len() as u64).unwrap();
+        let mut out = vec![0xAB; cur.len()];
+        decode(tag, ctx, &params, &stored, &mut out).unwrap();
+        prop_assert_eq!(out, cur);
     }
 
     #[test]
     fn mutated_stored_bytes_never_panic(
-        data in prop::collection::vec(0u8..4, 1..5_000),
+        (dtype, base, cur) in checkpoint_pair(),
+        which in 0usize..11,
         flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
         cut in any::<prop::sample::Index>(),
-        which in 0usize..3,
     ) {
-        let enc = ENCODERS[which];
+        let enc = encoders()[which];
+        let ctx = ChunkContext { dtype, base: Some(&base) };
         let mut stored = Vec::new();
-        let params = enc.codec().encode(ctx(), &data, &mut stored).unwrap();
-        for (i, b) in flips {
-            let i = i.index(stored.len());
-            stored[i] ^= b;
+        let (tag, params) = enc.encode(ctx, &cur, &mut stored).unwrap();
+        if !stored.is_empty() {
+            for (i, b) in flips {
+                let i = i.index(stored.len());
+                stored[i] ^= b;
+            }
         }
         let cut = cut.index(stored.len() + 1);
-        let mut out = vec![0; data.len()];
-        match decode(enc.tag(), ctx(), &params, &stored[..cut], &mut out) {
+        let mut out = vec![0; cur.len()];
+        match decode(tag, ctx, &params, &stored[..cut], &mut out) {
             Ok(()) => {}
-            Err(e) => prop_assert_eq!(e.kind(), tpde_format::ErrorKind::Malformed),
+            Err(e) => prop_assert_eq!(e.kind(), ErrorKind::Malformed),
         }
     }
 }
 
 #[test]
-fn wrong_lengths_and_params_are_errors() {
+fn delta_codecs_need_their_base() {
+    let base: Vec<u8> = (0..400u32).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let mut cur = base.clone();
+    cur[40] ^= 1;
+    for tag in CodecTag::ALL.into_iter().filter(|t| t.needs_base()) {
+        let mut stored = Vec::new();
+        let ctx = ChunkContext { dtype: DType::F32, base: Some(&base) };
+        let (t, params) = Encoder::Codec(tag).encode(ctx, &cur, &mut stored).unwrap();
+        assert_eq!(t, tag);
+        let mut out = vec![0u8; cur.len()];
+        let e = decode(tag, ChunkContext::keyframe(DType::F32), &params, &stored, &mut out).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::BaseMissing, "{tag}");
+        let short = ChunkContext { dtype: DType::F32, base: Some(&base[4..]) };
+        assert_eq!(decode(tag, short, &params, &stored, &mut out).unwrap_err().kind(), ErrorKind::BaseMismatch);
+    }
+}
+
+#[test]
+fn auto_picks_sparse_for_few_changes_and_dense_for_many() {
+    let base: Vec<u8> = (0..100_000u32).flat_map(|i| ((i as f32).sin() * 0.02).to_le_bytes()).collect();
+    let mut few = base.clone();
+    for i in (0..few.len()).step_by(4 * 997) {
+        few[i] ^= 0x10;
+    }
+    let mut many = base.clone();
+    for i in (0..many.len()).step_by(4) {
+        many[i] ^= (i as u8 >> 2) & 7;
+    }
+    let pick = |cur: &[u8]| {
+        let mut stored = Vec::new();
+        let ctx = ChunkContext { dtype: DType::F32, base: Some(&base) };
+        Encoder::Auto.encode(ctx, cur, &mut stored).unwrap().0
+    };
+    assert!(pick(&few).to_u16() >= CodecTag::SparseEliasDelta.to_u16(), "{}", pick(&few));
+    assert!(matches!(pick(&many), CodecTag::DeltaXor | CodecTag::DeltaSub), "{}", pick(&many));
+    assert_eq!(pick(&base).name(), pick(&base).name());
+}
+
+#[test]
+fn planes_beat_raw_on_float_weights() {
+    // Normal-ish weights: the exponent plane is low-entropy.
+    let data: Vec<u8> = (0..50_000u32).flat_map(|i| ((i as f32 * 0.37).sin() * 0.05).to_le_bytes()).collect();
     let mut stored = Vec::new();
-    Encoder::Zstd { level: 3 }.codec().encode(ctx(), b"hello hello hello", &mut stored).unwrap();
-    let mut short = [0u8; 5];
-    assert!(decode(tpde_format::CodecTag::Zstd, ctx(), &[], &stored, &mut short).is_err());
-    let mut long = [0u8; 50];
-    assert!(decode(tpde_format::CodecTag::Zstd, ctx(), &[], &stored, &mut long).is_err());
-    let mut exact = [0u8; 17];
-    assert!(decode(tpde_format::CodecTag::Zstd, ctx(), &[1], &stored, &mut exact).is_err());
-    decode(tpde_format::CodecTag::Zstd, ctx(), &[], &stored, &mut exact).unwrap();
-    assert_eq!(&exact, b"hello hello hello");
-    assert!(decode(tpde_format::CodecTag::Raw, ctx(), &[], b"abc", &mut [0u8; 4]).is_err());
+    Encoder::Codec(CodecTag::Planes).encode(ChunkContext::keyframe(DType::F32), &data, &mut stored).unwrap();
+    assert!(stored.len() < data.len() * 95 / 100, "{} of {}", stored.len(), data.len());
+}
+
+#[test]
+fn wrong_lengths_and_params_are_errors() {
+    let ctx = ChunkContext::keyframe(DType::U8);
+    for enc in [Encoder::Zstd { level: 3 }, Encoder::Codec(CodecTag::Planes)] {
+        let mut stored = Vec::new();
+        let (tag, _) = enc.encode(ctx, b"hello hello hello", &mut stored).unwrap();
+        let mut short = [0u8; 5];
+        assert!(decode(tag, ctx, &[], &stored, &mut short).is_err());
+        let mut long = [0u8; 50];
+        assert!(decode(tag, ctx, &[], &stored, &mut long).is_err());
+        let mut exact = [0u8; 17];
+        assert!(decode(tag, ctx, &[1], &stored, &mut exact).is_err());
+        decode(tag, ctx, &[], &stored, &mut exact).unwrap();
+        assert_eq!(&exact, b"hello hello hello");
+    }
+    assert!(decode(CodecTag::Raw, ctx, &[], b"abc", &mut [0u8; 4]).is_err());
 }

@@ -13,17 +13,51 @@ pub enum CodecTag {
     /// `0x0001 zstd`: the stored bytes are one or more Zstandard frames (RFC 8878) whose
     /// concatenated content is the logical bytes.
     Zstd,
+    /// `0x0002 planes`: the float-aware keyframe codec (spec §6.2): byte planes, each stored or
+    /// rANS-coded.
+    Planes,
+    /// `0x0003 delta-xor`: every element XORed with the base's, then byte planes (spec §6.4).
+    DeltaXor,
+    /// `0x0004 delta-sub`: every element's bit pattern minus the base's, zigzagged, then byte
+    /// planes (spec §6.4).
+    DeltaSub,
+    /// `0x0005 sparse-elias-delta`: changed positions as Elias-delta gaps (spec §6.5).
+    SparseEliasDelta,
+    /// `0x0006 sparse-fibonacci`: changed positions as Fibonacci-coded gaps (spec §6.5).
+    SparseFibonacci,
+    /// `0x0007 sparse-rice`: changed positions as Golomb-Rice-coded gaps (spec §6.5).
+    SparseRice,
+    /// `0x0008 sparse-packed`: changed positions in bit-packed blocks that decode in parallel
+    /// (spec §6.5).
+    SparsePacked,
 }
 
 impl CodecTag {
     /// Every tag of this version of the registry.
-    pub const ALL: [CodecTag; 2] = [CodecTag::Raw, CodecTag::Zstd];
+    pub const ALL: [CodecTag; 9] = [
+        CodecTag::Raw,
+        CodecTag::Zstd,
+        CodecTag::Planes,
+        CodecTag::DeltaXor,
+        CodecTag::DeltaSub,
+        CodecTag::SparseEliasDelta,
+        CodecTag::SparseFibonacci,
+        CodecTag::SparseRice,
+        CodecTag::SparsePacked,
+    ];
 
     /// The on-disk value.
     pub const fn to_u16(self) -> u16 {
         match self {
             CodecTag::Raw => 0x0000,
             CodecTag::Zstd => 0x0001,
+            CodecTag::Planes => 0x0002,
+            CodecTag::DeltaXor => 0x0003,
+            CodecTag::DeltaSub => 0x0004,
+            CodecTag::SparseEliasDelta => 0x0005,
+            CodecTag::SparseFibonacci => 0x0006,
+            CodecTag::SparseRice => 0x0007,
+            CodecTag::SparsePacked => 0x0008,
         }
     }
 
@@ -41,6 +75,27 @@ impl CodecTag {
         match self {
             CodecTag::Raw => "raw",
             CodecTag::Zstd => "zstd",
+            CodecTag::Planes => "planes",
+            CodecTag::DeltaXor => "delta-xor",
+            CodecTag::DeltaSub => "delta-sub",
+            CodecTag::SparseEliasDelta => "sparse-elias-delta",
+            CodecTag::SparseFibonacci => "sparse-fibonacci",
+            CodecTag::SparseRice => "sparse-rice",
+            CodecTag::SparsePacked => "sparse-packed",
+        }
+    }
+
+    /// Whether the chunk decodes against the base tensor's bytes (spec §6.3): only in a file
+    /// with a base, and only with that base at hand.
+    pub const fn needs_base(self) -> bool {
+        !matches!(self, CodecTag::Raw | CodecTag::Zstd | CodecTag::Planes)
+    }
+
+    /// The lowest minor version of format 1 that registers this tag.
+    pub const fn since_minor(self) -> u16 {
+        match self {
+            CodecTag::Raw | CodecTag::Zstd => 0,
+            _ => 1,
         }
     }
 

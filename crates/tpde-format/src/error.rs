@@ -30,6 +30,14 @@ pub enum ErrorKind {
     NotFound,
     /// The caller asked for something invalid (a writer given inconsistent input).
     InvalidArgument,
+    /// A delta file's base was not given or not found.
+    BaseMissing,
+    /// The base given is not the one the file was written against (its content digest or a
+    /// tensor's dtype or shape differ).
+    BaseMismatch,
+    /// Following base references leads back to a file already in the chain, or past the
+    /// reader's chain-length limit.
+    BaseChain,
 }
 
 impl ErrorKind {
@@ -46,6 +54,9 @@ impl ErrorKind {
             ErrorKind::LimitExceeded => "limit-exceeded",
             ErrorKind::NotFound => "not-found",
             ErrorKind::InvalidArgument => "invalid-argument",
+            ErrorKind::BaseMissing => "base-missing",
+            ErrorKind::BaseMismatch => "base-mismatch",
+            ErrorKind::BaseChain => "base-chain",
         }
     }
 }

@@ -23,8 +23,9 @@ use crate::limits::{MAX_ALIGNMENT, MIN_ALIGNMENT};
 pub const MAGIC: [u8; 8] = [0x89, b'T', b'P', b'D', b'E', 0x0D, 0x0A, 0x1A];
 /// The major version this crate reads and writes.
 pub const FORMAT_MAJOR: u16 = 1;
-/// The minor version this crate writes.
-pub const FORMAT_MINOR: u16 = 0;
+/// The newest minor version this crate knows. A writer puts the lowest minor version that
+/// covers what the file uses in the header (spec §11), so a file that needs only 1.0 reads as 1.0.
+pub const FORMAT_MINOR: u16 = 1;
 
 /// Must-understand feature flags (`required_features`). A reader MUST reject a file that sets
 /// a bit it does not know.
@@ -72,12 +73,12 @@ impl Header {
     /// The header's size in bytes.
     pub const LEN: usize = 64;
 
-    /// A header for a new file of this version.
-    pub fn new(alignment: u32, required_features: u64) -> Header {
+    /// A header for a new file of version 1.`minor_version`.
+    pub fn new(minor_version: u16, alignment: u32, required_features: u64) -> Header {
         let mut h = Header {
             magic: MAGIC,
             major_version: FORMAT_MAJOR,
-            minor_version: FORMAT_MINOR,
+            minor_version,
             alignment,
             required_features,
             optional_features: 0,
@@ -104,7 +105,7 @@ impl Header {
     ///
     /// ```
     /// use tpde_format::{Header, ErrorKind};
-    /// let h = Header::new(64, 0);
+    /// let h = Header::new(0, 64, 0);
     /// let bytes = h.to_bytes();
     /// assert_eq!(&bytes[..12], b"\x89TPDE\r\n\x1a\x01\x00\x00\x00");
     /// assert_eq!(Header::parse(&bytes, 64).unwrap(), h);
@@ -168,7 +169,7 @@ mod tests {
 
     #[test]
     fn rejections_in_spec_order() {
-        let good = Header::new(64, 0).to_bytes();
+        let good = Header::new(0, 64, 0).to_bytes();
         let mut b = good;
         b[9] = 2; // major 0x0201
         assert_eq!(Header::parse(&b, 64).unwrap_err().kind(), ErrorKind::UnsupportedVersion);

@@ -23,6 +23,9 @@ pub const KEY_STEP: &str = "tpde.step";
 pub const KEY_PRODUCER: &str = "tpde.producer";
 /// Reserved key: the container the tensors were packed from, e.g. `safetensors` (`string`).
 pub const KEY_SOURCE_FORMAT: &str = "tpde.source_format";
+/// Reserved key: the bound τ of a lossy file (`f64`, spec §6.6). Every float element decodes to
+/// within τ of the tensor it was packed from; without this key a file is lossless.
+pub const KEY_MAX_ABS_ERROR: &str = "tpde.max_abs_error";
 /// The reserved key prefix.
 pub const RESERVED_PREFIX: &str = "tpde.";
 
@@ -31,6 +34,7 @@ pub fn reserved_type(key: &str) -> Option<&'static str> {
     match key {
         KEY_STEP => Some("u64"),
         KEY_PRODUCER | KEY_SOURCE_FORMAT => Some("string"),
+        KEY_MAX_ABS_ERROR => Some("f64"),
         _ => None,
     }
 }

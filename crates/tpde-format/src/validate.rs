@@ -118,6 +118,13 @@ pub fn validate(header: &Header, dir: &Directory, payload_end: u64) -> Result<()
                     location: at(),
                 });
             }
+            if c.codec.needs_base() && dir.base.is_none() {
+                return Err(FormatError::malformed(
+                    "chunk entry",
+                    at(),
+                    format!("codec {} decodes against a base, and the file has none", c.codec),
+                ));
+            }
             if c.offset % alignment != 0 {
                 return Err(FormatError::malformed(
                     "chunk entry",

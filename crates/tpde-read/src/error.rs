@@ -44,6 +44,39 @@ pub enum ReadError {
         /// The limit.
         limit: u64,
     },
+    /// The file is a delta and no base was attached.
+    #[error("this file is a delta: decoding it needs its base (content digest {digest}{})", hint_note(hint))]
+    BaseMissing {
+        /// The base's content digest, hex.
+        digest: String,
+        /// The path hint the file records.
+        hint: String,
+    },
+    /// The base attached is not the one the file was written against.
+    #[error("wrong base: this file was written against content digest {expected}, the base given has {found}")]
+    BaseMismatch {
+        /// The digest the file records, hex.
+        expected: String,
+        /// The given base's digest, hex.
+        found: String,
+    },
+    /// The base has the right digest but not the tensor a delta chunk needs.
+    #[error("tensor {name:?} does not match its base: {detail}")]
+    BaseTensor {
+        /// The tensor.
+        name: String,
+        /// What differs.
+        detail: String,
+    },
+    /// A base was given for a file that is not a delta.
+    #[error("the file has no base reference: it is a keyframe and decodes on its own")]
+    NotADelta,
+    /// Following base references loops or exceeds the chain limit.
+    #[error("base chain: {detail}")]
+    BaseChain {
+        /// What happened.
+        detail: String,
+    },
     /// A caller's buffer has the wrong length.
     #[error("buffer for tensor {name:?} is {found} bytes, the tensor is {expected}")]
     BufferLength {
@@ -65,7 +98,19 @@ impl ReadError {
             ReadError::Codec { source, .. } => source.kind(),
             ReadError::NotFound { .. } => ErrorKind::NotFound,
             ReadError::TooLarge { .. } => ErrorKind::LimitExceeded,
-            ReadError::BufferLength { .. } => ErrorKind::InvalidArgument,
+            ReadError::BufferLength { .. } | ReadError::NotADelta => ErrorKind::InvalidArgument,
+            ReadError::BaseMissing { .. } => ErrorKind::BaseMissing,
+            ReadError::BaseMismatch { .. } => ErrorKind::BaseMismatch,
+            ReadError::BaseTensor { .. } => ErrorKind::Malformed,
+            ReadError::BaseChain { .. } => ErrorKind::BaseChain,
         }
+    }
+}
+
+fn hint_note(hint: &str) -> String {
+    if hint.is_empty() {
+        String::new()
+    } else {
+        format!(", path hint {hint:?}")
     }
 }

@@ -25,6 +25,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod base;
 mod error;
 mod source;
 
@@ -37,6 +38,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::Path;
+use std::sync::Arc;
 
 use rayon::prelude::*;
 use tpde_codec::ChunkContext;
@@ -46,6 +48,7 @@ use tpde_format::{
     ChunkEntry, CodecTag, Directory, FormatError, Header, Location, MetadataValue, TensorEntry, Trailer,
 };
 
+pub use base::{attach_chain, open_chain, Base, BaseTensor, MAX_CHAIN};
 pub use error::ReadError;
 pub use source::Source;
 
@@ -96,6 +99,8 @@ pub struct Reader<S: Source = memmap2::Mmap> {
     directory: Directory,
     index: HashMap<String, usize>,
     options: ReadOptions,
+    /// The base a delta file decodes against, once attached and its digest checked.
+    base: Option<Arc<dyn Base>>,
 }
 
 impl Reader<memmap2::Mmap> {
@@ -169,7 +174,31 @@ impl<S: Source> Reader<S> {
             }
         }
         let index = directory.tensors.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
-        Ok(Reader { src, header, trailer, directory, index, options })
+        Ok(Reader { src, header, trailer, directory, index, options, base: None })
+    }
+
+    /// Attaches the base this delta file was written against (spec §6.3). Fails, naming both
+    /// digests, if the base's content digest is not the one the file records.
+    pub fn with_base(mut self, base: Arc<dyn Base>) -> Result<Self, ReadError> {
+        let Some(want) = &self.directory.base else {
+            return Err(ReadError::NotADelta);
+        };
+        let found = base.content_digest()?;
+        if found != want.digest {
+            return Err(ReadError::BaseMismatch { expected: to_hex(&want.digest), found: to_hex(&found) });
+        }
+        self.base = Some(base);
+        Ok(self)
+    }
+
+    /// Whether any chunk of the file decodes against a base.
+    pub fn uses_base(&self) -> bool {
+        self.tensors().iter().any(|t| self.tensor_uses_base(t))
+    }
+
+    /// Whether any chunk of `t` decodes against the base.
+    pub fn tensor_uses_base(&self, t: &TensorEntry) -> bool {
+        t.chunks.iter().any(|c| c.codec.needs_base())
     }
 
     /// The header.
@@ -329,8 +358,11 @@ impl<S: Source> Reader<S> {
             }
             return Ok(Cow::Borrowed(bytes(&self.src, range, "chunk")?));
         }
+        // A delta's base tensor is fetched (and checked) before the output is allocated: the
+        // base justifies the length.
+        let base = self.base_tensor(t)?;
         let mut out = vec![0u8; t.byte_length as usize];
-        self.decode_into(t, &mut out, policy)?;
+        self.decode_chunks(t, &mut out, base.as_deref(), policy)?;
         Ok(Cow::Owned(out))
     }
 
@@ -348,6 +380,47 @@ impl<S: Source> Reader<S> {
     }
 
     fn decode_into(&self, t: &TensorEntry, out: &mut [u8], policy: ChecksumPolicy) -> Result<(), ReadError> {
+        let base = self.base_tensor(t)?;
+        self.decode_chunks(t, out, base.as_deref(), policy)
+    }
+
+    /// The bytes of the base tensor `t` decodes against, if any of its chunks does: the attached
+    /// base's tensor of the same name, dtype and shape.
+    fn base_tensor(&self, t: &TensorEntry) -> Result<Option<Cow<'_, [u8]>>, ReadError> {
+        if !self.tensor_uses_base(t) {
+            return Ok(None);
+        }
+        let Some(base) = &self.base else {
+            let b = self.directory.base.as_ref().expect("validation ties base codecs to a base reference");
+            return Err(ReadError::BaseMissing { digest: to_hex(&b.digest), hint: b.path_hint.clone() });
+        };
+        let bt = base.tensor(&t.name)?.ok_or_else(|| ReadError::BaseTensor {
+            name: t.name.clone(),
+            detail: "the base has no tensor of that name".into(),
+        })?;
+        if bt.dtype != t.dtype || bt.shape != t.shape || bt.data.len() as u64 != t.byte_length {
+            return Err(ReadError::BaseTensor {
+                name: t.name.clone(),
+                detail: format!(
+                    "the base's is {} {:?} ({} bytes), the file's {} {:?}",
+                    bt.dtype,
+                    bt.shape,
+                    bt.data.len(),
+                    t.dtype,
+                    t.shape
+                ),
+            });
+        }
+        Ok(Some(bt.data))
+    }
+
+    fn decode_chunks(
+        &self,
+        t: &TensorEntry,
+        out: &mut [u8],
+        base: Option<&[u8]>,
+        policy: ChecksumPolicy,
+    ) -> Result<(), ReadError> {
         let mut parts = Vec::with_capacity(t.chunks.len());
         let mut rest = out;
         for (i, c) in t.chunks.iter().enumerate() {
@@ -356,10 +429,13 @@ impl<S: Source> Reader<S> {
             parts.push((i, c, part));
             rest = tail;
         }
-        let ctx = ChunkContext { dtype: t.dtype };
+        let size = t.dtype.size();
         let results: Vec<Result<(), ReadError>> = parts
             .into_par_iter()
             .map(|(i, c, part)| {
+                let from = (c.element_start * size) as usize;
+                let base = base.filter(|_| c.codec.needs_base()).map(|b| &b[from..from + part.len()]);
+                let ctx = ChunkContext { dtype: t.dtype, base };
                 let stored = self.stored(t, i, c, policy)?;
                 tpde_codec::decode(c.codec, ctx, &c.params, stored, part)
                     .map_err(|source| ReadError::Codec { location: chunk_location(t, i, c), source })

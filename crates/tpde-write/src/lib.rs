@@ -21,13 +21,15 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-use std::collections::HashSet;
+pub mod lossy;
+
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
-use tpde_codec::{ChunkCodec, ChunkContext, CodecError, Encoder};
+use tpde_codec::{ChunkContext, CodecError, Encoder};
 use tpde_format::digest::tensor_digest;
 use tpde_format::limits::{
     MAX_CHUNK_DECODED_LEN, MAX_KEY_LEN, MAX_NAME_LEN, MAX_PATH_HINT_LEN, MAX_RANK, MIN_ALIGNMENT,
@@ -45,7 +47,7 @@ pub const DEFAULT_CHUNK_BYTES: u64 = 4 << 20;
 /// How to write a file.
 #[derive(Clone, Debug)]
 pub struct WriteOptions {
-    /// The codec for every chunk.
+    /// The codec choice for every chunk.
     pub encoder: Encoder,
     /// Target decoded bytes per chunk (rounded down to a multiple of the alignment).
     pub chunk_bytes: u64,
@@ -105,10 +107,13 @@ pub struct Writer<W: Write> {
     out: W,
     pos: u64,
     header: Header,
-    codec: Box<dyn ChunkCodec>,
+    encoder: Encoder,
     chunk_bytes: u64,
     directory: Directory,
     names: HashSet<String>,
+    /// Tensors already written, by what makes their chunks reusable: identical bytes, dtype and
+    /// base bytes. A tied or duplicated tensor points at the first one's chunks (spec §4).
+    written: HashMap<DedupKey, usize>,
     /// Set when a tensor failed after some of its bytes were written: those bytes belong to no
     /// chunk, so the file could only be finished in breach of spec rule R27.
     failed: bool,
@@ -128,16 +133,17 @@ impl<W: Write> Writer<W> {
         }
         let chunk_bytes = (options.chunk_bytes.min(MAX_CHUNK_DECODED_LEN) / a * a).max(a);
         let flags = if options.base.is_some() { RequiredFeatures::BASE } else { 0 };
-        let header = Header::new(options.alignment, flags);
+        let header = Header::new(options.encoder.since_minor(), options.alignment, flags);
         out.write_all(&header.to_bytes())?;
         Ok(Writer {
             out,
             pos: Header::LEN as u64,
             header,
-            codec: options.encoder.codec(),
+            encoder: options.encoder,
             chunk_bytes,
             directory: Directory { base: options.base, ..Directory::default() },
             names: HashSet::new(),
+            written: HashMap::new(),
             failed: false,
         })
     }
@@ -164,13 +170,48 @@ impl<W: Write> Writer<W> {
         Ok(())
     }
 
-    /// Adds a tensor whose logical bytes (little-endian, row-major) are in `data`.
+    /// Adds a tensor whose logical bytes (little-endian, row-major) are in `data`, as a keyframe:
+    /// its chunks decode without a base.
     pub fn add_tensor(
         &mut self,
         name: &str,
         dtype: DType,
         shape: &[u64],
         data: &[u8],
+    ) -> Result<&TensorEntry, WriteError> {
+        self.add(name, dtype, shape, data, None)
+    }
+
+    /// Adds a tensor as a delta against the base tensor of the same name, whose logical bytes
+    /// are `base` (same dtype and shape). The file must have been started with a base
+    /// reference. The encoder decides per chunk whether to use the base (spec §6.3).
+    pub fn add_tensor_delta(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        shape: &[u64],
+        data: &[u8],
+        base: &[u8],
+    ) -> Result<&TensorEntry, WriteError> {
+        if self.directory.base.is_none() {
+            return Err(WriteError::invalid(format!("tensor {name:?}"), "a delta needs a file started with a base"));
+        }
+        if base.len() != data.len() {
+            return Err(WriteError::invalid(
+                format!("tensor {name:?}"),
+                format!("{} base bytes for {} tensor bytes", base.len(), data.len()),
+            ));
+        }
+        self.add(name, dtype, shape, data, Some(base))
+    }
+
+    fn add(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        shape: &[u64],
+        data: &[u8],
+        base: Option<&[u8]>,
     ) -> Result<&TensorEntry, WriteError> {
         let expected = self.check_tensor(name, dtype, shape)?;
         if data.len() as u64 != expected {
@@ -179,8 +220,22 @@ impl<W: Write> Writer<W> {
                 format!("{} bytes given, shape {shape:?} of {dtype} needs {expected}", data.len()),
             ));
         }
+        let key = DedupKey { digest: tensor_digest(data), dtype, base: base.map(tensor_digest) };
+        if let Some(&first) = self.written.get(&key) {
+            let chunks = self.directory.tensors[first].chunks.clone();
+            let mut entry = self.begin_entry(name, dtype, shape, expected);
+            entry.digest = key.digest;
+            entry.chunks = chunks;
+            self.push_entry(entry);
+            return Ok(self.directory.tensors.last().expect("just pushed"));
+        }
+        let mut entry = self.begin_entry(name, dtype, shape, expected);
+        entry.digest = key.digest;
         let before = self.pos;
-        let result = self.write_tensor(name, dtype, shape, data.len() as u64, tensor_digest(data), data);
+        let result = self.write_tensor(entry, data, base);
+        if result.is_ok() {
+            self.written.insert(key, self.directory.tensors.len() - 1);
+        }
         self.settle(before, result)
     }
 
@@ -222,7 +277,7 @@ impl<W: Write> Writer<W> {
                 )
             })?;
             hasher.update(&buf[..n]);
-            self.write_batch(&mut entry, &buf[..n], done / dtype.size())?;
+            self.write_batch(&mut entry, &buf[..n], None, done / dtype.size())?;
             done += n as u64;
         }
         let mut probe = [0u8; 1];
@@ -321,52 +376,55 @@ impl<W: Write> Writer<W> {
         self.directory.tensors.push(entry);
     }
 
-    fn write_tensor(
-        &mut self,
-        name: &str,
-        dtype: DType,
-        shape: &[u64],
-        byte_length: u64,
-        digest: [u8; 32],
-        data: &[u8],
-    ) -> Result<(), WriteError> {
-        let mut entry = self.begin_entry(name, dtype, shape, byte_length);
-        entry.digest = digest;
+    fn write_tensor(&mut self, mut entry: TensorEntry, data: &[u8], base: Option<&[u8]>) -> Result<(), WriteError> {
+        let dtype = entry.dtype;
         let batch = self.batch_bytes() as usize;
         for (i, part) in data.chunks(batch.max(1)).enumerate() {
             let first_element = (i * batch) as u64 / dtype.size();
-            self.write_batch(&mut entry, part, first_element)?;
+            let base = base.map(|b| &b[i * batch..i * batch + part.len()]);
+            self.write_batch(&mut entry, part, base, first_element)?;
         }
         self.push_entry(entry);
         Ok(())
     }
 
     /// Encodes the chunks of `data` in parallel and writes them in order.
-    fn write_batch(&mut self, entry: &mut TensorEntry, data: &[u8], first_element: u64) -> Result<(), WriteError> {
+    fn write_batch(
+        &mut self,
+        entry: &mut TensorEntry,
+        data: &[u8],
+        base: Option<&[u8]>,
+        first_element: u64,
+    ) -> Result<(), WriteError> {
         let dtype = entry.dtype;
         let size = dtype.size() as usize;
         // chunk_bytes is a multiple of the alignment (>= 64), hence of every dtype size.
         let chunk = self.chunk_bytes as usize;
-        let ctx = ChunkContext { dtype };
-        let codec = &*self.codec;
-        let tag = codec.tag();
-        let is_raw = tag == tpde_format::CodecTag::Raw;
+        let encoder = self.encoder;
+        let is_raw = encoder == Encoder::Raw;
         let encoded: Vec<Result<EncodedChunk, CodecError>> = data
             .par_chunks(chunk)
-            .map(|part| {
+            .enumerate()
+            .map(|(i, part)| {
                 if is_raw {
                     // Raw chunks are written straight from the input below; only the CRC here.
-                    return Ok(EncodedChunk { stored: Vec::new(), params: Vec::new(), crc32: crc32fast::hash(part) });
+                    return Ok(EncodedChunk {
+                        stored: Vec::new(),
+                        tag: tpde_format::CodecTag::Raw,
+                        params: Vec::new(),
+                        crc32: crc32fast::hash(part),
+                    });
                 }
+                let ctx = ChunkContext { dtype, base: base.map(|b| &b[i * chunk..i * chunk + part.len()]) };
                 let mut stored = Vec::with_capacity(part.len() / 2);
-                let params = codec.encode(ctx, part, &mut stored)?;
+                let (tag, params) = encoder.encode(ctx, part, &mut stored)?;
                 let crc32 = crc32fast::hash(&stored);
-                Ok(EncodedChunk { stored, params, crc32 })
+                Ok(EncodedChunk { stored, tag, params, crc32 })
             })
             .collect();
         let mut element = first_element;
         for (part, result) in data.chunks(chunk).zip(encoded) {
-            let EncodedChunk { stored, params, crc32 } =
+            let EncodedChunk { stored, tag, params, crc32 } =
                 result.map_err(|source| WriteError::Codec { tensor: entry.name.clone(), source })?;
             let stored: &[u8] = if is_raw { part } else { &stored };
             self.pad_to_alignment()?;
@@ -405,8 +463,18 @@ impl<W: Write> Writer<W> {
 /// One chunk after encoding (for `raw`, only its CRC: the bytes are the input's).
 struct EncodedChunk {
     stored: Vec<u8>,
+    tag: tpde_format::CodecTag,
     params: Vec<u8>,
     crc32: u32,
+}
+
+/// What makes a written tensor's chunks reusable for another tensor.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct DedupKey {
+    digest: [u8; 32],
+    dtype: DType,
+    /// The digest of the base bytes the chunks may decode against.
+    base: Option<[u8; 32]>,
 }
 
 /// A [`Writer`] to a file that appears under its final name only when complete.

@@ -16,6 +16,7 @@ use tpde_codec::Encoder;
 use tpde_read::Reader;
 use tpde_write::WriteOptions;
 
+use crate::convert::PackJob;
 use crate::{convert, mb_per_s, ratio, CliError};
 
 /// One row of the results table.
@@ -94,7 +95,12 @@ pub fn run(input: &Path, workdir: &Path, runs: usize) -> Result<Vec<Row>, CliErr
             let mut report = convert::PackReport::default();
             let secs = time(runs, || {
                 report = p.install(|| {
-                    convert::pack(input, &packed, WriteOptions { encoder, ..WriteOptions::default() }, &hidden)
+                    convert::pack(
+                        input,
+                        &packed,
+                        PackJob::keyframe(WriteOptions { encoder, ..WriteOptions::default() }),
+                        &hidden,
+                    )
                 })?;
                 Ok(())
             })?;
@@ -106,7 +112,7 @@ pub fn run(input: &Path, workdir: &Path, runs: usize) -> Result<Vec<Row>, CliErr
                 mb_s: mb_per_s(report.logical_bytes, secs),
             });
             let unpacked = out("bench.unpacked.safetensors");
-            let secs = time(runs, || p.install(|| convert::unpack(&packed, &unpacked, &hidden).map(|_| ())))?;
+            let secs = time(runs, || p.install(|| convert::unpack(&packed, None, &unpacked, &hidden).map(|_| ())))?;
             rows.push(Row {
                 what: format!("tpde unpack ({label} file)"),
                 threads,

@@ -8,13 +8,15 @@ use std::path::Path;
 use std::time::Instant;
 
 use indicatif::ProgressBar;
-use safetensors::{Dtype as StDtype, SafeTensors, View};
+use safetensors::{Dtype as StDtype, View};
 use tpde_codec::Encoder;
-use tpde_format::metadata::{KEY_PRODUCER, KEY_SOURCE_FORMAT, RESERVED_PREFIX};
-use tpde_format::{DType, MetadataValue};
-use tpde_read::Reader;
-use tpde_write::{FileWriter, WriteOptions};
+use tpde_format::digest::{content_digest, Digest, DigestInput};
+use tpde_format::metadata::{KEY_MAX_ABS_ERROR, KEY_PRODUCER, KEY_SOURCE_FORMAT, RESERVED_PREFIX};
+use tpde_format::{BaseRef, CodecTag, DType, MetadataValue};
+use tpde_read::{Base, Reader};
+use tpde_write::{lossy, FileWriter, WriteOptions};
 
+use crate::checkpoint::{open_tpde, MemoryCheckpoint, SafetensorsFile};
 use crate::CliError;
 
 /// The TPDE dtype of a safetensors dtype, if the registry has it.
@@ -66,31 +68,68 @@ pub fn dtype_to_safetensors(d: DType) -> StDtype {
 pub struct PackReport {
     /// Tensors written.
     pub tensors: u64,
+    /// Tensors written as deltas against the base.
+    pub delta_tensors: u64,
     /// Logical tensor bytes.
     pub logical_bytes: u64,
     /// Stored chunk bytes.
     pub stored_bytes: u64,
     /// The output file's size.
     pub file_bytes: u64,
+    /// The content digest of what was written.
+    pub content_digest: Digest,
     /// Wall time.
     pub seconds: f64,
 }
 
-fn st_error(path: &Path, e: safetensors::SafeTensorError) -> CliError {
-    CliError::failed(format!("{}: not a valid safetensors file: {e}", path.display()))
+/// How to pack: the writer's options, and for a delta the base and an optional lossy bound.
+pub struct PackJob<'a> {
+    /// Writer options; `base` is filled in from `base` below.
+    pub options: WriteOptions,
+    /// The base checkpoint and the path recorded as its hint.
+    pub base: Option<(&'a dyn Base, String)>,
+    /// Lossy bound τ (`--max-abs-error`); `None` is lossless.
+    pub max_abs_error: Option<f64>,
+    /// Keep the reconstruction of what was written (for the next delta of a lossy series).
+    pub keep_reconstruction: bool,
 }
 
-/// Packs a safetensors file into a TPDE file.
-pub fn pack(input: &Path, output: &Path, options: WriteOptions, bar: &ProgressBar) -> Result<PackReport, CliError> {
-    let start = Instant::now();
-    let map = tpde_read::map_file(input).map_err(|e| CliError::failed(format!("{}: {e}", input.display())))?;
-    let (_, header) = SafeTensors::read_metadata(&map).map_err(|e| st_error(input, e))?;
-    let st = SafeTensors::deserialize(&map).map_err(|e| st_error(input, e))?;
+impl PackJob<'_> {
+    /// A keyframe, lossless.
+    pub fn keyframe(options: WriteOptions) -> PackJob<'static> {
+        PackJob { options, base: None, max_abs_error: None, keep_reconstruction: false }
+    }
+}
 
+/// Packs a safetensors file into a TPDE file, as a delta if the job has a base.
+pub fn pack(input: &Path, output: &Path, job: PackJob<'_>, bar: &ProgressBar) -> Result<PackReport, CliError> {
+    let src = SafetensorsFile::open(input)?;
+    pack_file(&src, input, output, job, bar).map(|(r, _)| r)
+}
+
+/// [`pack`] from an open file; returns the reconstruction if the job asked for it.
+pub fn pack_file(
+    src: &SafetensorsFile,
+    input: &Path,
+    output: &Path,
+    job: PackJob<'_>,
+    bar: &ProgressBar,
+) -> Result<(PackReport, Option<MemoryCheckpoint>), CliError> {
+    let start = Instant::now();
+    let mut options = job.options;
+    if let Some((base, hint)) = &job.base {
+        options.base = Some(BaseRef { digest: base.content_digest()?, path_hint: hint.clone() });
+    }
+    if job.max_abs_error.is_some() && job.base.is_none() {
+        return Err(CliError::usage("--max-abs-error drops changes against a base: it needs --base"));
+    }
     let mut w = FileWriter::create(output, options)?;
     w.add_metadata(KEY_PRODUCER, MetadataValue::String(format!("tpde {}", env!("CARGO_PKG_VERSION"))))?;
     w.add_metadata(KEY_SOURCE_FORMAT, MetadataValue::String("safetensors".into()))?;
-    if let Some(meta) = header.metadata() {
+    if let Some(tau) = job.max_abs_error {
+        w.add_metadata(KEY_MAX_ABS_ERROR, MetadataValue::F64(tau))?;
+    }
+    if let Some(meta) = src.metadata() {
         let mut keys: Vec<&String> = meta.keys().collect();
         keys.sort();
         for k in keys {
@@ -103,30 +142,137 @@ pub fn pack(input: &Path, output: &Path, options: WriteOptions, bar: &ProgressBa
             w.add_metadata(k.clone(), MetadataValue::String(meta[k].clone()))?;
         }
     }
-    let names = header.offset_keys();
-    let total: u64 = names.iter().filter_map(|n| st.tensor(n).ok()).map(|t| t.data().len() as u64).sum();
-    bar.set_length(total);
+    bar.set_length(src.tensors().map(|t| t.3.len() as u64).sum());
     let mut report = PackReport::default();
-    for name in &names {
-        let t = st.tensor(name).map_err(|e| st_error(input, e))?;
-        let dtype = dtype_from_safetensors(t.dtype()).ok_or_else(|| {
-            CliError::failed(format!(
-                "tensor {name:?}: safetensors dtype {:?} is not in TPDE's dtype registry",
-                t.dtype()
-            ))
-        })?;
-        let shape: Vec<u64> = t.shape().iter().map(|&d| d as u64).collect();
-        let entry = w.add_tensor(name, dtype, &shape, t.data())?;
+    let mut kept = job.keep_reconstruction.then(MemoryCheckpoint::default);
+    for (name, dtype, shape, data) in src.tensors() {
+        // A tensor whose base counterpart has its name, dtype and shape is a delta; any other
+        // (new, reshaped, retyped) is a keyframe inside the delta file.
+        let base = match &job.base {
+            Some((b, _)) => b.tensor(name)?.filter(|t| t.dtype == dtype && t.shape == shape),
+            None => None,
+        };
+        let entry = match &base {
+            Some(b) => {
+                let data: Cow<[u8]> = match job.max_abs_error {
+                    Some(tau) => Cow::Owned(lossy::snap_to_base(dtype, data, &b.data, tau)),
+                    None => Cow::Borrowed(data),
+                };
+                if let Some(k) = &mut kept {
+                    k.insert(name, dtype, shape, data.to_vec());
+                }
+                report.delta_tensors += 1;
+                w.add_tensor_delta(name, dtype, shape, &data, &b.data)?
+            }
+            None => {
+                if let Some(k) = &mut kept {
+                    k.insert(name, dtype, shape, data.to_vec());
+                }
+                w.add_tensor(name, dtype, shape, data)?
+            }
+        };
         report.tensors += 1;
         report.logical_bytes += entry.byte_length;
         report.stored_bytes += entry.stored_length();
         bar.inc(entry.byte_length);
     }
+    report.content_digest = content_digest(w.tensors().iter().map(|t| DigestInput {
+        name: &t.name,
+        dtype: t.dtype,
+        shape: &t.shape,
+        digest: &t.digest,
+    }));
     let file = w.finish()?;
     report.file_bytes = file.metadata()?.len();
     report.seconds = start.elapsed().as_secs_f64();
     bar.finish_and_clear();
-    Ok(report)
+    Ok((report, kept))
+}
+
+/// The path hint to record for `base` in a file written at `output`: the base's file name when
+/// both are in one folder, its absolute path otherwise.
+pub fn path_hint(base: &Path, output: &Path) -> String {
+    let dir_of = |p: &Path| {
+        let d = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        d.canonicalize().ok()
+    };
+    match (dir_of(base), dir_of(output), base.file_name()) {
+        (Some(a), Some(b), Some(name)) if a == b => name.to_string_lossy().into_owned(),
+        _ => base.canonicalize().unwrap_or_else(|_| base.to_path_buf()).display().to_string(),
+    }
+}
+
+/// What `pack-series` did, file by file.
+#[derive(Clone, Debug)]
+pub struct SeriesEntry {
+    /// The checkpoint packed.
+    pub input: std::path::PathBuf,
+    /// The file written.
+    pub output: std::path::PathBuf,
+    /// Whether it is a keyframe.
+    pub keyframe: bool,
+    /// The pack.
+    pub report: PackReport,
+}
+
+/// Packs every `.safetensors` file of `dir` (in name order) into `out_dir` as a chain: a
+/// keyframe every `keyframe_every` files, each other file a delta against the one before. With
+/// a lossy bound the base of each delta is the previous file as it decodes (closed loop).
+pub fn pack_series(
+    dir: &Path,
+    out_dir: &Path,
+    keyframe_every: usize,
+    options: WriteOptions,
+    max_abs_error: Option<f64>,
+    bar: &ProgressBar,
+) -> Result<Vec<SeriesEntry>, CliError> {
+    if keyframe_every == 0 {
+        return Err(CliError::usage("--keyframe-every must be at least 1"));
+    }
+    let mut inputs: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| CliError::failed(format!("{}: {e}", dir.display())))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+        .collect();
+    inputs.sort();
+    if inputs.is_empty() {
+        return Err(CliError::failed(format!("{}: no .safetensors files", dir.display())));
+    }
+    std::fs::create_dir_all(out_dir)?;
+    let mut done = Vec::new();
+    // The previous checkpoint as it decodes: its safetensors file when lossless, the kept
+    // reconstruction when lossy.
+    let mut prev: Option<(SafetensorsFile, Option<MemoryCheckpoint>, std::path::PathBuf)> = None;
+    for (i, input) in inputs.iter().enumerate() {
+        let src = SafetensorsFile::open(input)?;
+        let stem = input.file_stem().unwrap_or_default().to_string_lossy().into_owned();
+        let output = out_dir.join(format!("{stem}.tpde"));
+        let keyframe = i % keyframe_every == 0;
+        let base: Option<(&dyn Base, String)> = match (&prev, keyframe) {
+            (Some((file, recon, out)), false) => {
+                let b: &dyn Base = match recon {
+                    Some(r) => r,
+                    None => file,
+                };
+                Some((b, path_hint(out, &output)))
+            }
+            _ => None,
+        };
+        let job = PackJob {
+            options: options.clone(),
+            max_abs_error: max_abs_error.filter(|_| base.is_some()),
+            keep_reconstruction: max_abs_error.is_some(),
+            base,
+        };
+        let (report, recon) = pack_file(&src, input, &output, job, bar)?;
+        if recon.is_none() {
+            // Lossless: the file decodes to this checkpoint, so its digest is the file's.
+            src.set_digest(report.content_digest);
+        }
+        done.push(SeriesEntry { input: input.clone(), output: output.clone(), keyframe, report });
+        prev = Some((src, recon, output));
+    }
+    Ok(done)
 }
 
 struct Tensor<'a> {
@@ -175,17 +321,11 @@ pub fn safetensors_metadata<S: tpde_read::Source>(r: &Reader<S>) -> Option<HashM
 }
 
 /// Decodes every tensor of a TPDE file (CRCs checked) and writes a safetensors file,
-/// atomically (temporary file, then rename).
-pub fn unpack(input: &Path, output: &Path, bar: &ProgressBar) -> Result<UnpackReport, CliError> {
+/// atomically (temporary file, then rename). A delta decodes against `base` if given, else
+/// against the chain its path hints name.
+pub fn unpack(input: &Path, base: Option<&Path>, output: &Path, bar: &ProgressBar) -> Result<UnpackReport, CliError> {
     let start = Instant::now();
-    let r = Reader::open(input)?;
-    if let Some(base) = &r.directory().base {
-        return Err(CliError::failed(format!(
-            "{} is a delta against base {}; this version of tpde decodes keyframes only",
-            input.display(),
-            tpde_format::digest::to_hex(&base.digest)
-        )));
-    }
+    let r = open_tpde(input, base)?;
     bar.set_length(r.tensors().iter().map(|t| t.byte_length).sum());
     let mut tensors = Vec::with_capacity(r.tensors().len());
     for t in r.tensors() {
@@ -213,36 +353,30 @@ pub fn unpack(input: &Path, output: &Path, bar: &ProgressBar) -> Result<UnpackRe
 /// Compares every tensor (name, dtype, shape, bytes) and the metadata map of two safetensors
 /// files; returns a description of the first difference.
 pub fn compare_safetensors(a: &Path, b: &Path) -> Result<Option<String>, CliError> {
-    let ma = tpde_read::map_file(a)?;
-    let mb = tpde_read::map_file(b)?;
-    let (_, ha) = SafeTensors::read_metadata(&ma).map_err(|e| st_error(a, e))?;
-    let (_, hb) = SafeTensors::read_metadata(&mb).map_err(|e| st_error(b, e))?;
-    let sa = SafeTensors::deserialize(&ma).map_err(|e| st_error(a, e))?;
-    let sb = SafeTensors::deserialize(&mb).map_err(|e| st_error(b, e))?;
-    let mut na = sa.names();
-    let mut nb = sb.names();
-    na.sort();
-    nb.sort();
-    if na != nb {
-        return Ok(Some(format!("tensor names differ: {} vs {}", na.len(), nb.len())));
+    let (fa, fb) = (SafetensorsFile::open(a)?, SafetensorsFile::open(b)?);
+    let mut ta: Vec<_> = fa.tensors().collect();
+    let mut tb: Vec<_> = fb.tensors().collect();
+    ta.sort_by_key(|t| t.0);
+    tb.sort_by_key(|t| t.0);
+    if ta.len() != tb.len() {
+        return Ok(Some(format!("tensor counts differ: {} vs {}", ta.len(), tb.len())));
     }
-    for n in na {
-        let (ta, tb) = (sa.tensor(n).map_err(|e| st_error(a, e))?, sb.tensor(n).map_err(|e| st_error(b, e))?);
-        if ta.dtype() != tb.dtype() || ta.shape() != tb.shape() || ta.data() != tb.data() {
-            return Ok(Some(format!("tensor {n:?} differs")));
-        }
+    if let Some((x, _)) = ta.iter().zip(&tb).find(|(x, y)| x != y) {
+        return Ok(Some(format!("tensor {:?} differs", x.0)));
     }
-    let strip = |m: &Option<HashMap<String, String>>| m.clone().unwrap_or_default();
-    if strip(ha.metadata()) != strip(hb.metadata()) {
+    if fa.metadata().cloned().unwrap_or_default() != fb.metadata().cloned().unwrap_or_default() {
         return Ok(Some("metadata differs".into()));
     }
     Ok(None)
 }
 
-/// Parses `raw` or `zstd` into an encoder.
+/// Parses a codec name (`auto`, `raw`, `zstd` or any registered tag) into an encoder.
 pub fn encoder(codec: &str, level: Option<i32>) -> Result<Encoder, CliError> {
+    if level.is_some() && codec != "zstd" {
+        return Err(CliError::usage("--level applies to --codec zstd only"));
+    }
     match codec {
-        "raw" if level.is_some() => Err(CliError::usage("--level applies to --codec zstd only")),
+        "auto" => Ok(Encoder::Auto),
         "raw" => Ok(Encoder::Raw),
         "zstd" => {
             let level = level.unwrap_or(3);
@@ -252,6 +386,68 @@ pub fn encoder(codec: &str, level: Option<i32>) -> Result<Encoder, CliError> {
             }
             Ok(Encoder::Zstd { level })
         }
-        other => Err(CliError::usage(format!("unknown codec {other:?}: expected raw or zstd"))),
+        other => CodecTag::from_name(other).map(Encoder::Codec).ok_or_else(|| {
+            let names: Vec<&str> = CodecTag::ALL.iter().map(|t| t.name()).collect();
+            CliError::usage(format!("unknown codec {other:?}: expected auto, {}", names.join(", ")))
+        }),
     }
+}
+
+/// How far a decoded file is from the checkpoint it was packed from.
+#[derive(Clone, Debug, Default)]
+pub struct AgainstReport {
+    /// Tensors compared.
+    pub tensors: u64,
+    /// Tensors that are bit-identical.
+    pub identical: u64,
+    /// The largest absolute difference of any float element.
+    pub max_abs_error: f64,
+    /// The bound the file records, if lossy.
+    pub bound: Option<f64>,
+}
+
+/// Decodes `file` and compares it with `original`: bit-exact for a lossless file; for a lossy
+/// one every float element within the recorded τ (non-finite values and integers exact).
+pub fn verify_against(file: &Path, base: Option<&Path>, original: &Path) -> Result<AgainstReport, CliError> {
+    let r = open_tpde(file, base)?;
+    let orig = SafetensorsFile::open(original)?;
+    let bound = match r.metadata(KEY_MAX_ABS_ERROR) {
+        Some(MetadataValue::F64(t)) => Some(*t),
+        _ => None,
+    };
+    let mut rep = AgainstReport { bound, ..AgainstReport::default() };
+    let names: std::collections::HashSet<&str> = orig.tensors().map(|t| t.0).collect();
+    if let Some(extra) = r.tensors().iter().find(|t| !names.contains(t.name.as_str())) {
+        return Err(CliError::failed(format!("tensor {:?} is not in {}", extra.name, original.display())));
+    }
+    for (name, dtype, shape, want) in orig.tensors() {
+        let t = r.tensor(name).map_err(|_| CliError::failed(format!("tensor {name:?} is missing from the file")))?;
+        if t.dtype != dtype || t.shape != shape {
+            return Err(CliError::failed(format!("tensor {name:?}: dtype or shape differs from the original")));
+        }
+        let got = r.read_tensor(t)?;
+        rep.tensors += 1;
+        if *got == *want {
+            rep.identical += 1;
+            continue;
+        }
+        let w = dtype.size() as usize;
+        for (i, (a, b)) in got.chunks_exact(w).zip(want.chunks_exact(w)).enumerate() {
+            if a == b {
+                continue;
+            }
+            let (Some(x), Some(y), Some(tau)) = (lossy::element_value(dtype, a), lossy::element_value(dtype, b), bound)
+            else {
+                return Err(CliError::failed(format!("tensor {name:?} element {i} differs and the file is lossless")));
+            };
+            let err = (x - y).abs();
+            if !(x.is_finite() && y.is_finite() && err <= tau) {
+                return Err(CliError::failed(format!(
+                    "tensor {name:?} element {i}: {x} decoded, {y} original, error {err} over the bound {tau}"
+                )));
+            }
+            rep.max_abs_error = rep.max_abs_error.max(err);
+        }
+    }
+    Ok(rep)
 }

@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bench;
+pub mod checkpoint;
 pub mod convert;
 pub mod demo;
 pub mod inspect;

@@ -65,7 +65,7 @@ fn inspect_text_and_json() {
     let text = inspect().arg(&packed).assert().success().get_output().stdout.clone();
     let text = String::from_utf8(text).unwrap();
     for needle in
-        ["TPDE 1.0", "model.embed_tokens.weight", "bf16", "[64, 16]", "zstd", "tpde.source_format", "none (keyframe)"]
+        ["TPDE 1.1", "model.embed_tokens.weight", "bf16", "[64, 16]", "planes", "tpde.source_format", "none (keyframe)"]
     {
         assert!(text.contains(needle), "{needle} missing from:\n{text}");
     }
@@ -109,7 +109,7 @@ fn exit_codes_and_messages() {
     bytes[60..64].copy_from_slice(&crc.to_le_bytes());
     let v3 = dir.path().join("v3.tpde");
     std::fs::write(&v3, &bytes).unwrap();
-    inspect().arg(&v3).assert().code(1).stderr(predicates::str::contains("version 3.0"));
+    inspect().arg(&v3).assert().code(1).stderr(predicates::str::contains("version 3.1"));
 
     // A corrupted chunk: open succeeds, verify fails with exit 1 and says where.
     let mut bytes = std::fs::read(&packed).unwrap();

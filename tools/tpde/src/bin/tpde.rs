@@ -1,4 +1,4 @@
-//! `tpde`: pack, unpack, verify, cat, inspect, demo, bench.
+//! `tpde`: pack, pack-series, unpack, verify, cat, inspect, demo, bench.
 //! Exit codes: 0 ok, 1 corrupt input, failed verification or any other failure, 2 usage.
 
 use std::io::Write;
@@ -9,7 +9,8 @@ use std::time::Instant;
 use clap::{Parser, Subcommand};
 use indicatif::HumanBytes;
 use tpde_read::Reader;
-use tpde_tools::{bench, convert, demo, inspect, mb_per_s, progress_bar, ratio, CliError};
+use tpde_tools::convert::PackJob;
+use tpde_tools::{bench, checkpoint, convert, demo, inspect, mb_per_s, progress_bar, ratio, CliError};
 use tpde_write::{WriteOptions, DEFAULT_CHUNK_BYTES};
 
 /// TPDE: checkpoints as keyframes and bit-exact deltas.
@@ -22,22 +23,31 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Pack a safetensors file into a .tpde file.
+    /// Pack a safetensors file into a .tpde file: a keyframe, or with --base a delta.
     Pack {
         /// The .safetensors input.
         input: PathBuf,
         /// The .tpde output (written atomically).
         #[arg(short, long)]
         output: PathBuf,
-        /// Chunk codec: raw or zstd.
-        #[arg(long, default_value = "zstd")]
-        codec: String,
-        /// zstd level (1..=22, or negative for the fast modes); zstd's default is 3.
-        #[arg(long, allow_negative_numbers = true)]
-        level: Option<i32>,
-        /// Decoded bytes per chunk.
-        #[arg(long, default_value_t = DEFAULT_CHUNK_BYTES)]
-        chunk_size: u64,
+        /// The checkpoint to write a delta against: a .tpde (keyframe or delta) or a .safetensors.
+        #[arg(long)]
+        base: Option<PathBuf>,
+        #[command(flatten)]
+        codec: CodecArgs,
+    },
+    /// Pack every .safetensors file of a folder, in name order, as a chain of deltas.
+    PackSeries {
+        /// The folder of checkpoints.
+        dir: PathBuf,
+        /// The output folder (one .tpde per checkpoint, same stem).
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Start a new chain with a keyframe every N checkpoints.
+        #[arg(long, default_value_t = 10)]
+        keyframe_every: usize,
+        #[command(flatten)]
+        codec: CodecArgs,
     },
     /// Unpack a .tpde file into a safetensors file.
     Unpack {
@@ -46,11 +56,21 @@ enum Command {
         /// The .safetensors output (written atomically).
         #[arg(short, long)]
         output: PathBuf,
+        /// The base of a delta (default: found through the path hint the file records).
+        #[arg(long)]
+        base: Option<PathBuf>,
     },
     /// Check every CRC, every tensor digest and the whole structure; exit 1 on corruption.
     Verify {
         /// The .tpde file.
         file: PathBuf,
+        /// The base of a delta (default: found through the path hint the file records).
+        #[arg(long)]
+        base: Option<PathBuf>,
+        /// Also compare the decoded tensors with the checkpoint the file was packed from:
+        /// bit-exact, or within the bound a lossy file records.
+        #[arg(long)]
+        against: Option<PathBuf>,
     },
     /// Write the raw little-endian bytes of one tensor to stdout.
     Cat {
@@ -89,6 +109,41 @@ enum Command {
     },
 }
 
+/// Codec choice shared by `pack` and `pack-series`.
+#[derive(clap::Args)]
+struct CodecArgs {
+    /// Chunk codec: auto (the smallest lossless form per chunk: planes for a keyframe, the best
+    /// delta against a base), raw, zstd, planes, delta-xor, delta-sub, sparse-elias-delta,
+    /// sparse-fibonacci, sparse-rice or sparse-packed.
+    #[arg(long, default_value = "auto")]
+    codec: String,
+    /// zstd level (1..=22, or negative for the fast modes); zstd's default is 3.
+    #[arg(long, allow_negative_numbers = true)]
+    level: Option<i32>,
+    /// Decoded bytes per chunk.
+    #[arg(long, default_value_t = DEFAULT_CHUNK_BYTES)]
+    chunk_size: u64,
+    /// LOSSY: a float element that changed by at most this much from the base keeps the base's
+    /// value. Off by default; recorded in the file as tpde.max_abs_error.
+    #[arg(long)]
+    max_abs_error: Option<f64>,
+}
+
+impl CodecArgs {
+    fn options(&self) -> Result<WriteOptions, CliError> {
+        let encoder = convert::encoder(&self.codec, self.level)?;
+        if self.chunk_size == 0 {
+            return Err(CliError::usage("--chunk-size must be positive"));
+        }
+        if let Some(t) = self.max_abs_error {
+            if !(t.is_finite() && t >= 0.0) {
+                return Err(CliError::usage("--max-abs-error must be a finite number >= 0"));
+            }
+        }
+        Ok(WriteOptions { encoder, chunk_bytes: self.chunk_size, ..WriteOptions::default() })
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli.command) {
@@ -102,32 +157,33 @@ fn main() -> ExitCode {
 
 fn run(command: Command) -> Result<(), CliError> {
     match command {
-        Command::Pack { input, output, codec, level, chunk_size } => {
-            let encoder = convert::encoder(&codec, level)?;
-            if chunk_size == 0 {
-                return Err(CliError::usage("--chunk-size must be positive"));
-            }
+        Command::Pack { input, output, base, codec } => {
+            let options = codec.options()?;
+            let base_ck = base.as_deref().map(checkpoint::open_base).transpose()?;
+            let job = PackJob {
+                options,
+                base: base_ck.as_deref().zip(base.as_deref()).map(|(b, p)| (b, convert::path_hint(p, &output))),
+                max_abs_error: codec.max_abs_error,
+                keep_reconstruction: false,
+            };
             let bar = progress_bar(0, "packing");
-            let r = convert::pack(
-                &input,
-                &output,
-                WriteOptions { encoder, chunk_bytes: chunk_size, ..WriteOptions::default() },
-                &bar,
-            )?;
-            eprintln!(
-                "packed {} tensors: {} -> {} (ratio {:.3}) in {:.2} s, {:.0} MB/s",
-                r.tensors,
-                HumanBytes(r.logical_bytes),
-                HumanBytes(r.file_bytes),
-                ratio(r.stored_bytes, r.logical_bytes),
-                r.seconds,
-                mb_per_s(r.logical_bytes, r.seconds)
-            );
+            let r = convert::pack(&input, &output, job, &bar)?;
+            eprintln!("{}", pack_line(&r));
             Ok(())
         }
-        Command::Unpack { input, output } => {
+        Command::PackSeries { dir, output, keyframe_every, codec } => {
+            let options = codec.options()?;
+            let bar = progress_bar(0, "packing");
+            let done = convert::pack_series(&dir, &output, keyframe_every, options, codec.max_abs_error, &bar)?;
+            for e in &done {
+                let kind = if e.keyframe { "keyframe" } else { "delta" };
+                println!("{} -> {} ({kind}): {}", e.input.display(), e.output.display(), pack_line(&e.report));
+            }
+            Ok(())
+        }
+        Command::Unpack { input, output, base } => {
             let bar = progress_bar(0, "unpacking");
-            let r = convert::unpack(&input, &output, &bar)?;
+            let r = convert::unpack(&input, base.as_deref(), &output, &bar)?;
             eprintln!(
                 "unpacked {} tensors ({}) in {:.2} s, {:.0} MB/s",
                 r.tensors,
@@ -137,7 +193,23 @@ fn run(command: Command) -> Result<(), CliError> {
             );
             Ok(())
         }
-        Command::Verify { file } => verify(&file),
+        Command::Verify { file, base, against } => {
+            verify(&file, base.as_deref())?;
+            if let Some(orig) = against {
+                let rep = convert::verify_against(&file, base.as_deref(), &orig)?;
+                match rep.bound {
+                    None => println!("ok: all {} tensors bit-exact against {}", rep.tensors, orig.display()),
+                    Some(t) => println!(
+                        "ok: {} tensors within the recorded bound {t:e} of {} ({} bit-exact), max abs error {:e}",
+                        rep.tensors,
+                        orig.display(),
+                        rep.identical,
+                        rep.max_abs_error
+                    ),
+                }
+            }
+            Ok(())
+        }
         Command::Cat { file, tensor } => {
             let r = Reader::open(&file)?;
             let data = r.read(&tensor)?;
@@ -166,8 +238,21 @@ fn run(command: Command) -> Result<(), CliError> {
     }
 }
 
-fn verify(file: &std::path::Path) -> Result<(), CliError> {
-    let r = Reader::open(file)?;
+fn pack_line(r: &convert::PackReport) -> String {
+    format!(
+        "packed {} tensors ({} as deltas): {} -> {} (ratio {:.3}) in {:.2} s, {:.0} MB/s",
+        r.tensors,
+        r.delta_tensors,
+        HumanBytes(r.logical_bytes),
+        HumanBytes(r.file_bytes),
+        ratio(r.stored_bytes, r.logical_bytes),
+        r.seconds,
+        mb_per_s(r.logical_bytes, r.seconds)
+    )
+}
+
+fn verify(file: &std::path::Path, base: Option<&std::path::Path>) -> Result<(), CliError> {
+    let r = checkpoint::open_tpde(file, base)?;
     let bar = progress_bar(r.tensors().iter().map(|t| t.byte_length).sum(), "verifying");
     let report = r.verify_with(|t| bar.inc(t.byte_length))?;
     bar.finish_and_clear();
@@ -198,10 +283,10 @@ fn run_demo(dir: Option<PathBuf>) -> Result<(), CliError> {
     ));
 
     let bar = progress_bar(0, "packing");
-    let opts = WriteOptions { encoder: convert::encoder("zstd", None)?, ..WriteOptions::default() };
-    let p = convert::pack(&src, &packed, opts, &bar)?;
+    let opts = WriteOptions { encoder: convert::encoder("auto", None)?, ..WriteOptions::default() };
+    let p = convert::pack(&src, &packed, PackJob::keyframe(opts), &bar)?;
     steps.push((
-        "tpde pack --codec zstd".into(),
+        "tpde pack".into(),
         format!(
             "{} -> {} (ratio {:.3})",
             HumanBytes(p.logical_bytes),
@@ -223,7 +308,7 @@ fn run_demo(dir: Option<PathBuf>) -> Result<(), CliError> {
     ));
 
     let bar = progress_bar(0, "unpacking");
-    let u = convert::unpack(&packed, &back, &bar)?;
+    let u = convert::unpack(&packed, None, &back, &bar)?;
     let diff = convert::compare_safetensors(&src, &back)?;
     steps.push((
         "tpde unpack + compare".into(),

@@ -1,0 +1,230 @@
+//! Byte planes (spec §6.2): the value path every float-aware codec shares.
+//!
+//! Elements of `w` bytes are split into `w` planes, plane `j` holding byte `j` (little-endian)
+//! of every element. Float bit patterns are first rotated left by one bit, which puts the
+//! sign in bit 0 and the exponent in the top bits: the top plane of an f32 or bf16 is then
+//! exactly the exponent, a low-entropy byte, and the low planes are near-random mantissa. Each
+//! plane is stored as it is or rANS-coded with its own table, whichever is smaller.
+//!
+//! ```text
+//! plane   u8 mode: 0 stored (n bytes follow) | 1 rANS (table, stream; see rans.rs)
+//! ```
+
+use tpde_format::{CodecTag, DType};
+
+use crate::rans::{self, Table};
+use crate::CodecError;
+
+const STORED: u8 = 0;
+const RANS: u8 = 1;
+
+/// Runs `$body` with `$T` the unsigned integer type of width `$w` bytes (1, 2, 4 or 8).
+macro_rules! with_word {
+    ($w:expr, $T:ident => $body:expr) => {
+        match $w {
+            1 => {
+                type $T = u8;
+                $body
+            }
+            2 => {
+                type $T = u16;
+                $body
+            }
+            4 => {
+                type $T = u32;
+                $body
+            }
+            8 => {
+                type $T = u64;
+                $body
+            }
+            w => unreachable!("no dtype is {w} bytes wide"),
+        }
+    };
+}
+pub(crate) use with_word;
+
+/// Whether the dtype's bit patterns are rotated before planing.
+pub fn rotates(dtype: DType) -> bool {
+    dtype.is_float()
+}
+
+/// Rotates every element of `bytes` left (`left`) or right by one bit.
+pub fn rotate(bytes: &mut [u8], w: usize, left: bool) {
+    with_word!(w, T => {
+        for c in bytes.chunks_exact_mut(w) {
+            let x = T::from_le_bytes(c.try_into().expect("w bytes"));
+            let y = if left { x.rotate_left(1) } else { x.rotate_right(1) };
+            c.copy_from_slice(&y.to_le_bytes());
+        }
+    })
+}
+
+/// Elements split into planes, with each plane's histogram: computed once, used both to
+/// estimate the size and to encode.
+pub struct Planed {
+    planes: Vec<u8>,
+    n: usize,
+    /// Per-plane histograms.
+    pub hists: Vec<[u64; 256]>,
+}
+
+impl Planed {
+    /// Splits elements of `w` bytes (already transformed) into planes and counts them.
+    pub fn new(elements: &[u8], w: usize) -> Planed {
+        let n = elements.len() / w;
+        let planes = split(elements, w);
+        let hists = (0..w).map(|j| rans::histogram(&planes[j * n..(j + 1) * n])).collect();
+        Planed { planes, n, hists }
+    }
+
+    /// Estimated stored bytes.
+    pub fn estimate(&self) -> f64 {
+        estimate(&self.hists)
+    }
+
+    /// Appends the coded planes.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let n = self.n;
+        for (j, hist) in self.hists.iter().enumerate() {
+            let plane = &self.planes[j * n..(j + 1) * n];
+            let table = Table::from_histogram(hist);
+            let coded = table.encoded_len() as f64 + table.cost_bytes(hist);
+            // A plane that rANS would shrink by under 2% is stored: not worth its decode time.
+            if n > 0 && coded < n as f64 * 0.98 {
+                out.push(RANS);
+                table.write(out);
+                rans::encode(&table, plane, out);
+            } else {
+                out.push(STORED);
+                out.extend_from_slice(plane);
+            }
+        }
+    }
+}
+
+/// Splits elements of `w` bytes into `w` planes of `n` bytes each, plane after plane.
+fn split(elements: &[u8], w: usize) -> Vec<u8> {
+    let n = elements.len() / w;
+    let mut planes = vec![0u8; n * w];
+    match w {
+        1 => planes.copy_from_slice(elements),
+        2 => {
+            let (p0, p1) = planes.split_at_mut(n);
+            let e = &elements[..2 * n];
+            for i in 0..n {
+                p0[i] = e[2 * i];
+                p1[i] = e[2 * i + 1];
+            }
+        }
+        4 => {
+            let (p01, p23) = planes.split_at_mut(2 * n);
+            let ((p0, p1), (p2, p3)) = (p01.split_at_mut(n), p23.split_at_mut(n));
+            let e = &elements[..4 * n];
+            for i in 0..n {
+                let x = u32::from_le_bytes([e[4 * i], e[4 * i + 1], e[4 * i + 2], e[4 * i + 3]]);
+                p0[i] = x as u8;
+                p1[i] = (x >> 8) as u8;
+                p2[i] = (x >> 16) as u8;
+                p3[i] = (x >> 24) as u8;
+            }
+        }
+        _ => {
+            for (j, plane) in planes.chunks_exact_mut(n.max(1)).enumerate() {
+                for (p, c) in plane.iter_mut().zip(elements.chunks_exact(w)) {
+                    *p = c[j];
+                }
+            }
+        }
+    }
+    planes
+}
+
+/// Interleaves `w` planes of `n` bytes (plane after plane) into elements.
+fn merge(planes: &[u8], w: usize, out: &mut [u8]) {
+    let n = out.len() / w;
+    match w {
+        1 => out.copy_from_slice(planes),
+        2 => {
+            let (p0, p1) = planes.split_at(n);
+            for ((c, a), b) in out.chunks_exact_mut(2).zip(p0).zip(p1) {
+                (c[0], c[1]) = (*a, *b);
+            }
+        }
+        4 => {
+            let (p01, p23) = planes.split_at(2 * n);
+            let ((p0, p1), (p2, p3)) = (p01.split_at(n), p23.split_at(n));
+            for ((((c, a), b), d), e) in out.chunks_exact_mut(4).zip(p0).zip(p1).zip(p2).zip(p3) {
+                (c[0], c[1], c[2], c[3]) = (*a, *b, *d, *e);
+            }
+        }
+        _ => {
+            for (j, plane) in planes.chunks_exact(n.max(1)).enumerate() {
+                for (c, p) in out.chunks_exact_mut(w).zip(plane) {
+                    c[j] = *p;
+                }
+            }
+        }
+    }
+}
+
+/// Estimated stored bytes of planes with these histograms (entropy plus tables).
+pub fn estimate(hists: &[[u64; 256]]) -> f64 {
+    hists
+        .iter()
+        .map(|h| {
+            let n: u64 = h.iter().sum();
+            if n == 0 {
+                return 1.0;
+            }
+            let bits: f64 = h
+                .iter()
+                .filter(|&&c| c > 0)
+                .map(|&c| {
+                    let p = c as f64 / n as f64;
+                    -(c as f64) * p.log2()
+                })
+                .sum();
+            let rans = bits / 8.0 + 32.0 + 2.0 * h.iter().filter(|&&c| c > 0).count() as f64 + 20.0;
+            1.0 + rans.min(n as f64)
+        })
+        .sum()
+}
+
+/// Appends the planes of `elements` (already transformed), `w` bytes each.
+pub fn encode(elements: &[u8], w: usize, out: &mut Vec<u8>) {
+    Planed::new(elements, w).encode(out)
+}
+
+/// Decodes `w` planes from the front of `input` into `out` (the elements, still transformed),
+/// returning the bytes after them.
+pub fn decode<'a>(codec: CodecTag, input: &'a [u8], w: usize, out: &mut [u8]) -> Result<&'a [u8], CodecError> {
+    let n = out.len() / w;
+    let corrupt = rans::corrupt(codec);
+    let mut rest = input;
+    let mut planes = vec![0u8; n * w];
+    for j in 0..w {
+        let plane = &mut planes[j * n..(j + 1) * n];
+        let (&mode, after) = rest.split_first().ok_or_else(|| corrupt(format!("plane {j} is missing")))?;
+        rest = after;
+        match mode {
+            STORED => {
+                let bytes = rest.get(..n).ok_or_else(|| corrupt(format!("stored plane {j} is cut short")))?;
+                plane.copy_from_slice(bytes);
+                rest = &rest[n..];
+            }
+            RANS => {
+                let (table, after) = Table::read(rest).map_err(&corrupt)?;
+                rest = rans::decode(&table, after, plane).map_err(&corrupt)?;
+            }
+            m => return Err(corrupt(format!("plane {j} has unknown mode {m}"))),
+        }
+    }
+    merge(&planes, w, out);
+    Ok(rest)
+}
+
+/// The spec's bound for `planes`: `decoded_length ≤ 32768 × stored_length`. It holds for every
+/// valid encoding because no rANS symbol is free: each costs at least log2(4096/4095) bits, one
+/// byte per 22 713 symbols (spec §6.2.2).
+pub const MAX_EXPANSION: u64 = 32768;

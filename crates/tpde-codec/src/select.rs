@@ -1,0 +1,84 @@
+//! The writer's per-chunk choice among the lossless forms (spec §10): estimate every form's
+//! size from histograms and exact position-code lengths, then encode only the smallest.
+
+use tpde_format::CodecTag;
+
+use crate::float::{width, Dense, DenseOp, Sparse};
+use crate::planes::{self, Planed};
+use crate::positions::PositionCoder;
+use crate::{decoder, ChunkContext, CodecError};
+
+/// A candidate form and its estimated stored bytes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Choice {
+    /// The codec.
+    tag: CodecTag,
+    /// Estimated stored bytes.
+    bytes: f64,
+}
+
+/// A chunk's changes against its base, and the estimated size of every candidate form.
+struct Estimate {
+    choices: Vec<Choice>,
+    positions: Vec<u32>,
+    values: Planed,
+    /// The `delta-sub` planes, when computed.
+    sub: Option<Planed>,
+}
+
+fn estimate_all(ctx: ChunkContext, input: &[u8], base: &[u8]) -> Estimate {
+    let w = width(ctx.dtype);
+    let n = (input.len() / w) as u64;
+    let (positions, values) = Sparse::changes(ctx.dtype, input, base);
+    let values = Planed::new(&values, w);
+    let values_cost = values.estimate();
+    let mut choices = Vec::new();
+    for coder in PositionCoder::ALL {
+        let pos = coder.cost_bits(&positions).div_ceil(8) as f64;
+        choices.push(Choice { tag: coder.tag(), bytes: 8.0 + pos + values_cost });
+    }
+    // Dense XOR: the changed values plus a zero for every unchanged element.
+    let mut dense_hist = values.hists.clone();
+    for h in &mut dense_hist {
+        h[0] += n - positions.len() as u64;
+    }
+    let xor = planes::estimate(&dense_hist);
+    choices.push(Choice { tag: CodecTag::DeltaXor, bytes: xor });
+    // Subtraction can only win when much has changed.
+    let mut sub = None;
+    if positions.len() as u64 * 4 > n {
+        let d = Planed::new(&Dense::forward(DenseOp::Sub, ctx.dtype, input, base), w);
+        choices.push(Choice { tag: CodecTag::DeltaSub, bytes: d.estimate() });
+        sub = Some(d);
+    }
+    // A fresh keyframe, only when the delta saves little (a re-initialised tensor).
+    if xor > input.len() as f64 * 0.9 {
+        let mut key = input.to_vec();
+        if planes::rotates(ctx.dtype) {
+            planes::rotate(&mut key, w, true);
+        }
+        choices.push(Choice { tag: CodecTag::Planes, bytes: Planed::new(&key, w).estimate() });
+    }
+    choices.sort_by(|a, b| a.bytes.total_cmp(&b.bytes));
+    Estimate { choices, positions, values, sub }
+}
+
+/// Encodes the chunk in its smallest estimated form.
+pub fn encode_best(ctx: ChunkContext, input: &[u8], out: &mut Vec<u8>) -> Result<(CodecTag, Vec<u8>), CodecError> {
+    let Some(base) = ctx.base.filter(|b| b.len() == input.len()) else {
+        return Ok((CodecTag::Planes, decoder(CodecTag::Planes).encode(ctx, input, out)?));
+    };
+    let est = estimate_all(ctx, input, base);
+    let best = est.choices[0].tag;
+    // What the estimate computed is reused: no second pass over the chunk.
+    if let Some(coder) = PositionCoder::of(best) {
+        Sparse::write_planed(coder, &est.positions, &est.values, out);
+        return Ok((best, Vec::new()));
+    }
+    if let (CodecTag::DeltaSub, Some(sub)) = (best, &est.sub) {
+        sub.encode(out);
+        return Ok((best, Vec::new()));
+    }
+    let ctx = if best == CodecTag::Planes { ChunkContext { base: None, ..ctx } } else { ctx };
+    Ok((best, decoder(best).encode(ctx, input, out)?))
+}

@@ -1,0 +1,93 @@
+//! Bases of delta files (spec §6.3, §7): what a delta decodes against, and following a chain of
+//! deltas back to its keyframe through the path hints the files record.
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tpde_format::digest::Digest;
+use tpde_format::DType;
+
+use crate::{ReadError, Reader, Source};
+
+/// The longest chain of deltas [`open_chain`] follows: a safeguard against hint loops that a
+/// path check cannot see (links, mounts), far above any sensible keyframe interval.
+pub const MAX_CHAIN: usize = 1024;
+
+/// One tensor of a base.
+#[derive(Clone, Debug)]
+pub struct BaseTensor<'a> {
+    /// Element type.
+    pub dtype: DType,
+    /// Shape.
+    pub shape: Vec<u64>,
+    /// Logical bytes.
+    pub data: Cow<'a, [u8]>,
+}
+
+/// A checkpoint a delta file can decode against: another TPDE file (keyframe or delta, with its
+/// own base attached), or any other container that can name its tensors (the `tpde` tool
+/// implements it for `.safetensors`).
+pub trait Base: Send + Sync {
+    /// The content digest of the base's tensors (spec §7).
+    fn content_digest(&self) -> Result<Digest, ReadError>;
+    /// The tensor `name`, or `None` if the base has none.
+    fn tensor(&self, name: &str) -> Result<Option<BaseTensor<'_>>, ReadError>;
+}
+
+impl<S: Source + Send> Base for Reader<S> {
+    fn content_digest(&self) -> Result<Digest, ReadError> {
+        Ok(Reader::content_digest(self))
+    }
+
+    fn tensor(&self, name: &str) -> Result<Option<BaseTensor<'_>>, ReadError> {
+        let Ok(t) = Reader::tensor(self, name) else {
+            return Ok(None);
+        };
+        Ok(Some(BaseTensor { dtype: t.dtype, shape: t.shape.clone(), data: self.read_tensor(t)? }))
+    }
+}
+
+/// Opens the file at `path` and, if it decodes against a base, the chain of bases behind it:
+/// each base is found through the path hint of the file that refers to it (relative to that
+/// file's folder) and checked against the recorded content digest.
+pub fn open_chain(path: impl AsRef<Path>) -> Result<Reader, ReadError> {
+    open_link(path.as_ref(), &mut HashSet::new())
+}
+
+/// Attaches to `file` the base at `base_path` (a TPDE file, whose own chain is opened by its
+/// hints).
+pub fn attach_chain(file: Reader, base_path: impl AsRef<Path>) -> Result<Reader, ReadError> {
+    let base = open_link(base_path.as_ref(), &mut HashSet::new())?;
+    file.with_base(Arc::new(base))
+}
+
+fn open_link(path: &Path, seen: &mut HashSet<PathBuf>) -> Result<Reader, ReadError> {
+    let key = path.canonicalize().map_err(|source| ReadError::Io { path: path.to_path_buf(), source })?;
+    if !seen.insert(key) {
+        return Err(ReadError::BaseChain { detail: format!("{} refers back to itself", path.display()) });
+    }
+    if seen.len() > MAX_CHAIN {
+        return Err(ReadError::BaseChain { detail: format!("more than {MAX_CHAIN} files in the chain") });
+    }
+    let reader = Reader::open(path)?;
+    let Some(base) = &reader.directory().base else {
+        return Ok(reader);
+    };
+    if !reader.uses_base() {
+        return Ok(reader);
+    }
+    if base.path_hint.is_empty() {
+        return Err(ReadError::BaseMissing { digest: tpde_format::digest::to_hex(&base.digest), hint: String::new() });
+    }
+    let base_path = path.parent().unwrap_or(Path::new(".")).join(&base.path_hint);
+    if !base_path.exists() {
+        return Err(ReadError::BaseMissing {
+            digest: tpde_format::digest::to_hex(&base.digest),
+            hint: base_path.display().to_string(),
+        });
+    }
+    let base_reader = open_link(&base_path, seen)?;
+    reader.with_base(Arc::new(base_reader))
+}

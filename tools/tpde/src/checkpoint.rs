@@ -1,0 +1,164 @@
+//! Checkpoints the tools read, whatever their container: a `.safetensors` file, or a `.tpde`
+//! file with its chain of bases. Either can be the base of a delta.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use rayon::prelude::*;
+use safetensors::SafeTensors;
+use tpde_format::digest::{content_digest, tensor_digest, Digest, DigestInput};
+use tpde_format::DType;
+use tpde_read::{Base, BaseTensor, ReadError, Reader};
+
+use crate::convert::dtype_from_safetensors;
+use crate::CliError;
+
+/// One tensor of a safetensors file.
+struct Entry {
+    name: String,
+    dtype: DType,
+    shape: Vec<u64>,
+    range: std::ops::Range<usize>,
+}
+
+/// A memory-mapped `.safetensors` file.
+pub struct SafetensorsFile {
+    map: memmap2::Mmap,
+    /// In file order.
+    entries: Vec<Entry>,
+    index: HashMap<String, usize>,
+    metadata: Option<HashMap<String, String>>,
+    digest: OnceLock<Digest>,
+}
+
+impl SafetensorsFile {
+    /// Maps and parses the file.
+    pub fn open(path: &Path) -> Result<Self, CliError> {
+        let st_err = |e: safetensors::SafeTensorError| {
+            CliError::failed(format!("{}: not a valid safetensors file: {e}", path.display()))
+        };
+        let map = tpde_read::map_file(path).map_err(|e| CliError::failed(format!("{}: {e}", path.display())))?;
+        let (header_len, header) = SafeTensors::read_metadata(&map).map_err(st_err)?;
+        let st = SafeTensors::deserialize(&map).map_err(st_err)?;
+        let data_start = 8 + header_len;
+        let mut entries = Vec::new();
+        for name in header.offset_keys() {
+            let t = st.tensor(&name).map_err(st_err)?;
+            let dtype = dtype_from_safetensors(t.dtype()).ok_or_else(|| {
+                CliError::failed(format!(
+                    "tensor {name:?}: safetensors dtype {:?} is not in TPDE's registry",
+                    t.dtype()
+                ))
+            })?;
+            let info = header.info(&name).expect("listed by offset_keys");
+            let range = data_start + info.data_offsets.0..data_start + info.data_offsets.1;
+            entries.push(Entry { name, dtype, shape: t.shape().iter().map(|&d| d as u64).collect(), range });
+        }
+        let index = entries.iter().enumerate().map(|(i, e)| (e.name.clone(), i)).collect();
+        let metadata = header.metadata().clone();
+        Ok(SafetensorsFile { map, entries, index, metadata, digest: OnceLock::new() })
+    }
+
+    /// Tensors in file order: name, dtype, shape, bytes.
+    pub fn tensors(&self) -> impl Iterator<Item = (&str, DType, &[u64], &[u8])> {
+        self.entries.iter().map(|e| (e.name.as_str(), e.dtype, e.shape.as_slice(), &self.map[e.range.clone()]))
+    }
+
+    /// The `__metadata__` map.
+    pub fn metadata(&self) -> Option<&HashMap<String, String>> {
+        self.metadata.as_ref()
+    }
+
+    /// Sets the content digest when it is already known (it is the content digest of a TPDE file
+    /// packed losslessly from this one), sparing a pass over the data.
+    pub fn set_digest(&self, digest: Digest) {
+        let _ = self.digest.set(digest);
+    }
+}
+
+impl Base for SafetensorsFile {
+    fn content_digest(&self) -> Result<Digest, ReadError> {
+        Ok(*self.digest.get_or_init(|| {
+            let digests: Vec<Digest> =
+                self.entries.par_iter().map(|e| tensor_digest(&self.map[e.range.clone()])).collect();
+            content_digest(self.entries.iter().zip(&digests).map(|(e, d)| DigestInput {
+                name: &e.name,
+                dtype: e.dtype,
+                shape: &e.shape,
+                digest: d,
+            }))
+        }))
+    }
+
+    fn tensor(&self, name: &str) -> Result<Option<BaseTensor<'_>>, ReadError> {
+        Ok(self.index.get(name).map(|&i| {
+            let e = &self.entries[i];
+            BaseTensor { dtype: e.dtype, shape: e.shape.clone(), data: Cow::Borrowed(&self.map[e.range.clone()]) }
+        }))
+    }
+}
+
+/// Tensors held in memory: the reconstruction of a lossy file, the base of the next delta in a
+/// series.
+#[derive(Default)]
+pub struct MemoryCheckpoint {
+    tensors: HashMap<String, (DType, Vec<u64>, Vec<u8>)>,
+}
+
+impl MemoryCheckpoint {
+    /// Adds a tensor.
+    pub fn insert(&mut self, name: &str, dtype: DType, shape: &[u64], data: Vec<u8>) {
+        self.tensors.insert(name.to_owned(), (dtype, shape.to_vec(), data));
+    }
+}
+
+impl Base for MemoryCheckpoint {
+    fn content_digest(&self) -> Result<Digest, ReadError> {
+        let digests: HashMap<&str, Digest> =
+            self.tensors.par_iter().map(|(n, (_, _, d))| (n.as_str(), tensor_digest(d))).collect();
+        Ok(content_digest(self.tensors.iter().map(|(n, (dtype, shape, _))| DigestInput {
+            name: n,
+            dtype: *dtype,
+            shape,
+            digest: &digests[n.as_str()],
+        })))
+    }
+
+    fn tensor(&self, name: &str) -> Result<Option<BaseTensor<'_>>, ReadError> {
+        Ok(self.tensors.get(name).map(|(dtype, shape, data)| BaseTensor {
+            dtype: *dtype,
+            shape: shape.clone(),
+            data: Cow::Borrowed(data),
+        }))
+    }
+}
+
+/// Whether the file at `path` starts with the TPDE magic.
+pub fn is_tpde(path: &Path) -> Result<bool, CliError> {
+    use std::io::Read;
+    let mut magic = [0u8; 8];
+    let mut f = std::fs::File::open(path).map_err(|e| CliError::failed(format!("{}: {e}", path.display())))?;
+    let n = f.read(&mut magic)?;
+    Ok(n == 8 && magic == tpde_format::header::MAGIC)
+}
+
+/// Opens a checkpoint to use as a base: a `.tpde` file (its own chain found through its path
+/// hints) or a `.safetensors` file.
+pub fn open_base(path: &Path) -> Result<Arc<dyn Base>, CliError> {
+    if is_tpde(path)? {
+        Ok(Arc::new(tpde_read::open_chain(path)?))
+    } else {
+        Ok(Arc::new(SafetensorsFile::open(path)?))
+    }
+}
+
+/// Opens a `.tpde` file for decoding: with `base` given, attached to it; otherwise, if it is a
+/// delta, to the chain its path hints name.
+pub fn open_tpde(path: &Path, base: Option<&Path>) -> Result<Reader, CliError> {
+    match base {
+        Some(b) => Ok(Reader::open(path)?.with_base(open_base(b)?)?),
+        None => Ok(tpde_read::open_chain(path)?),
+    }
+}
