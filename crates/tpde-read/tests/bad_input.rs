@@ -270,6 +270,22 @@ fn codec_rules() {
     // R25: params where the codec takes none.
     let bad = common::with_directory(&file, |d| d.tensors[0].chunks[0].params = vec![1]);
     assert_eq!(open(&bad).unwrap().read("ramp").unwrap_err().kind(), ErrorKind::Malformed);
+    // R28: a chunk that decodes against a base, in a file with no base reference.
+    let bad = common::with_directory(&file, |d| d.tensors[0].chunks[0].codec = tpde_format::CodecTag::DeltaXor);
+    let err = open(&bad).err().unwrap();
+    assert_eq!(err.kind(), ErrorKind::Malformed, "{err}");
+    assert!(err.to_string().contains("has none"), "{err}");
+    // R23 for planes: a chunk claiming more than 32768x expansion.
+    let planes = common::small_file(Encoder::Codec(tpde_format::CodecTag::Planes));
+    let bad = common::with_directory(&planes, |d| {
+        let t = &mut d.tensors[0];
+        t.shape = vec![1 << 28];
+        t.byte_length = 1 << 30;
+        t.chunks.truncate(1);
+        t.chunks[0].element_count = 1 << 28;
+        t.chunks[0].decoded_length = 1 << 30;
+    });
+    assert_eq!(open(&bad).err().unwrap().kind(), ErrorKind::Malformed);
 }
 
 #[test]

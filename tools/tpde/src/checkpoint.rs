@@ -155,10 +155,21 @@ pub fn open_base(path: &Path) -> Result<Arc<dyn Base>, CliError> {
 }
 
 /// Opens a `.tpde` file for decoding: with `base` given, attached to it; otherwise, if it is a
-/// delta, to the chain its path hints name.
+/// delta, to the base its path hint names (a `.tpde` with its own chain, or a `.safetensors`).
+/// When the hint leads nowhere the reader is returned as it is, and decoding a delta chunk fails
+/// naming the base's digest and hint.
 pub fn open_tpde(path: &Path, base: Option<&Path>) -> Result<Reader, CliError> {
-    match base {
-        Some(b) => Ok(Reader::open(path)?.with_base(open_base(b)?)?),
-        None => Ok(tpde_read::open_chain(path)?),
+    let reader = Reader::open(path)?;
+    if let Some(b) = base {
+        return Ok(reader.with_base(open_base(b)?)?);
     }
+    let hint = match &reader.directory().base {
+        Some(b) if reader.uses_base() && !b.path_hint.is_empty() => b.path_hint.clone(),
+        _ => return Ok(reader),
+    };
+    let base_path = path.parent().unwrap_or(Path::new(".")).join(hint);
+    if !base_path.is_file() {
+        return Ok(reader);
+    }
+    Ok(reader.with_base(open_base(&base_path)?)?)
 }

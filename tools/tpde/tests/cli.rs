@@ -168,3 +168,120 @@ fn crc32fast_hash(b: &[u8]) -> u32 {
     h.update(b);
     h.finalize()
 }
+
+fn model(dir: &Path, name: &str, step: u64, seed: u64) -> std::path::PathBuf {
+    let p = dir.join(name);
+    demo::write_checkpoint(demo::DemoModel { vocab: 64, d_model: 16, d_ff: 48, layers: 2 }, step, seed, &p).unwrap();
+    p
+}
+
+#[test]
+fn deltas_through_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let a = model(d, "a.safetensors", 5, 1);
+    let b = model(d, "b.safetensors", 6, 1);
+    let other = model(d, "other.safetensors", 6, 2);
+    tpde().arg("pack").arg(&a).arg("-o").arg(d.join("a.tpde")).assert().success();
+    tpde()
+        .arg("pack")
+        .arg(&b)
+        .args(["--base", "a.tpde", "-o", "b.tpde"])
+        .current_dir(d)
+        .assert()
+        .success()
+        .stderr(predicates::str::contains("as deltas"));
+    tpde().arg("inspect").arg(d.join("b.tpde")).assert().success().stdout(predicates::str::contains("a.tpde"));
+    // The base is found through the hint, or given as the .tpde or as the .safetensors.
+    for base in [None, Some("a.tpde"), Some("a.safetensors")] {
+        let mut cmd = tpde();
+        cmd.args(["unpack", "b.tpde", "-o", "b.back.safetensors"]).current_dir(d);
+        if let Some(base) = base {
+            cmd.args(["--base", base]);
+        }
+        cmd.assert().success();
+        assert_eq!(convert::compare_safetensors(&b, &d.join("b.back.safetensors")).unwrap(), None, "{base:?}");
+    }
+    tpde().args(["verify", "b.tpde", "--against", "b.safetensors"]).current_dir(d).assert().success();
+    // A wrong base: exit 1, both digests named.
+    tpde()
+        .args(["unpack", "b.tpde", "--base", "other.safetensors", "-o", "x.safetensors"])
+        .current_dir(d)
+        .assert()
+        .code(1)
+        .stderr(
+            predicates::str::is_match("wrong base: .*digest [0-9a-f]{64}, the base given has [0-9a-f]{64}").unwrap(),
+        );
+    assert!(!d.join("x.safetensors").exists());
+    // Without the base file the error names the digest and the hint.
+    std::fs::rename(d.join("a.tpde"), d.join("moved.tpde")).unwrap();
+    tpde()
+        .args(["unpack", "b.tpde", "-o", "x.safetensors"])
+        .current_dir(d)
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains("needs its base"));
+    // Lossless verification against a different checkpoint fails.
+    tpde()
+        .args(["verify", "b.tpde", "--base", "moved.tpde", "--against", "other.safetensors"])
+        .current_dir(d)
+        .assert()
+        .code(1);
+    let _ = other;
+}
+
+#[test]
+fn lossy_deltas_are_bounded_recorded_and_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    model(d, "a.safetensors", 5, 1);
+    model(d, "c.safetensors", 6, 2);
+    tpde().args(["pack", "c.safetensors", "--max-abs-error", "0.01", "-o", "c.tpde"]).current_dir(d).assert().code(2);
+    tpde()
+        .args(["pack", "c.safetensors", "--base", "a.safetensors", "--max-abs-error", "0.01", "-o", "c.tpde"])
+        .current_dir(d)
+        .assert()
+        .success();
+    tpde()
+        .args(["inspect", "c.tpde"])
+        .current_dir(d)
+        .assert()
+        .success()
+        .stdout(predicates::str::contains("tpde.max_abs_error"));
+    tpde()
+        .args(["verify", "c.tpde", "--against", "c.safetensors"])
+        .current_dir(d)
+        .assert()
+        .success()
+        .stdout(predicates::str::contains("within the recorded bound 1e-2"));
+    // Not within the bound of another checkpoint.
+    tpde().args(["verify", "c.tpde", "--against", "a.safetensors"]).current_dir(d).assert().code(1);
+}
+
+#[test]
+fn pack_series_chains_with_keyframes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ckpts = d.join("ckpts");
+    std::fs::create_dir(&ckpts).unwrap();
+    for step in 0..5 {
+        model(&ckpts, &format!("step{step}.safetensors"), step, 1);
+    }
+    let out = tpde()
+        .args(["pack-series", "ckpts", "-o", "packed", "--keyframe-every", "3"])
+        .current_dir(d)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let out = String::from_utf8(out).unwrap();
+    assert_eq!(out.matches("(keyframe)").count(), 2, "{out}");
+    assert_eq!(out.matches("(delta)").count(), 3, "{out}");
+    for step in 0..5 {
+        let back = d.join(format!("back{step}.safetensors"));
+        tpde().arg("unpack").arg(d.join(format!("packed/step{step}.tpde"))).arg("-o").arg(&back).assert().success();
+        let orig = ckpts.join(format!("step{step}.safetensors"));
+        assert_eq!(convert::compare_safetensors(&orig, &back).unwrap(), None, "step {step}");
+    }
+}

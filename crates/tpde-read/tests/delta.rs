@@ -1,0 +1,235 @@
+//! Deltas end to end: written against a base, read back bit-exact through the base; wrong,
+//! missing and looping bases rejected with their categories; chains followed through path
+//! hints; tied tensors stored once; the writer's per-chunk choice on checkpoint-like data.
+
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use tpde_codec::Encoder;
+use tpde_format::digest::to_hex;
+use tpde_format::{BaseRef, CodecTag, DType, ErrorKind};
+use tpde_read::{open_chain, Reader};
+use tpde_write::{FileWriter, WriteOptions, Writer};
+
+/// A checkpoint: (name, dtype, shape, bytes).
+type Checkpoint = Vec<(String, DType, Vec<u64>, Vec<u8>)>;
+
+fn f32s(v: impl IntoIterator<Item = f32>) -> Vec<u8> {
+    v.into_iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// A step of "training": weights nudged by a small step, the step counter incremented.
+fn step(ck: &Checkpoint, k: u32) -> Checkpoint {
+    ck.iter()
+        .map(|(n, d, s, b)| {
+            let b = match d {
+                DType::F32 => f32s(b.chunks_exact(4).enumerate().map(|(i, c)| {
+                    let x = f32::from_le_bytes(c.try_into().unwrap());
+                    if (i as u32 + k) % 5 == 0 {
+                        x
+                    } else {
+                        x + 1e-4 * ((i as f32 + k as f32).sin())
+                    }
+                })),
+                DType::I64 => (i64::from_le_bytes(b[..8].try_into().unwrap()) + 1).to_le_bytes().to_vec(),
+                _ => b.clone(),
+            };
+            (n.clone(), *d, s.clone(), b)
+        })
+        .collect()
+}
+
+fn first() -> Checkpoint {
+    vec![
+        ("w".into(), DType::F32, vec![40, 50], f32s((0..2000).map(|i| (i as f32 * 0.01).cos() * 0.05))),
+        ("step".into(), DType::I64, vec![], 0i64.to_le_bytes().to_vec()),
+        ("mask".into(), DType::U8, vec![64], (0..64).collect()),
+    ]
+}
+
+fn digest_of(ck: &Checkpoint) -> [u8; 32] {
+    use tpde_format::digest::{content_digest, tensor_digest, DigestInput};
+    let d: Vec<[u8; 32]> = ck.iter().map(|t| tensor_digest(&t.3)).collect();
+    content_digest(ck.iter().zip(&d).map(|(t, d)| DigestInput { name: &t.0, dtype: t.1, shape: &t.2, digest: d }))
+}
+
+/// Writes `ck` as a delta against `base` (a keyframe if `None`) with `encoder`.
+fn write(ck: &Checkpoint, base: Option<(&Checkpoint, &str)>, encoder: Encoder, chunk: u64) -> Vec<u8> {
+    let base_ref = base.map(|(b, hint)| BaseRef { digest: digest_of(b), path_hint: hint.into() });
+    let opts = WriteOptions { encoder, chunk_bytes: chunk, base: base_ref, ..WriteOptions::default() };
+    let mut w = Writer::new(Vec::new(), opts).unwrap();
+    for (name, dtype, shape, bytes) in ck {
+        match base.and_then(|(b, _)| b.iter().find(|t| &t.0 == name && t.1 == *dtype && &t.2 == shape)) {
+            Some(bt) => w.add_tensor_delta(name, *dtype, shape, bytes, &bt.3).unwrap(),
+            None => w.add_tensor(name, *dtype, shape, bytes).unwrap(),
+        };
+    }
+    w.finish().unwrap()
+}
+
+fn assert_decodes_to<S: tpde_read::Source + Send>(r: &Reader<S>, ck: &Checkpoint) {
+    assert_eq!(r.tensors().len(), ck.len());
+    for (name, dtype, shape, bytes) in ck {
+        let t = r.tensor(name).unwrap();
+        assert_eq!((t.dtype, &t.shape), (*dtype, shape));
+        assert_eq!(&*r.read(name).unwrap(), &bytes[..], "{name}");
+    }
+    r.verify().unwrap();
+}
+
+#[test]
+fn every_delta_codec_round_trips_through_its_base() {
+    let a = first();
+    let b = step(&a, 1);
+    let base = Arc::new(Reader::from_source(write(&a, None, Encoder::Auto, 1024)).unwrap());
+    let mut encoders = vec![Encoder::Auto];
+    encoders.extend(CodecTag::ALL.into_iter().filter(|t| t.needs_base()).map(Encoder::Codec));
+    for enc in encoders {
+        let file = write(&b, Some((&a, "a.tpde")), enc, 1024);
+        let r = Reader::from_source(file).unwrap();
+        assert_eq!(r.header().minor_version, 1);
+        if let Encoder::Codec(tag) = enc {
+            assert!(r.tensor("w").unwrap().chunks.iter().all(|c| c.codec == tag), "{tag}");
+        }
+        let e = r.read("w").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::BaseMissing, "{e}");
+        assert!(e.to_string().contains(&to_hex(&digest_of(&a))), "{e}");
+        let r = r.with_base(base.clone()).unwrap();
+        assert_decodes_to(&r, &b);
+    }
+}
+
+#[test]
+fn wrong_base_is_rejected_naming_both_digests() {
+    let a = first();
+    let b = step(&a, 1);
+    let c = step(&b, 2);
+    let delta = Reader::from_source(write(&c, Some((&b, "")), Encoder::Auto, 1024)).unwrap();
+    let wrong = Arc::new(Reader::from_source(write(&a, None, Encoder::Auto, 1024)).unwrap());
+    let e = delta.with_base(wrong).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::BaseMismatch);
+    let msg = e.to_string();
+    assert!(msg.contains(&to_hex(&digest_of(&b))) && msg.contains(&to_hex(&digest_of(&a))), "{msg}");
+    // A keyframe takes no base.
+    let key = Reader::from_source(write(&a, None, Encoder::Auto, 1024)).unwrap();
+    let e = key.with_base(Arc::new(Reader::from_source(write(&a, None, Encoder::Raw, 1024)).unwrap()));
+    assert_eq!(e.err().unwrap().kind(), ErrorKind::InvalidArgument);
+}
+
+#[test]
+fn added_removed_reshaped_and_retyped_tensors() {
+    let a = first();
+    let mut b = step(&a, 1);
+    b.retain(|t| t.0 != "mask"); // removed
+    b.push(("new".into(), DType::F32, vec![3], f32s([1.0, 2.0, 3.0]))); // added
+    b[0].2 = vec![50, 40]; // reshaped
+    b[1].1 = DType::U64; // retyped
+    let file = write(&b, Some((&a, "")), Encoder::Auto, 1024);
+    let r = Reader::from_source(file).unwrap();
+    // Nothing in the file uses the base: every tensor is a keyframe inside the delta.
+    assert!(!r.uses_base());
+    assert_decodes_to(&r, &b);
+}
+
+#[test]
+fn tied_tensors_are_stored_once() {
+    let a = first();
+    let mut tied = a.clone();
+    tied.push(("w_tied".into(), DType::F32, vec![2000], a[0].3.clone()));
+    let file = write(&tied, None, Encoder::Auto, 1024);
+    let r = Reader::from_source(file).unwrap();
+    let (w, t) = (r.tensor("w").unwrap(), r.tensor("w_tied").unwrap());
+    let offsets = |e: &tpde_format::TensorEntry| e.chunks.iter().map(|c| c.offset).collect::<Vec<_>>();
+    assert_eq!(offsets(w), offsets(t));
+    assert_decodes_to(&r, &tied);
+    let untied = Reader::from_source(write(&a, None, Encoder::Auto, 1024)).unwrap();
+    let stored = w.stored_length();
+    assert!(r.file_len() - untied.file_len() < stored / 2, "the copy costs only its directory entry");
+}
+
+#[test]
+fn chains_follow_path_hints_and_loops_are_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    let cks: Vec<Checkpoint> = (0..4u32).fold(vec![first()], |mut v, k| {
+        let next = step(v.last().unwrap(), k);
+        v.push(next);
+        v
+    });
+    for (i, ck) in cks.iter().enumerate() {
+        let base = (i > 0).then(|| (&cks[i - 1], format!("{}.tpde", i - 1)));
+        let bytes = write(ck, base.as_ref().map(|(b, h)| (*b, h.as_str())), Encoder::Auto, 1024);
+        std::fs::write(dir.path().join(format!("{i}.tpde")), bytes).unwrap();
+    }
+    let last = open_chain(dir.path().join("4.tpde")).unwrap();
+    assert_decodes_to(&last, &cks[4]);
+
+    // A hint that points a file at itself: the digest even matches when nothing changed.
+    let same = write(&cks[0], Some((&cks[0], "self.tpde")), Encoder::Codec(CodecTag::SparseRice), 1024);
+    std::fs::write(dir.path().join("self.tpde"), same).unwrap();
+    assert_eq!(open_chain(dir.path().join("self.tpde")).err().unwrap().kind(), ErrorKind::BaseChain);
+
+    // A hint to a file that is not there.
+    std::fs::remove_file(dir.path().join("2.tpde")).unwrap();
+    let e = open_chain(dir.path().join("4.tpde")).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::BaseMissing, "{e}");
+}
+
+#[test]
+fn file_writer_records_the_base_flag_and_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = first();
+    let opts = WriteOptions {
+        encoder: Encoder::Auto,
+        base: Some(BaseRef { digest: digest_of(&a), path_hint: "a.tpde".into() }),
+        ..WriteOptions::default()
+    };
+    let mut w = FileWriter::create(dir.path().join("b.tpde"), opts).unwrap();
+    let b = step(&a, 3);
+    w.add_tensor_delta("w", DType::F32, &[40, 50], &b[0].3, &a[0].3).unwrap();
+    assert!(w.add_tensor_delta("x", DType::F32, &[1], &[0; 4], &[0; 8]).is_err(), "base of another length");
+    w.finish().unwrap();
+    let r = Reader::open(dir.path().join("b.tpde")).unwrap();
+    assert_eq!(r.header().required_features & tpde_format::RequiredFeatures::BASE, 1);
+    assert_eq!(r.directory().base.as_ref().unwrap().path_hint, "a.tpde");
+    let mut plain = Writer::new(Vec::new(), WriteOptions::default()).unwrap();
+    assert!(plain.add_tensor_delta("w", DType::F32, &[1], &[0; 4], &[0; 4]).is_err(), "no base reference");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Random checkpoints and random changes, every encoder, several chunk sizes: the delta
+    /// decodes bit-exact through its base.
+    #[test]
+    fn random_deltas_round_trip(
+        seed in any::<u64>(),
+        n in 0usize..3000,
+        changed in 0u32..=100,
+        chunk_pow in 6u32..12,
+        which in 0usize..8,
+    ) {
+        let mut rng = seed | 1;
+        let mut next = move || { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; rng };
+        let a: Checkpoint = vec![
+            ("f".into(), DType::F32, vec![n as u64], (0..n * 4).map(|_| next() as u8).collect()),
+            ("h".into(), DType::BF16, vec![n as u64], (0..n * 2).map(|_| next() as u8).collect()),
+        ];
+        let mut b = a.clone();
+        for t in &mut b {
+            for byte in t.3.iter_mut() {
+                if next() % 100 < u64::from(changed) {
+                    *byte ^= 1 << (next() % 8);
+                }
+            }
+        }
+        let mut encoders = vec![Encoder::Auto];
+        encoders.extend(CodecTag::ALL.into_iter().filter(|t| t.needs_base()).map(Encoder::Codec));
+        let enc = encoders[which % encoders.len()];
+        let file = write(&b, Some((&a, "")), enc, 1 << chunk_pow);
+        let base = Arc::new(Reader::from_source(write(&a, None, Encoder::Auto, 1 << chunk_pow)).unwrap());
+        let r = Reader::from_source(file).unwrap().with_base(base).unwrap();
+        for (name, _, _, bytes) in &b {
+            prop_assert_eq!(&*r.read(name).unwrap(), &bytes[..]);
+        }
+    }
+}
