@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark of TPDE keyframes and deltas against zstd -3, zstd -19, ZipNN and the
+"XOR with the previous checkpoint, byte planes, zstd" baseline, on pairs of real checkpoints, in
+one run.
+
+    python3 tools/bench/deltas.py LABEL:BASE.safetensors:CUR.safetensors [...] [--runs 3]
+                                  [--tpde target/release/tpde] [--dir /dev/shm/tpde-bench]
+
+Sizes are per tensor group (weights, exp_avg, exp_avg_sq) as a share of the raw tensor bytes.
+Speeds are MB/s of raw tensor bytes of the whole checkpoint, median of --runs (zstd -19: one
+run), file to file on --dir (a tmpfs measures codecs, not disks): `tpde pack`/`tpde unpack`
+against `zstd`/`zstd -d`; ZipNN in-process per tensor through its Python API. "1 thr" is one
+thread (RAYON_NUM_THREADS=1, zstd -T1, ZipNN threads=1); "all" is every core.
+
+Needs: zstd on PATH, pip install numpy zstandard zipnn.
+"""
+import argparse
+import json
+import os
+import statistics
+import struct
+import subprocess
+import sys
+import time
+
+import numpy as np
+import zstandard
+
+GROUPS = ["weights", "exp_avg", "exp_avg_sq"]
+
+
+def group(name):
+    if name.startswith("optimizer.exp_avg_sq."):
+        return "exp_avg_sq"
+    if name.startswith("optimizer.exp_avg."):
+        return "exp_avg"
+    if name.startswith("model."):
+        return "weights"
+    return "other"
+
+
+def read_safetensors(path):
+    """name -> (dtype, raw bytes), without numpy's dtype limits (bf16)."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for k, v in header.items():
+        if k == "__metadata__":
+            continue
+        s, e = v["data_offsets"]
+        out[k] = (v["dtype"], data[s:e])
+    return out
+
+
+def planes_xor_zstd(cur, base, width):
+    x = np.frombuffer(cur, np.uint8) ^ np.frombuffer(base, np.uint8)
+    planes = x.reshape(-1, width).T
+    c = zstandard.ZstdCompressor(level=3)
+    return sum(len(c.compress(planes[j].tobytes())) for j in range(width))
+
+
+WIDTH = {"F32": 4, "BF16": 2, "F16": 2, "I64": 8}
+ZIPNN_DTYPE = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
+
+
+def zipnn_all(tensors, threads):
+    """(compressed bytes per group, compress seconds, decompress seconds, round trip ok)."""
+    import zipnn
+
+    sizes = {}
+    tc = td = 0.0
+    ok = True
+    coders = {}
+    for name, (dt, b) in tensors.items():
+        g = group(name)
+        if dt not in ZIPNN_DTYPE or len(b) == 0:
+            sizes[g] = sizes.get(g, 0) + len(b)
+            continue
+        z = coders.setdefault(dt, zipnn.ZipNN(input_format="byte", bytearray_dtype=ZIPNN_DTYPE[dt], threads=threads))
+        t = time.perf_counter()
+        c = z.compress(b)
+        tc += time.perf_counter() - t
+        t = time.perf_counter()
+        d = z.decompress(c)
+        td += time.perf_counter() - t
+        ok &= bytes(d) == b
+        sizes[g] = sizes.get(g, 0) + len(c)
+    return sizes, tc, td, ok
+
+
+def timed(cmd, env=None, runs=3):
+    ts = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts)
+
+
+def tpde_groups(tpde, path):
+    inspect = os.path.join(os.path.dirname(tpde), "tpde-inspect")
+    rep = json.loads(subprocess.run([inspect, "--json", path], check=True, capture_output=True).stdout)
+    out = {}
+    for t in rep["tensors"]:
+        g = group(t["name"])
+        out[g] = out.get(g, 0) + t["stored_bytes"]
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("pairs", nargs="+")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--tpde", default="target/release/tpde")
+    ap.add_argument("--dir", default="/dev/shm/tpde-bench")
+    a = ap.parse_args()
+    os.makedirs(a.dir, exist_ok=True)
+    tpde = os.path.abspath(a.tpde)
+    cores = os.cpu_count()
+    env1 = dict(os.environ, RAYON_NUM_THREADS="1")
+    envn = dict(os.environ, RAYON_NUM_THREADS=str(cores))
+    results = []
+    for spec in a.pairs:
+        label, base_path, cur_path = spec.split(":")
+        cur = read_safetensors(cur_path)
+        base = read_safetensors(base_path)
+        raw = {g: 0 for g in GROUPS + ["other"]}
+        for n, (dt, b) in cur.items():
+            raw[group(n)] += len(b)
+        total_raw = sum(raw.values())
+        sizes = {}
+        # Sizes per group.
+        for level in (3, 19):
+            c = zstandard.ZstdCompressor(level=level, threads=-1)
+            sizes[f"zstd -{level}"] = {
+                g: len(c.compress(b"".join(b for n, (dt, b) in cur.items() if group(n) == g))) for g in GROUPS
+            }
+        xs = {g: 0 for g in GROUPS}
+        for n, (dt, b) in cur.items():
+            g = group(n)
+            if g in xs:
+                xs[g] += planes_xor_zstd(b, base[n][1], WIDTH[dt])
+        sizes["XOR+planes+zstd"] = xs
+        z1, zc1, zd1, zok = zipnn_all(cur, 1)
+        _, zcn, zdn, _ = zipnn_all(cur, 0)
+        sizes["ZipNN"] = z1
+        key = os.path.join(a.dir, "key.tpde")
+        delta = os.path.join(a.dir, "delta.tpde")
+        back = os.path.join(a.dir, "back.safetensors")
+        subprocess.run([tpde, "pack", cur_path, "-o", key], check=True, capture_output=True)
+        subprocess.run([tpde, "pack", cur_path, "--base", base_path, "-o", delta], check=True, capture_output=True)
+        sizes["TPDE keyframe"] = tpde_groups(tpde, key)
+        sizes["TPDE delta"] = tpde_groups(tpde, delta)
+        # Bit-exact check of the delta through the CLI.
+        subprocess.run([tpde, "verify", delta, "--base", base_path, "--against", cur_path], check=True, capture_output=True)
+        # Speeds, MB/s of raw tensor bytes.
+        mb = total_raw / 1e6
+        zst = os.path.join(a.dir, "cur.zst")
+        out = os.path.join(a.dir, "out.bin")
+        speed = {}
+        speed["zstd -3"] = (
+            mb / timed(["zstd", "-q", "-f", "-3", "-T1", cur_path, "-o", zst], runs=a.runs),
+            mb / timed(["zstd", "-q", "-f", "-3", "-T0", cur_path, "-o", zst], runs=a.runs),
+            mb / timed(["zstd", "-q", "-f", "-d", zst, "-o", out], runs=a.runs),
+        )
+        speed["zstd -19"] = (
+            None,
+            mb / timed(["zstd", "-q", "-f", "-19", "-T0", cur_path, "-o", zst], runs=1),
+            mb / timed(["zstd", "-q", "-f", "-d", zst, "-o", out], runs=a.runs),
+        )
+        speed["ZipNN"] = (mb / zc1, mb / zcn, mb / zd1, mb / zdn)
+        for name, extra in (("TPDE keyframe", []), ("TPDE delta", ["--base", base_path])):
+            f = key if name == "TPDE keyframe" else delta
+            speed[name] = (
+                mb / timed([tpde, "pack", cur_path, "-o", f] + extra, env=env1, runs=a.runs),
+                mb / timed([tpde, "pack", cur_path, "-o", f] + extra, env=envn, runs=a.runs),
+                mb / timed([tpde, "unpack", f, "-o", back] + extra, env=env1, runs=a.runs),
+                mb / timed([tpde, "unpack", f, "-o", back] + extra, env=envn, runs=a.runs),
+            )
+        results.append({"label": label, "raw": raw, "sizes": sizes, "speed": speed, "zipnn_round_trip": zok})
+        print(f"done {label}", file=sys.stderr, flush=True)
+
+    print("### Size / raw tensor bytes (lower is better)\n")
+    print("| checkpoint pair | group | " + " | ".join(results[0]["sizes"].keys()) + " |")
+    print("|---|---|" + "---:|" * len(results[0]["sizes"]))
+    for r in results:
+        for g in GROUPS:
+            if r["raw"][g] == 0:
+                continue
+            cells = [f"{r['sizes'][k].get(g, 0) / r['raw'][g]:.3f}" for k in r["sizes"]]
+            print(f"| {r['label']} | {g} | " + " | ".join(cells) + " |")
+    print(f"\n### MB/s of raw tensor bytes ({cores} cores; median of {a.runs})\n")
+    print("| checkpoint pair | tool | encode 1 thr | encode all | decode 1 thr | decode all |")
+    print("|---|---|---:|---:|---:|---:|")
+    for r in results:
+        for tool, s in r["speed"].items():
+            if tool.startswith("zstd"):
+                enc1, encn, dec = s
+                cells = [enc1, encn, dec, None]
+            else:
+                cells = list(s)
+            fmt = lambda v: "n/a" if v is None else f"{v:.0f}"
+            print(f"| {r['label']} | {tool} | " + " | ".join(fmt(c) for c in cells) + " |")
+    print("\nzstd decompression is single-threaded; ZipNN round trip bit-exact: "
+          + ", ".join(f"{r['label']}: {r['zipnn_round_trip']}" for r in results))
+    with open(os.path.join(a.dir, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
