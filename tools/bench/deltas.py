@@ -26,17 +26,9 @@ import time
 import numpy as np
 import zstandard
 
+from groups import group, groups
+
 GROUPS = ["weights", "exp_avg", "exp_avg_sq"]
-
-
-def group(name):
-    if name.startswith("optimizer.exp_avg_sq."):
-        return "exp_avg_sq"
-    if name.startswith("optimizer.exp_avg."):
-        return "exp_avg"
-    if name.startswith("model."):
-        return "weights"
-    return "other"
 
 
 def read_safetensors(path):
@@ -100,13 +92,9 @@ def timed(cmd, env=None, runs=3):
 
 
 def tpde_groups(tpde, path):
+    """Stored bytes per group."""
     inspect = os.path.join(os.path.dirname(tpde), "tpde-inspect")
-    rep = json.loads(subprocess.run([inspect, "--json", path], check=True, capture_output=True).stdout)
-    out = {}
-    for t in rep["tensors"]:
-        g = group(t["name"])
-        out[g] = out.get(g, 0) + t["stored_bytes"]
-    return out
+    return {g: stored for g, (_, stored) in groups(path, inspect).items()}
 
 
 def main():

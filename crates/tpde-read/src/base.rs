@@ -56,11 +56,11 @@ pub fn open_chain(path: impl AsRef<Path>) -> Result<Reader, ReadError> {
     open_link(path.as_ref(), &mut HashSet::new())
 }
 
-/// Attaches to `file` the base at `base_path` (a TPDE file, whose own chain is opened by its
-/// hints).
-pub fn attach_chain(file: Reader, base_path: impl AsRef<Path>) -> Result<Reader, ReadError> {
-    let base = open_link(base_path.as_ref(), &mut HashSet::new())?;
-    file.with_base(Arc::new(base))
+/// Where the base of the delta at `path` should be: its path hint, relative to the folder of
+/// `path`. `None` when the file decodes without a base or records no hint.
+pub fn hinted_base_path<S: Source>(path: &Path, reader: &Reader<S>) -> Option<PathBuf> {
+    let base = reader.directory().base.as_ref().filter(|b| !b.path_hint.is_empty())?;
+    reader.uses_base().then(|| path.parent().unwrap_or(Path::new(".")).join(&base.path_hint))
 }
 
 fn open_link(path: &Path, seen: &mut HashSet<PathBuf>) -> Result<Reader, ReadError> {
@@ -72,21 +72,13 @@ fn open_link(path: &Path, seen: &mut HashSet<PathBuf>) -> Result<Reader, ReadErr
         return Err(ReadError::BaseChain { detail: format!("more than {MAX_CHAIN} files in the chain") });
     }
     let reader = Reader::open(path)?;
-    let Some(base) = &reader.directory().base else {
+    let Some(base) = reader.directory().base.as_ref().filter(|_| reader.uses_base()) else {
         return Ok(reader);
     };
-    if !reader.uses_base() {
-        return Ok(reader);
-    }
-    if base.path_hint.is_empty() {
-        return Err(ReadError::BaseMissing { digest: tpde_format::digest::to_hex(&base.digest), hint: String::new() });
-    }
-    let base_path = path.parent().unwrap_or(Path::new(".")).join(&base.path_hint);
+    let missing = |hint: String| ReadError::BaseMissing { digest: tpde_format::digest::to_hex(&base.digest), hint };
+    let base_path = hinted_base_path(path, &reader).ok_or_else(|| missing(String::new()))?;
     if !base_path.exists() {
-        return Err(ReadError::BaseMissing {
-            digest: tpde_format::digest::to_hex(&base.digest),
-            hint: base_path.display().to_string(),
-        });
+        return Err(missing(base_path.display().to_string()));
     }
     let base_reader = open_link(&base_path, seen)?;
     reader.with_base(Arc::new(base_reader))

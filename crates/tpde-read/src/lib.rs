@@ -48,7 +48,7 @@ use tpde_format::{
     ChunkEntry, CodecTag, Directory, FormatError, Header, Location, MetadataValue, TensorEntry, Trailer,
 };
 
-pub use base::{attach_chain, open_chain, Base, BaseTensor, MAX_CHAIN};
+pub use base::{hinted_base_path, open_chain, Base, BaseTensor, MAX_CHAIN};
 pub use error::ReadError;
 pub use source::Source;
 

@@ -247,14 +247,7 @@ fn codec_rules() {
     let r = open(&file).unwrap();
     let ramp0 = r.tensor("ramp").unwrap().chunks[0].clone();
     // R23: a zstd chunk claiming more than 32768x expansion is rejected at open.
-    let bad = common::with_directory(&file, |d| {
-        let t = &mut d.tensors[0];
-        t.shape = vec![1 << 20];
-        t.byte_length = 4 << 20;
-        t.chunks.truncate(1);
-        t.chunks[0].element_count = 1 << 20;
-        t.chunks[0].decoded_length = 4 << 20;
-    });
+    let bad = one_chunk_claiming(&file, 1 << 20);
     let err = open(&bad).err().unwrap();
     assert_eq!(err.kind(), ErrorKind::Malformed, "{err}");
     // R25: stored bytes that do not decode, under a CRC that matches them.
@@ -277,15 +270,19 @@ fn codec_rules() {
     assert!(err.to_string().contains("has none"), "{err}");
     // R23 for planes: a chunk claiming more than 32768x expansion.
     let planes = common::small_file(Encoder::Codec(tpde_format::CodecTag::Planes));
-    let bad = common::with_directory(&planes, |d| {
+    assert_eq!(open(&one_chunk_claiming(&planes, 1 << 28)).err().unwrap().kind(), ErrorKind::Malformed);
+}
+
+/// The f32 tensor "ramp" of `file` as one chunk (its first) that claims to decode to `elements`.
+fn one_chunk_claiming(file: &[u8], elements: u64) -> Vec<u8> {
+    common::with_directory(file, |d| {
         let t = &mut d.tensors[0];
-        t.shape = vec![1 << 28];
-        t.byte_length = 1 << 30;
+        t.shape = vec![elements];
+        t.byte_length = elements * 4;
         t.chunks.truncate(1);
-        t.chunks[0].element_count = 1 << 28;
-        t.chunks[0].decoded_length = 1 << 30;
-    });
-    assert_eq!(open(&bad).err().unwrap().kind(), ErrorKind::Malformed);
+        t.chunks[0].element_count = elements;
+        t.chunks[0].decoded_length = elements * 4;
+    })
 }
 
 #[test]

@@ -163,13 +163,8 @@ pub fn open_tpde(path: &Path, base: Option<&Path>) -> Result<Reader, CliError> {
     if let Some(b) = base {
         return Ok(reader.with_base(open_base(b)?)?);
     }
-    let hint = match &reader.directory().base {
-        Some(b) if reader.uses_base() && !b.path_hint.is_empty() => b.path_hint.clone(),
-        _ => return Ok(reader),
-    };
-    let base_path = path.parent().unwrap_or(Path::new(".")).join(hint);
-    if !base_path.is_file() {
-        return Ok(reader);
+    match tpde_read::hinted_base_path(path, &reader).filter(|p| p.is_file()) {
+        Some(base_path) => Ok(reader.with_base(open_base(&base_path)?)?),
+        None => Ok(reader),
     }
-    Ok(reader.with_base(open_base(&base_path)?)?)
 }

@@ -152,24 +152,19 @@ pub fn pack_file(
             Some((b, _)) => b.tensor(name)?.filter(|t| t.dtype == dtype && t.shape == shape),
             None => None,
         };
+        let data: Cow<[u8]> = match (&base, job.max_abs_error) {
+            (Some(b), Some(tau)) => Cow::Owned(lossy::snap_to_base(dtype, data, &b.data, tau)),
+            _ => Cow::Borrowed(data),
+        };
+        if let Some(k) = &mut kept {
+            k.insert(name, dtype, shape, data.to_vec());
+        }
         let entry = match &base {
             Some(b) => {
-                let data: Cow<[u8]> = match job.max_abs_error {
-                    Some(tau) => Cow::Owned(lossy::snap_to_base(dtype, data, &b.data, tau)),
-                    None => Cow::Borrowed(data),
-                };
-                if let Some(k) = &mut kept {
-                    k.insert(name, dtype, shape, data.to_vec());
-                }
                 report.delta_tensors += 1;
                 w.add_tensor_delta(name, dtype, shape, &data, &b.data)?
             }
-            None => {
-                if let Some(k) = &mut kept {
-                    k.insert(name, dtype, shape, data.to_vec());
-                }
-                w.add_tensor(name, dtype, shape, data)?
-            }
+            None => w.add_tensor(name, dtype, shape, &data)?,
         };
         report.tensors += 1;
         report.logical_bytes += entry.byte_length;
