@@ -24,6 +24,7 @@ pub mod error;
 pub mod header;
 pub mod limits;
 pub mod metadata;
+pub mod surgery;
 pub mod trailer;
 pub mod validate;
 

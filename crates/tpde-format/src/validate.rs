@@ -20,9 +20,9 @@ pub fn validate(header: &Header, dir: &Directory, payload_end: u64) -> Result<()
             "directory",
             Location::default(),
             format!(
-                "the BASE feature flag is {} but the directory {} a base reference",
+                "the BASE feature flag is {} but the directory {}",
                 if has_base_flag { "set" } else { "clear" },
-                if dir.base.is_some() { "has" } else { "has no" }
+                if dir.base.is_some() { "has a base reference" } else { "has no base reference" }
             ),
         ));
     }

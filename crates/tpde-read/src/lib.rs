@@ -50,7 +50,7 @@ use tpde_format::{
 
 pub use base::{hinted_base_path, open_chain, Base, BaseTensor, MAX_CHAIN};
 pub use error::ReadError;
-pub use source::Source;
+pub use source::{Source, StreamSource};
 
 /// Whether chunk CRCs are checked on read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -137,7 +137,7 @@ impl<S: Source> Reader<S> {
     pub fn with_options(src: S, options: ReadOptions) -> Result<Self, ReadError> {
         let len = src.len();
         let head = src.get(0..len.min(Header::LEN as u64)).unwrap_or_default();
-        let header = Header::parse(head, len)?;
+        let header = Header::parse(&head, len)?;
         let min_len = (Header::LEN + Trailer::LEN) as u64;
         if len < min_len {
             return Err(FormatError::Truncated {
@@ -148,13 +148,14 @@ impl<S: Source> Reader<S> {
             }
             .into());
         }
-        let tail: &[u8; 32] = bytes(&src, len - Trailer::LEN as u64..len, "trailer")?
+        let tail: [u8; 32] = bytes(&src, len - Trailer::LEN as u64..len, "trailer")?
+            .as_ref()
             .try_into()
             .expect("bytes() returns the length asked for");
-        let trailer = Trailer::parse(tail, len)?;
+        let trailer = Trailer::parse(&tail, len)?;
         let dir_at = trailer.directory_offset;
         let dir_bytes = bytes(&src, dir_at..dir_at + trailer.directory_length, "directory")?;
-        let crc = crc32fast::hash(dir_bytes);
+        let crc = crc32fast::hash(&dir_bytes);
         if crc != trailer.directory_crc32 {
             return Err(FormatError::ChecksumMismatch {
                 what: "directory",
@@ -164,7 +165,7 @@ impl<S: Source> Reader<S> {
             }
             .into());
         }
-        let directory = Directory::parse(dir_bytes).map_err(|e| e.offset_by(dir_at))?;
+        let directory = Directory::parse(&dir_bytes).map_err(|e| e.offset_by(dir_at))?;
         validate(&header, &directory, dir_at)?;
         for t in &directory.tensors {
             for (i, c) in t.chunks.iter().enumerate() {
@@ -356,7 +357,7 @@ impl<S: Source> Reader<S> {
             if policy == ChecksumPolicy::Verify {
                 t.chunks.par_iter().enumerate().try_for_each(|(i, c)| self.stored(t, i, c, policy).map(|_| ()))?;
             }
-            return Ok(Cow::Borrowed(bytes(&self.src, range, "chunk")?));
+            return bytes(&self.src, range, "chunk");
         }
         // A delta's base tensor is fetched (and checked) before the output is allocated: the
         // base justifies the length.
@@ -437,7 +438,7 @@ impl<S: Source> Reader<S> {
                 let base = base.filter(|_| c.codec.needs_base()).map(|b| &b[from..from + part.len()]);
                 let ctx = ChunkContext { dtype: t.dtype, base };
                 let stored = self.stored(t, i, c, policy)?;
-                tpde_codec::decode(c.codec, ctx, &c.params, stored, part)
+                tpde_codec::decode(c.codec, ctx, &c.params, &stored, part)
                     .map_err(|source| ReadError::Codec { location: chunk_location(t, i, c), source })
             })
             .collect();
@@ -446,10 +447,16 @@ impl<S: Source> Reader<S> {
     }
 
     /// A chunk's stored bytes, CRC-checked under `policy`.
-    fn stored(&self, t: &TensorEntry, i: usize, c: &ChunkEntry, policy: ChecksumPolicy) -> Result<&[u8], ReadError> {
+    fn stored(
+        &self,
+        t: &TensorEntry,
+        i: usize,
+        c: &ChunkEntry,
+        policy: ChecksumPolicy,
+    ) -> Result<Cow<'_, [u8]>, ReadError> {
         let bytes = bytes(&self.src, c.offset..c.offset + c.stored_length, "chunk")?;
         if policy == ChecksumPolicy::Verify {
-            let crc = crc32fast::hash(bytes);
+            let crc = crc32fast::hash(&bytes);
             if crc != c.crc32 {
                 return Err(FormatError::ChecksumMismatch {
                     what: "chunk",
@@ -466,10 +473,14 @@ impl<S: Source> Reader<S> {
 
 /// Bytes of the source; validation has already put every range the reader asks for inside the
 /// file, so `None` means a [`Source`] that shrank or misreports its length.
-fn bytes<'a, S: Source>(src: &'a S, range: std::ops::Range<u64>, what: &'static str) -> Result<&'a [u8], ReadError> {
+fn bytes<'a, S: Source>(
+    src: &'a S,
+    range: std::ops::Range<u64>,
+    what: &'static str,
+) -> Result<Cow<'a, [u8]>, ReadError> {
     let file_len = src.len();
     let want = range.end - range.start;
-    src.get(range.clone()).filter(|b| <[u8]>::len(b) as u64 == want).ok_or(ReadError::Format(FormatError::Truncated {
+    src.get(range.clone()).filter(|b| b.len() as u64 == want).ok_or(ReadError::Format(FormatError::Truncated {
         what,
         start: range.start,
         end: range.end,

@@ -3,10 +3,11 @@
 
 mod common;
 
+use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Mutex;
 use tpde_codec::Encoder;
-use tpde_read::{Reader, Source};
+use tpde_read::{Reader, Source, StreamSource};
 
 struct Recording {
     bytes: Vec<u8>,
@@ -17,9 +18,9 @@ impl Source for Recording {
     fn len(&self) -> u64 {
         self.bytes.len() as u64
     }
-    fn get(&self, range: Range<u64>) -> Option<&[u8]> {
+    fn get(&self, range: Range<u64>) -> Option<Cow<'_, [u8]>> {
         self.log.lock().unwrap().push(range.clone());
-        <[u8]>::get(&self.bytes, range.start as usize..range.end as usize)
+        <[u8]>::get(&self.bytes, range.start as usize..range.end as usize).map(Cow::Borrowed)
     }
 }
 
@@ -52,5 +53,22 @@ fn open_and_read_touch_only_what_they_need() {
                 "{range:?} is outside the tensor's chunks {allowed:?}"
             );
         }
+    }
+}
+
+#[test]
+fn a_stream_reads_what_the_map_reads() {
+    for encoder in [Encoder::Raw, Encoder::Zstd { level: 3 }, Encoder::Auto] {
+        let bytes = common::small_file(encoder);
+        let in_memory = Reader::from_source(bytes.as_slice()).unwrap();
+        let stream = Reader::from_source(StreamSource::new(std::io::Cursor::new(bytes.clone())).unwrap()).unwrap();
+        assert_eq!(stream.directory(), in_memory.directory());
+        for t in in_memory.tensors() {
+            assert_eq!(stream.read_tensor(t).unwrap(), in_memory.read_tensor(t).unwrap(), "{}", t.name);
+        }
+        stream.verify().unwrap();
+        // A stream that ends early is truncated, not a panic.
+        let short = StreamSource::new(std::io::Cursor::new(bytes[..bytes.len() - 1].to_vec())).unwrap();
+        assert_eq!(Reader::from_source(short).err().unwrap().kind(), tpde_format::ErrorKind::Truncated);
     }
 }

@@ -170,6 +170,25 @@ impl<W: Write> Writer<W> {
         Ok(())
     }
 
+    /// Sets the encoder for the tensors added from now on (a file may mix codecs, chunk by
+    /// chunk: the tag is recorded in each chunk entry). The header, already written, declares
+    /// the minor version of the encoder the file was started with, so a codec of a later minor
+    /// version is refused: start the file with it instead.
+    pub fn set_encoder(&mut self, encoder: Encoder) -> Result<(), WriteError> {
+        if encoder.since_minor() > self.header.minor_version {
+            return Err(WriteError::invalid(
+                "encoder",
+                format!(
+                    "it needs format 1.{}, the file was started as 1.{}",
+                    encoder.since_minor(),
+                    self.header.minor_version
+                ),
+            ));
+        }
+        self.encoder = encoder;
+        Ok(())
+    }
+
     /// Adds a tensor whose logical bytes (little-endian, row-major) are in `data`, as a keyframe:
     /// its chunks decode without a base.
     pub fn add_tensor(

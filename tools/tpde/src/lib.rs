@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod checkpoint;
+pub mod conformance;
 pub mod convert;
 pub mod demo;
 pub mod inspect;

@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand};
 use indicatif::HumanBytes;
 use tpde_read::Reader;
 use tpde_tools::convert::PackJob;
-use tpde_tools::{bench, checkpoint, convert, demo, inspect, mb_per_s, progress_bar, ratio, CliError};
+use tpde_tools::{bench, checkpoint, conformance, convert, demo, inspect, mb_per_s, progress_bar, ratio, CliError};
 use tpde_write::{WriteOptions, DEFAULT_CHUNK_BYTES};
 
 /// TPDE: checkpoints as keyframes and bit-exact deltas.
@@ -78,6 +78,15 @@ enum Command {
         file: PathBuf,
         /// The tensor's name.
         tensor: String,
+    },
+    /// Run a conformance corpus (`conformance/` in the repository): every valid file must
+    /// decode to its manifest entry and every invalid one fail with its error category.
+    Conformance {
+        /// The corpus folder, holding manifest.json, valid/ and invalid/.
+        dir: PathBuf,
+        /// Print only the failures and the totals.
+        #[arg(long, short)]
+        quiet: bool,
     },
     /// Same as `tpde-inspect`.
     Inspect {
@@ -220,6 +229,14 @@ fn run(command: Command) -> Result<(), CliError> {
             }
         }
         Command::Inspect { file, json, chunks } => tpde_tools::run_inspect(&file, json, chunks),
+        Command::Conformance { dir, quiet } => {
+            let outcomes = conformance::run(&dir).map_err(CliError::failed)?;
+            print!("{}", conformance::render(&outcomes, quiet));
+            match outcomes.iter().any(|o| o.failure.is_some()) {
+                true => Err(CliError::failed("conformance: some files failed")),
+                false => Ok(()),
+            }
+        }
         Command::Demo { dir } => run_demo(dir),
         Command::Bench { input, runs, dir } => {
             let (work, _keep) = demo::workdir(dir)?;

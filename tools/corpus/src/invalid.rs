@@ -1,0 +1,826 @@
+//! `invalid/`: one file (or more) per rejection rule of spec §9, each a valid file with one
+//! thing broken and its checksums resealed, so that only the rule under test can catch it.
+
+use tpde_format::{
+    surgery, BaseRef, CodecTag, Directory, ErrorKind, Header, MetadataEntry, MetadataValue, RequiredFeatures, Trailer,
+};
+
+use crate::valid::{DELTA_BASE, DELTA_PACKED, DELTA_XOR, SMALL_PLANES, SMALL_RAW, SMALL_ZSTD};
+use crate::Gen;
+
+use ErrorKind::*;
+
+pub fn all(g: &mut Gen) {
+    envelope(g);
+    directory(g);
+    chunks(g);
+    codecs(g);
+    bases(g);
+}
+
+/// An invalid file read on its own.
+fn bad(g: &mut Gen, path: &str, rule: &str, description: &str, bytes: Vec<u8>, error: ErrorKind) {
+    g.invalid(&format!("invalid/{path}.tpde"), rule, description, bytes, None, false, error);
+}
+
+/// An invalid delta file read against `base`.
+fn bad_delta(g: &mut Gen, path: &str, rule: &str, description: &str, bytes: Vec<u8>, base: &str, error: ErrorKind) {
+    g.invalid(&format!("invalid/{path}.tpde"), rule, description, bytes, Some(base), false, error);
+}
+
+fn edit_dir(file: &[u8], edit: impl FnOnce(&mut Directory)) -> Vec<u8> {
+    surgery::with_directory(file, edit).expect("surgery on a valid file")
+}
+
+fn edit_dir_bytes(file: &[u8], edit: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    surgery::with_directory_bytes(file, edit).expect("surgery on a valid file")
+}
+
+fn edit_header(file: &[u8], edit: impl FnOnce(&mut Header)) -> Vec<u8> {
+    surgery::with_header(file, edit).expect("surgery on a valid file")
+}
+
+fn edit_trailer(file: &[u8], edit: impl FnOnce(&mut Trailer)) -> Vec<u8> {
+    surgery::with_trailer(file, edit).expect("surgery on a valid file")
+}
+
+fn dir_offset(file: &[u8]) -> usize {
+    u64::from_le_bytes(file[file.len() - 32..file.len() - 24].try_into().unwrap()) as usize
+}
+
+/// Where `needle` starts in the directory of `file` (as an offset into the directory).
+fn find_in_dir(file: &[u8], needle: &[u8]) -> usize {
+    let dir = &file[dir_offset(file)..file.len() - 32];
+    dir.windows(needle.len()).position(|w| w == needle).expect("needle in the directory")
+}
+
+/// Header and trailer: R1–R11.
+fn envelope(g: &mut Gen) {
+    let small = g.get(SMALL_RAW).bytes.clone();
+    let mut zip = small.clone();
+    zip[..4].copy_from_slice(b"PK\x03\x04");
+    bad(g, "r01-zip-magic", "R1", "a ZIP signature where the magic belongs", zip, NotTpde);
+    bad(g, "r01-empty", "R1", "an empty file", Vec::new(), NotTpde);
+    bad(g, "r01-text", "R1", "a short text file", b"hello, world\n".to_vec(), NotTpde);
+    let mut magic = small.clone();
+    magic[7] = 0x0a;
+    bad(g, "r01-magic-last-byte", "R1", "the magic's last byte changed (a text-mode transfer)", magic, NotTpde);
+    bad(g, "r02-major-2", "R2", "major version 2", edit_header(&small, |h| h.major_version = 2), UnsupportedVersion);
+    bad(g, "r02-major-0", "R2", "major version 0", edit_header(&small, |h| h.major_version = 0), UnsupportedVersion);
+    let mut crc = small.clone();
+    crc[20] ^= 1;
+    bad(g, "r03-header-crc", "R3", "a flipped bit in the header's flags, CRC not updated", crc, ChecksumMismatch);
+    bad(
+        g,
+        "r04-unknown-required-feature",
+        "R4",
+        "must-understand feature bit 5, which no 1.x reader knows",
+        edit_header(&small, |h| h.required_features |= 1 << 5),
+        UnsupportedFeature,
+    );
+    bad(g, "r05-truncated-in-header", "R5", "the first 40 bytes of a file", small[..40].to_vec(), Truncated);
+    bad(g, "r05-no-room-for-trailer", "R5", "a header and 16 more bytes", small[..80].to_vec(), Truncated);
+    let at = dir_offset(&small);
+    bad(g, "r06-truncated-in-trailer", "R6", "the last byte missing", small[..small.len() - 1].to_vec(), Truncated);
+    bad(
+        g,
+        "r06-truncated-in-directory",
+        "R6",
+        "cut in the middle of the directory",
+        small[..at + 20].to_vec(),
+        Truncated,
+    );
+    bad(g, "r06-truncated-in-chunk", "R6", "cut in the middle of the chunk payloads", small[..300].to_vec(), Truncated);
+    let mut trailer = small.clone();
+    let n = trailer.len();
+    trailer[n - 30] ^= 1;
+    bad(
+        g,
+        "r07-trailer-crc",
+        "R7",
+        "a flipped bit in the directory offset, trailer CRC not updated",
+        trailer,
+        ChecksumMismatch,
+    );
+    bad(
+        g,
+        "r08-reserved-nonzero",
+        "R8",
+        "a reserved header byte set",
+        edit_header(&small, |h| h.reserved[3] = 1),
+        Malformed,
+    );
+    bad(
+        g,
+        "r08-alignment-100",
+        "R8",
+        "alignment 100, not a power of two",
+        edit_header(&small, |h| h.alignment = 100),
+        Malformed,
+    );
+    bad(g, "r08-alignment-32", "R8", "alignment 32, under 64", edit_header(&small, |h| h.alignment = 32), Malformed);
+    bad(
+        g,
+        "r08-alignment-2mib",
+        "R8",
+        "alignment 2 MiB, over 1 MiB",
+        edit_header(&small, |h| h.alignment = 2 << 20),
+        Malformed,
+    );
+    bad(
+        g,
+        "r09-directory-too-long",
+        "R9",
+        "a trailer declaring a 300 MiB directory (over the 256 MiB limit)",
+        edit_trailer(&small, |t| t.directory_length = 300 << 20),
+        LimitExceeded,
+    );
+    bad(
+        g,
+        "r09-directory-length-overflows",
+        "R9",
+        "a directory length of 2^64 − 1",
+        edit_trailer(&small, |t| t.directory_length = u64::MAX),
+        LimitExceeded,
+    );
+    let end = small.len() as u64 - 32;
+    bad(
+        g,
+        "r10-directory-overlaps-header",
+        "R10",
+        "a directory offset of 32, inside the header",
+        edit_trailer(&small, |t| {
+            t.directory_offset = 32;
+            t.directory_length = end - 32;
+        }),
+        Malformed,
+    );
+    bad(
+        g,
+        "r10-directory-short-of-trailer",
+        "R10",
+        "a directory that ends one byte before the trailer",
+        edit_trailer(&small, |t| t.directory_length -= 1),
+        Malformed,
+    );
+    let mut dir_crc = small.clone();
+    dir_crc[at + 2] ^= 1;
+    bad(
+        g,
+        "r11-directory-crc",
+        "R11",
+        "a flipped bit in the directory, its CRC not updated",
+        dir_crc,
+        ChecksumMismatch,
+    );
+}
+
+/// The directory's syntax and semantics: R12–R20.
+fn directory(g: &mut Gen) {
+    let small = g.get(SMALL_RAW).bytes.clone();
+    bad(g, "r12-base-kind-2", "R12", "base_kind 2", edit_dir_bytes(&small, |d| d[8] = 2), Malformed);
+    bad(
+        g,
+        "r12-trailing-byte",
+        "R12",
+        "a byte after the last tensor entry",
+        edit_dir_bytes(&small, |d| d.push(0)),
+        Malformed,
+    );
+    bad(
+        g,
+        "r12-count-past-end",
+        "R12",
+        "a tensor count of 2^32 − 1, far past the directory's end",
+        edit_dir_bytes(&small, |d| d[4..8].copy_from_slice(&u32::MAX.to_le_bytes())),
+        Malformed,
+    );
+    bad(
+        g,
+        "r12-key-not-utf8",
+        "R12",
+        "a metadata key that is not UTF-8 (0xff)",
+        edit_dir_bytes(&small, |d| d[9 + 2] = 0xff),
+        Malformed,
+    );
+    let scalar = find_in_dir(&small, b"scalar");
+    bad(
+        g,
+        "r12-name-not-utf8",
+        "R12",
+        "a tensor name that is not UTF-8 (a lone continuation byte)",
+        edit_dir_bytes(&small, |d| d[scalar] = 0x80),
+        Malformed,
+    );
+    let flag = find_in_dir(&small, b"flag") + 4;
+    bad(
+        g,
+        "r12-bool-not-0-or-1",
+        "R12",
+        "a bool metadata value of 2",
+        edit_dir_bytes(&small, |d| d[flag + 5] = 2),
+        Malformed,
+    );
+    let step = find_in_dir(&small, b"tpde.step") + 9;
+    bad(
+        g,
+        "r12-u64-of-7-bytes",
+        "R12",
+        "a u64 metadata value 7 bytes long",
+        edit_dir_bytes(&small, |d| {
+            d[step + 1..step + 5].copy_from_slice(&7u32.to_le_bytes());
+            d.remove(step + 5);
+        }),
+        Malformed,
+    );
+    // dtype, rank (a scalar has no dims), byte_length, digest, chunk_count, then the chunk
+    // entry's five u64 and crc32 before its codec tag.
+    let dtype_at = scalar + 6;
+    let codec_at = dtype_at + 2 + 8 + 32 + 4 + 44;
+    bad(
+        g,
+        "r13-unknown-dtype",
+        "R13",
+        "dtype code 0x7e",
+        edit_dir_bytes(&small, |d| d[dtype_at] = 0x7e),
+        UnsupportedFeature,
+    );
+    bad(
+        g,
+        "r14-unknown-codec",
+        "R14",
+        "codec tag 0x1234",
+        edit_dir_bytes(&small, |d| d[codec_at..codec_at + 2].copy_from_slice(&[0x34, 0x12])),
+        UnsupportedFeature,
+    );
+    let limits = [
+        ("r15-name-too-long", "a tensor name of 4097 bytes", LimitCase::Name),
+        ("r15-key-too-long", "a metadata key of 1025 bytes", LimitCase::Key),
+        ("r15-rank-33", "a rank of 33", LimitCase::Rank),
+        ("r15-params-too-long", "codec params of 1025 bytes", LimitCase::Params),
+        ("r15-chunk-too-long", "a chunk decoding to 2 GiB (the limit is 1 GiB)", LimitCase::Chunk),
+    ];
+    for (path, description, case) in limits {
+        bad(g, path, "R15", description, edit_dir(&small, |d| case.apply(d)), LimitExceeded);
+    }
+    let delta = g.get(DELTA_XOR).bytes.clone();
+    bad_delta(
+        g,
+        "r15-hint-too-long",
+        "R15",
+        "a base path hint of 4097 bytes",
+        edit_dir(&delta, |d| d.base.as_mut().unwrap().path_hint = "h".repeat(4097)),
+        DELTA_BASE,
+        LimitExceeded,
+    );
+    bad(
+        g,
+        "r16-base-flag-without-base",
+        "R16",
+        "the BASE flag set, no base reference",
+        edit_header(&small, |h| h.required_features |= RequiredFeatures::BASE),
+        Malformed,
+    );
+    bad(
+        g,
+        "r16-base-without-flag",
+        "R16",
+        "a base reference, the BASE flag clear",
+        edit_dir(&small, |d| d.base = Some(BaseRef { digest: [7; 32], path_hint: "b.tpde".into() })),
+        Malformed,
+    );
+    bad(g, "r17-empty-name", "R17", "a tensor named \"\"", edit_dir(&small, |d| d.tensors[1].name.clear()), Malformed);
+    bad(
+        g,
+        "r17-duplicate-name",
+        "R17",
+        "two tensors named \"ramp\"",
+        edit_dir(&small, |d| d.tensors[1].name = d.tensors[0].name.clone()),
+        Malformed,
+    );
+    bad(
+        g,
+        "r17-duplicate-key",
+        "R17",
+        "the metadata key \"flag\" twice",
+        edit_dir(&small, |d| d.metadata.push(MetadataEntry::new("flag", MetadataValue::Bool(false)))),
+        Malformed,
+    );
+    bad(
+        g,
+        "r17-empty-key",
+        "R17",
+        "a metadata key \"\"",
+        edit_dir(&small, |d| d.metadata.push(MetadataEntry::new("", MetadataValue::Bool(false)))),
+        Malformed,
+    );
+    bad(
+        g,
+        "r17-reserved-key-type",
+        "R17",
+        "tpde.step as an i64 (the spec says u64)",
+        edit_dir(&small, |d| d.metadata[0].value = MetadataValue::I64(42)),
+        Malformed,
+    );
+    bad(
+        g,
+        "r18-byte-length",
+        "R18",
+        "byte_length 4 more than shape × dtype size",
+        edit_dir(&small, |d| d.tensors[0].byte_length += 4),
+        Malformed,
+    );
+    bad(
+        g,
+        "r18-shape-overflows-u64",
+        "R18",
+        "a shape whose element count overflows 64 bits",
+        edit_dir(&small, |d| d.tensors[0].shape = vec![u64::MAX, u64::MAX]),
+        Malformed,
+    );
+    bad(
+        g,
+        "r18-byte-length-overflows-u64",
+        "R18",
+        "a shape whose byte length (not element count) overflows 64 bits",
+        edit_dir(&small, |d| d.tensors[0].shape = vec![1 << 62]),
+        Malformed,
+    );
+    bad(
+        g,
+        "r19-gap",
+        "R19",
+        "chunk 1 starts one element late",
+        edit_dir(&small, |d| d.tensors[0].chunks[1].element_start += 1),
+        Malformed,
+    );
+    bad(
+        g,
+        "r19-overlap",
+        "R19",
+        "chunk 1 starts one element early",
+        edit_dir(&small, |d| d.tensors[0].chunks[1].element_start -= 1),
+        Malformed,
+    );
+    bad(
+        g,
+        "r19-short",
+        "R19",
+        "the last chunk missing: the chunks cover fewer elements than the shape",
+        edit_dir(&small, |d| {
+            d.tensors[0].chunks.pop();
+        }),
+        Malformed,
+    );
+    bad(
+        g,
+        "r19-empty-chunk",
+        "R19",
+        "a chunk of zero elements",
+        edit_dir(&small, |d| {
+            let mut c = d.tensors[0].chunks[1].clone();
+            c.element_count = 0;
+            c.decoded_length = 0;
+            c.stored_length = 0;
+            c.crc32 = crc32fast::hash(&[]);
+            d.tensors[0].chunks.insert(1, c);
+        }),
+        Malformed,
+    );
+    bad(
+        g,
+        "r19-chunks-on-empty-tensor",
+        "R19",
+        "a tensor of zero elements that lists a chunk",
+        edit_dir(&small, |d| {
+            let c = d.tensors[1].chunks[0].clone();
+            d.tensors[2].chunks.push(c);
+        }),
+        Malformed,
+    );
+    bad(
+        g,
+        "r20-decoded-length",
+        "R20",
+        "a chunk whose decoded_length is 4 short of its elements",
+        edit_dir(&small, |d| d.tensors[0].chunks[0].decoded_length -= 4),
+        Malformed,
+    );
+}
+
+enum LimitCase {
+    Name,
+    Key,
+    Rank,
+    Params,
+    Chunk,
+}
+
+impl LimitCase {
+    fn apply(&self, d: &mut Directory) {
+        match self {
+            LimitCase::Name => d.tensors[1].name = "n".repeat(4097),
+            LimitCase::Key => d.metadata[1].key = "k".repeat(1025),
+            LimitCase::Rank => d.tensors[2].shape = vec![0; 33],
+            LimitCase::Params => d.tensors[0].chunks[0].params = vec![0; 1025],
+            LimitCase::Chunk => claim_one_chunk(d, 1 << 29),
+        }
+    }
+}
+
+/// Makes tensor 0 (f32) one chunk, its first, claiming to decode to `elements`.
+fn claim_one_chunk(d: &mut Directory, elements: u64) {
+    let t = &mut d.tensors[0];
+    t.shape = vec![elements];
+    t.byte_length = elements * 4;
+    t.chunks.truncate(1);
+    t.chunks[0].element_count = elements;
+    t.chunks[0].decoded_length = elements * 4;
+}
+
+/// Chunk placement and integrity: R21–R24, R26, R27.
+fn chunks(g: &mut Gen) {
+    let small = g.get(SMALL_RAW).bytes.clone();
+    bad(
+        g,
+        "r21-unaligned",
+        "R21",
+        "a chunk offset one past a multiple of the alignment",
+        edit_dir(&small, |d| d.tensors[0].chunks[0].offset += 1),
+        Malformed,
+    );
+    bad(
+        g,
+        "r21-past-payload",
+        "R21",
+        "a chunk at 1 TiB, past the end of the file",
+        edit_dir(&small, |d| d.tensors[0].chunks[0].offset = 1 << 40),
+        Malformed,
+    );
+    bad(
+        g,
+        "r21-offset-overflows-u64",
+        "R21",
+        "a chunk whose offset + stored length overflows 64 bits",
+        edit_dir(&small, |d| d.tensors[0].chunks[0].offset = u64::MAX - 63),
+        Malformed,
+    );
+    bad(
+        g,
+        "r21-into-directory",
+        "R21",
+        "a chunk that runs into the directory",
+        edit_dir(&small, |d| {
+            let last = d.tensors[3].chunks.last_mut().unwrap();
+            last.offset += 128;
+        }),
+        Malformed,
+    );
+    bad(
+        g,
+        "r22-overlapping-chunks",
+        "R22",
+        "two chunks whose stored ranges overlap without being the same",
+        edit_dir(&small, |d| d.tensors[0].chunks[1].offset = d.tensors[0].chunks[0].offset + 64),
+        Malformed,
+    );
+    bad(
+        g,
+        "r23-raw-stored-length",
+        "R23",
+        "a raw chunk whose stored length differs from its decoded length",
+        edit_dir(&small, |d| d.tensors[0].chunks[0].stored_length -= 4),
+        Malformed,
+    );
+    let zstd = g.get(SMALL_ZSTD).bytes.clone();
+    bad(
+        g,
+        "r23-zstd-expansion",
+        "R23",
+        "a zstd chunk claiming to decode to 4 MiB, more than 32768 times its size",
+        edit_dir(&zstd, |d| claim_one_chunk(d, 1 << 20)),
+        Malformed,
+    );
+    let planes = g.get(SMALL_PLANES).bytes.clone();
+    bad(
+        g,
+        "r23-planes-expansion",
+        "R23",
+        "a planes chunk claiming to decode to 1 GiB, more than 32768 times its size",
+        edit_dir(&planes, |d| claim_one_chunk(d, 1 << 28)),
+        Malformed,
+    );
+    let mut flipped = small.clone();
+    let ramp1 = Directory::parse(&small[dir_offset(&small)..small.len() - 32]).unwrap().tensors[0].chunks[1].offset;
+    flipped[ramp1 as usize + 3] ^= 0x10;
+    bad(g, "r24-chunk-crc", "R24", "a flipped bit in a chunk, its CRC not updated", flipped, ChecksumMismatch);
+    bad(
+        g,
+        "r26-digest",
+        "R26",
+        "a tensor digest that does not match its bytes (chunk CRCs all match)",
+        edit_dir(&small, |d| d.tensors[0].digest[0] ^= 1),
+        ChecksumMismatch,
+    );
+    let dir = Directory::parse(&small[dir_offset(&small)..small.len() - 32]).unwrap();
+    let c = &dir.tensors[1].chunks[0];
+    let mut padding = small.clone();
+    padding[(c.offset + c.stored_length) as usize] = 1;
+    bad(g, "r27-padding", "R27", "a non-zero byte in the padding after a chunk", padding, Malformed);
+}
+
+/// R25: stored bytes a codec cannot decode to exactly the decoded length; R28.
+fn codecs(g: &mut Gen) {
+    let small = g.get(SMALL_RAW).bytes.clone();
+    bad(
+        g,
+        "r25-raw-params",
+        "R25",
+        "params on a raw chunk, which takes none",
+        edit_dir(&small, |d| d.tensors[0].chunks[0].params = vec![1]),
+        Malformed,
+    );
+    let zstd = g.get(SMALL_ZSTD).bytes.clone();
+    let chunk =
+        |file: &[u8], tensor, chunk, stored: &[u8]| surgery::with_chunk(file, tensor, chunk, stored).expect("surgery");
+    bad(
+        g,
+        "r25-zstd-not-a-frame",
+        "R25",
+        "a zstd chunk that is not a zstd frame",
+        chunk(&zstd, 0, 0, b"not a zstd frame"),
+        Malformed,
+    );
+    let short = zstd::bulk::compress(&[0u8; 16], 3).expect("zstd");
+    bad(
+        g,
+        "r25-zstd-decodes-short",
+        "R25",
+        "a zstd frame of 16 bytes where the chunk decodes to 128",
+        chunk(&zstd, 0, 0, &short),
+        Malformed,
+    );
+    let long = zstd::bulk::compress(&[0u8; 200], 3).expect("zstd");
+    bad(
+        g,
+        "r25-zstd-decodes-long",
+        "R25",
+        "a zstd frame of 200 bytes where the chunk decodes to 128",
+        chunk(&zstd, 0, 0, &long),
+        Malformed,
+    );
+
+    // A planes chunk of the u8 tensor: one plane record, rANS-coded.
+    let planes = g.get(SMALL_PLANES).bytes.clone();
+    let dir = Directory::parse(&planes[dir_offset(&planes)..planes.len() - 32]).unwrap();
+    let c = &dir.tensors[3].chunks[0];
+    let stored = planes[c.offset as usize..(c.offset + c.stored_length) as usize].to_vec();
+    assert_eq!(stored[0], 1, "the u8 plane is rANS-coded");
+    let symbols: u32 = stored[1..33].iter().map(|b| b.count_ones()).sum();
+    let stream_at = 33 + 2 * symbols as usize;
+    let mut mode = stored.clone();
+    mode[0] = 2;
+    bad(g, "r25-plane-mode", "R25", "a plane record of mode 2", chunk(&planes, 3, 0, &mode), Malformed);
+    let mut sum = stored.clone();
+    sum[33] = sum[33].wrapping_add(1);
+    bad(
+        g,
+        "r25-rans-table-sum",
+        "R25",
+        "a rANS frequency table summing to 4097",
+        chunk(&planes, 3, 0, &sum),
+        Malformed,
+    );
+    let mut zero = stored.clone();
+    zero[33..35].copy_from_slice(&0u16.to_le_bytes());
+    bad(
+        g,
+        "r25-rans-zero-frequency",
+        "R25",
+        "a rANS frequency of 0 for a present symbol",
+        chunk(&planes, 3, 0, &zero),
+        Malformed,
+    );
+    let mut state = stored.clone();
+    state[stream_at + 4] ^= 0x40;
+    bad(
+        g,
+        "r25-rans-state",
+        "R25",
+        "a rANS initial state changed: the end states are not 2^23",
+        chunk(&planes, 3, 0, &state),
+        Malformed,
+    );
+    let mut cut = stored.clone();
+    let len = u32::from_le_bytes(cut[stream_at..stream_at + 4].try_into().unwrap());
+    cut[stream_at..stream_at + 4].copy_from_slice(&(len + 1).to_le_bytes());
+    bad(
+        g,
+        "r25-rans-stream-past-end",
+        "R25",
+        "a rANS stream length one past the chunk's end",
+        chunk(&planes, 3, 0, &cut),
+        Malformed,
+    );
+    let mut trailing = stored.clone();
+    trailing.push(0);
+    bad(
+        g,
+        "r25-planes-trailing-byte",
+        "R25",
+        "a byte after the last plane record",
+        chunk(&planes, 3, 0, &trailing),
+        Malformed,
+    );
+
+    // Sparse payloads (§6.5), hand-built, in place of chunk 0 of "w.f32" (2048 elements).
+    let sparse = |count: u32, positions: &[u8], values: &[u32]| {
+        let mut out = count.to_le_bytes().to_vec();
+        out.extend((positions.len() as u32).to_le_bytes());
+        out.extend_from_slice(positions);
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        tpde_codec::planes::encode(&bytes, 4, &mut out);
+        out
+    };
+    let packed = g.get(DELTA_PACKED).bytes.clone();
+    let block = |first: u32, width: u8| [&first.to_le_bytes()[..], &[width]].concat();
+    for (path, description, stored) in [
+        (
+            "r25-sparse-gap-0",
+            "sparse-packed positions 5, 5: a gap of 0",
+            sparse(2, &[block(5, 1), vec![0x00]].concat(), &[1, 1]),
+        ),
+        (
+            "r25-sparse-position-past-end",
+            "sparse-packed position 2048 in a chunk of 2048 elements",
+            sparse(1, &block(2048, 0), &[1]),
+        ),
+        (
+            "r25-sparse-value-0",
+            "sparse-packed: an element listed as changed whose XOR value is 0",
+            sparse(1, &block(3, 0), &[0]),
+        ),
+        (
+            "r25-sparse-width-33",
+            "sparse-packed: a block width of 33 bits",
+            sparse(2, &[block(3, 33), vec![0; 5]].concat(), &[1, 1]),
+        ),
+        (
+            "r25-sparse-count-over-n",
+            "a count of 4096 changed elements in a chunk of 2048",
+            sparse(4096, &block(0, 0), &[1]),
+        ),
+        ("r25-sparse-positions-past-end", "positions_len past the end of the chunk", {
+            let mut s = sparse(1, &block(3, 0), &[1]);
+            s[4..8].copy_from_slice(&1000u32.to_le_bytes());
+            s
+        }),
+    ] {
+        bad_delta(g, path, "R25", description, chunk(&packed, 0, 0, &stored), DELTA_BASE, Malformed);
+    }
+    let rice = g.get("valid/delta-sparse-rice.tpde").bytes.clone();
+    // k = 0: gap 1 is "10"; a gap of 0 is "0".
+    bad_delta(
+        g,
+        "r25-rice-gap-0",
+        "R25",
+        "sparse-rice gaps 1, 0 (k = 0)",
+        chunk(&rice, 0, 0, &sparse(2, &[0, 0b1000_0000], &[1, 1])),
+        DELTA_BASE,
+        Malformed,
+    );
+    bad_delta(
+        g,
+        "r25-rice-k-32",
+        "R25",
+        "a sparse-rice parameter k of 32",
+        chunk(&rice, 0, 0, &sparse(1, &[32, 0x80, 0, 0, 0, 0], &[1])),
+        DELTA_BASE,
+        Malformed,
+    );
+    let elias = g.get("valid/delta-sparse-elias-delta.tpde").bytes.clone();
+    bad_delta(
+        g,
+        "r25-elias-delta-long-prefix",
+        "R25",
+        "an Elias-delta code with 16 leading zeros",
+        chunk(&elias, 0, 0, &sparse(1, &[0, 0, 0x80], &[1])),
+        DELTA_BASE,
+        Malformed,
+    );
+    bad_delta(
+        g,
+        "r25-elias-delta-padding",
+        "R25",
+        "Elias-delta gap 1 followed by padding bits that are not zero",
+        chunk(&elias, 0, 0, &sparse(1, &[0xff], &[1])),
+        DELTA_BASE,
+        Malformed,
+    );
+    bad_delta(
+        g,
+        "r25-elias-delta-count-past-stream",
+        "R25",
+        "a count of 3 and only two Elias-delta codes (gap 1, gap 1)",
+        chunk(&elias, 0, 0, &sparse(3, &[0b1100_0000], &[1, 1, 1])),
+        DELTA_BASE,
+        Malformed,
+    );
+    let fib = g.get("valid/delta-sparse-fibonacci.tpde").bytes.clone();
+    bad_delta(
+        g,
+        "r25-fibonacci-unterminated",
+        "R25",
+        "a Fibonacci code with no terminating 11 in 56 bits",
+        chunk(&fib, 0, 0, &sparse(1, &[0; 7], &[1])),
+        DELTA_BASE,
+        Malformed,
+    );
+
+    bad(
+        g,
+        "r28-delta-codec-without-base",
+        "R28",
+        "a delta-xor chunk in a file with no base reference",
+        edit_dir(&small, |d| d.tensors[0].chunks[0].codec = CodecTag::DeltaXor),
+        Malformed,
+    );
+    bad(
+        g,
+        "r28-sparse-codec-without-base",
+        "R28",
+        "a sparse-packed chunk in a file with no base reference",
+        edit_dir(&small, |d| d.tensors[3].chunks[0].codec = CodecTag::SparsePacked),
+        Malformed,
+    );
+}
+
+/// R29: the base a delta decodes against.
+fn bases(g: &mut Gen) {
+    let delta = g.get(DELTA_XOR).bytes.clone();
+    bad(g, "r29-base-not-given", "R29", "valid/delta-xor.tpde read without its base", delta.clone(), BaseMissing);
+    g.invalid(
+        "invalid/r29-hinted-base-absent.tpde",
+        "R29",
+        "a delta whose path hint names a file that does not exist",
+        edit_dir(&delta, |d| d.base.as_mut().unwrap().path_hint = "no-such-base.tpde".into()),
+        None,
+        true,
+        BaseMissing,
+    );
+    bad_delta(
+        g,
+        "r29-wrong-base",
+        "R29",
+        "valid/delta-xor.tpde read against valid/small-raw.tpde: the content digests differ",
+        delta.clone(),
+        SMALL_RAW,
+        BaseMismatch,
+    );
+    bad_delta(
+        g,
+        "r29-base-tensor-absent",
+        "R29",
+        "a delta tensor renamed, so the base has no tensor of its name",
+        edit_dir(&delta, |d| d.tensors[0].name = "w.renamed".into()),
+        DELTA_BASE,
+        Malformed,
+    );
+    bad_delta(
+        g,
+        "r29-base-tensor-shape",
+        "R29",
+        "a delta tensor of shape [32, 64] against a base tensor of shape [64, 32]",
+        edit_dir(&delta, |d| d.tensors[0].shape = vec![32, 64]),
+        DELTA_BASE,
+        Malformed,
+    );
+    let hint = |name: &str| edit_dir(&delta, |d| d.base.as_mut().unwrap().path_hint = name.into());
+    g.invalid(
+        "invalid/r29-chain-loop-a.tpde",
+        "R29",
+        "a delta whose base hint names r29-chain-loop-b.tpde, whose hint names this file",
+        hint("r29-chain-loop-b.tpde"),
+        None,
+        true,
+        BaseChain,
+    );
+    g.invalid(
+        "invalid/r29-chain-loop-b.tpde",
+        "R29",
+        "the other half of the loop: its hint names r29-chain-loop-a.tpde",
+        hint("r29-chain-loop-a.tpde"),
+        None,
+        true,
+        BaseChain,
+    );
+    g.invalid(
+        "invalid/r29-chain-self.tpde",
+        "R29",
+        "a delta whose base hint names itself",
+        hint("r29-chain-self.tpde"),
+        None,
+        true,
+        BaseChain,
+    );
+}

@@ -1,0 +1,567 @@
+//! `valid/`: every dtype, codec tag, position coder and feature, keyframes and deltas with
+//! their bases, and the structural edge cases (empty, scalar, non-ASCII, longest, highest).
+
+use half::{bf16, f16};
+use tpde_codec::Encoder;
+use tpde_format::limits::{MAX_KEY_LEN, MAX_NAME_LEN, MAX_RANK};
+use tpde_format::metadata::{KEY_MAX_ABS_ERROR, KEY_PRODUCER, KEY_SOURCE_FORMAT, KEY_STEP};
+use tpde_format::{surgery, CodecTag, DType, MetadataEntry, MetadataValue};
+
+use crate::{Gen, Rng, Spec, T};
+
+/// The keyframe the delta files decode against.
+pub const DELTA_BASE: &str = "valid/delta-base.tpde";
+/// The small multi-chunk files most invalid files are cut from.
+pub const SMALL_RAW: &str = "valid/small-raw.tpde";
+pub const SMALL_ZSTD: &str = "valid/small-zstd.tpde";
+pub const SMALL_PLANES: &str = "valid/small-planes.tpde";
+/// The file whose `delta-xor` chunks the delta rules are broken in.
+pub const DELTA_XOR: &str = "valid/delta-xor.tpde";
+pub const DELTA_PACKED: &str = "valid/delta-sparse-packed.tpde";
+
+pub fn all(g: &mut Gen) {
+    small(g);
+    dtypes(g);
+    codecs(g);
+    deltas(g);
+    structure(g);
+}
+
+/// Bytes of `values` as `dtype` (a float dtype that `half` or the std covers, or an integer).
+pub fn encode(dtype: DType, values: &[f64]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(values.len() * dtype.size() as usize);
+    for &v in values {
+        match dtype {
+            DType::F64 => out.extend(v.to_le_bytes()),
+            DType::F32 => out.extend((v as f32).to_le_bytes()),
+            DType::F16 => out.extend(f16::from_f64(v).to_le_bytes()),
+            DType::BF16 => out.extend(bf16::from_f64(v).to_le_bytes()),
+            DType::I64 => out.extend((v as i64).to_le_bytes()),
+            DType::I32 => out.extend((v as i32).to_le_bytes()),
+            DType::I16 => out.extend((v as i16).to_le_bytes()),
+            DType::I8 => out.extend((v as i8).to_le_bytes()),
+            DType::U64 => out.extend((v as u64).to_le_bytes()),
+            DType::U32 => out.extend((v as u32).to_le_bytes()),
+            DType::U16 => out.extend((v as u16).to_le_bytes()),
+            DType::U8 => out.push(v as u8),
+            DType::Bool => out.push(u8::from(v != 0.0)),
+            // f8 (and any dtype added later, by width): sign, an exponent near the middle of
+            // the range, a mantissa from the value.
+            _ => {
+                let (e_bits, m_bits) = if dtype == DType::F8E4M3 { (4, 3) } else { (5, 2) };
+                let mag = v.abs().max(1e-9).log2().floor() as i64 + (1 << (e_bits - 1)) - 1;
+                let e = mag.clamp(1, (1 << e_bits) - 2) as u8;
+                let m = ((v.abs() * 1e6) as u64 % (1 << m_bits)) as u8;
+                out.push(u8::from(v < 0.0) << 7 | e << m_bits | m);
+            }
+        }
+    }
+    out
+}
+
+/// `n` weight-like values of `dtype`: normal around 0 for floats, small for integers.
+pub fn weights(dtype: DType, n: usize, rng: &mut Rng) -> Vec<u8> {
+    let sd = if dtype.is_float() { 0.05 } else { 20.0 };
+    let values: Vec<f64> =
+        (0..n).map(|_| rng.normal(sd)).map(|v| if dtype == DType::Bool { v.signum() } else { v }).collect();
+    let values: Vec<f64> = match dtype {
+        DType::U8 | DType::U16 | DType::U32 | DType::U64 => values.iter().map(|v| v.abs()).collect(),
+        DType::Bool => values.iter().map(|&v| f64::from(u8::from(v > 0.0))).collect(),
+        _ => values,
+    };
+    encode(dtype, &values)
+}
+
+/// `data` with a `share` of its elements changed in their low `bits` bits (training-like
+/// drift on the bit patterns), always including the first and last elements.
+pub fn drift(dtype: DType, data: &[u8], share: f64, bits: u32, rng: &mut Rng) -> Vec<u8> {
+    let w = dtype.size() as usize;
+    let n = data.len() / w;
+    let mut out = data.to_vec();
+    for i in 0..n {
+        if i != 0 && i != n - 1 && rng.unit() >= share {
+            continue;
+        }
+        let mask = if dtype == DType::Bool { 1 } else { (rng.next() % ((1u64 << bits.min(8 * w as u32 - 1)) - 1)) + 1 };
+        for (j, b) in out[i * w..(i + 1) * w].iter_mut().enumerate() {
+            *b ^= (mask >> (8 * j)) as u8;
+        }
+    }
+    out
+}
+
+/// Edge-case bit patterns of `dtype` (zeros, signs, infinities, NaNs with payloads,
+/// subnormals, extremes), then random ones, `n` elements in all.
+fn edge_values(dtype: DType, n: usize, rng: &mut Rng) -> Vec<u8> {
+    let w = dtype.size() as usize;
+    let bits = 8 * w as u32;
+    let all = if bits == 64 { u64::MAX } else { (1u64 << bits) - 1 };
+    let sign = 1u64 << (bits - 1);
+    let mut patterns: Vec<u64> = vec![0, 1, sign, all, all >> 1, sign | 1];
+    if let Some((e, m)) = float_fields(dtype) {
+        let inf = ((1u64 << e) - 1) << m;
+        patterns.extend([inf, inf | sign, inf | 1, inf | (1 << (m - 1)), inf - 1, 1 << m, (1 << m) - 1]);
+    } else if dtype == DType::Bool {
+        patterns = vec![0, 1];
+    }
+    let mut out = Vec::with_capacity(n * w);
+    for i in 0..n {
+        let p = patterns.get(i).copied().unwrap_or_else(|| {
+            if dtype == DType::Bool {
+                rng.next() & 1
+            } else {
+                rng.next() & all
+            }
+        });
+        out.extend(&p.to_le_bytes()[..w]);
+    }
+    out
+}
+
+/// Exponent and mantissa widths of a float dtype.
+fn float_fields(dtype: DType) -> Option<(u32, u32)> {
+    Some(match dtype {
+        DType::F64 => (11, 52),
+        DType::F32 => (8, 23),
+        DType::F16 => (5, 10),
+        DType::BF16 => (8, 7),
+        DType::F8E4M3 => (4, 3),
+        DType::F8E5M2 => (5, 2),
+        _ => return None,
+    })
+}
+
+fn elems(shape: &[u64]) -> usize {
+    shape.iter().product::<u64>() as usize
+}
+
+/// The small files most invalid ones are cut from: several tensors, several chunks each.
+fn small(g: &mut Gen) {
+    for (path, encoder, what) in [
+        (SMALL_RAW, Encoder::Raw, "raw"),
+        (SMALL_ZSTD, Encoder::Zstd { level: 3 }, "zstd"),
+        (SMALL_PLANES, Encoder::Codec(CodecTag::Planes), "planes"),
+    ] {
+        let ramp: Vec<f64> = (0..300).map(|i| f64::from(i) * 0.25).collect();
+        let bytes: Vec<f64> = (0..200u32).map(|i| f64::from((i * i) % 7)).collect();
+        let description = format!("four tensors in 128-byte {what} chunks: f32 [3, 100], an i64 scalar, an empty bf16, u8 [200] with a non-ASCII name");
+        g.valid(
+            Spec::new(path, "§4", &description)
+                .encoder(encoder)
+                .chunk_bytes(128)
+                .meta(KEY_STEP, MetadataValue::U64(42))
+                .meta("flag", MetadataValue::Bool(true))
+                .tensor(T::new("ramp", DType::F32, &[3, 100], encode(DType::F32, &ramp)))
+                .tensor(T::new("scalar", DType::I64, &[], encode(DType::I64, &[7.0])))
+                .tensor(T::new("empty", DType::BF16, &[0, 5], Vec::new()))
+                .tensor(T::new("ünïcode/名前", DType::U8, &[200], encode(DType::U8, &bytes))),
+        );
+    }
+}
+
+/// One raw file per dtype, holding its edge-case bit patterns.
+fn dtypes(g: &mut Gen) {
+    let mut rng = Rng::new(1);
+    for dtype in DType::ALL {
+        let path = format!("valid/dtype-{dtype}.tpde");
+        let description = format!("{dtype}: zeros, signs, extremes, infinities, NaN payloads, subnormals, random bit patterns; a [4, 16] tensor and a scalar");
+        let values = edge_values(dtype, 64, &mut rng);
+        let scalar = values[dtype.size() as usize..2 * dtype.size() as usize].to_vec();
+        g.valid(
+            Spec::new(&path, "§4.1", &description).tensor(T::new("values", dtype, &[4, 16], values)).tensor(T::new(
+                "scalar",
+                dtype,
+                &[],
+                scalar,
+            )),
+        );
+    }
+}
+
+/// `zstd` and `planes` keyframes, `planes` for every element width and both plane modes.
+fn codecs(g: &mut Gen) {
+    let mut rng = Rng::new(2);
+    let zstd_data = weights(DType::F32, 2048, &mut rng);
+    g.valid(
+        Spec::new("valid/codec-zstd.tpde", "§6", "zstd (0x0001) chunks of weights, counters and a constant tensor")
+            .encoder(Encoder::Zstd { level: 3 })
+            .chunk_bytes(2048)
+            .tensor(T::new("w", DType::F32, &[64, 32], zstd_data))
+            .tensor(T::new(
+                "steps",
+                DType::I64,
+                &[300],
+                encode(DType::I64, &(0..300).map(f64::from).collect::<Vec<_>>()),
+            ))
+            .tensor(T::new("zeros", DType::F16, &[4096], vec![0; 8192])),
+    );
+    for dtype in [DType::F64, DType::F32, DType::BF16, DType::F16, DType::F8E4M3, DType::F8E5M2, DType::I32, DType::U8]
+    {
+        let path = format!("valid/codec-planes-{dtype}.tpde");
+        let description = format!(
+            "planes (0x0002) of {dtype} weights over several chunks: rANS-coded planes (§6.2.1, §6.2.2) and stored ones; a constant tensor; a tensor of one element"
+        );
+        let n = 3000;
+        let data = weights(dtype, n, &mut rng);
+        let constant = encode(dtype, &vec![1.0; 512]);
+        let one = weights(dtype, 1, &mut rng);
+        g.valid(
+            Spec::new(&path, "§6.2", &description)
+                .encoder(Encoder::Codec(CodecTag::Planes))
+                .chunk_bytes(4096)
+                .tensor(T::new("w", dtype, &[n as u64], data))
+                .tensor(T::new("constant", dtype, &[512], constant))
+                .tensor(T::new("one", dtype, &[1], one)),
+        );
+    }
+    let mut mixed =
+        Spec::new("valid/codec-mixed.tpde", "§6", "raw, zstd and planes chunks in one file").chunk_bytes(256);
+    for (i, encoder) in [Encoder::Raw, Encoder::Zstd { level: 1 }, Encoder::Codec(CodecTag::Planes), Encoder::Auto]
+        .into_iter()
+        .enumerate()
+    {
+        mixed = mixed
+            .tensor(T::new(&format!("t{i}"), DType::BF16, &[300], weights(DType::BF16, 300, &mut rng)).with(encoder));
+    }
+    mixed.options.encoder = Encoder::Auto;
+    g.valid(mixed);
+}
+
+/// The tensors of the base checkpoint.
+fn base_tensors(rng: &mut Rng) -> Vec<T> {
+    let mut ts: Vec<T> = [
+        ("w.f32", DType::F32, vec![64, 32]),
+        ("w.bf16", DType::BF16, vec![128, 16]),
+        ("w.f16", DType::F16, vec![40, 10]),
+        ("w.f64", DType::F64, vec![16, 16]),
+        ("w.f8", DType::F8E4M3, vec![256]),
+        ("w.big", DType::F32, vec![128, 64]),
+        ("counts", DType::I32, vec![100]),
+        ("mask", DType::Bool, vec![64]),
+    ]
+    .into_iter()
+    .map(|(name, dtype, shape)| T::new(name, dtype, &shape, weights(dtype, elems(&shape), rng)))
+    .collect();
+    ts.push(T::new("step", DType::I64, &[], encode(DType::I64, &[1000.0])));
+    let tied = weights(DType::F32, 96, rng);
+    ts.push(T::new("tied.a", DType::F32, &[96], tied.clone()));
+    ts.push(T::new("tied.b", DType::F32, &[96], tied));
+    ts
+}
+
+/// Every tensor of `base` drifted: `share` of the elements in their low `bits` bits; the step
+/// counter moves on.
+fn drifted(base: &[T], share: f64, bits: u32, rng: &mut Rng) -> Vec<T> {
+    let mut out = Vec::new();
+    let tied = drift(DType::F32, &base.iter().find(|t| t.name == "tied.a").unwrap().data, share, bits, rng);
+    for t in base {
+        let data = match t.name.as_str() {
+            "step" => (i64::from_le_bytes(t.data[..].try_into().unwrap()) + 10).to_le_bytes().to_vec(),
+            "tied.a" | "tied.b" => tied.clone(),
+            _ => drift(t.dtype, &t.data, share, bits, rng),
+        };
+        out.push(T { data, delta: true, ..t.clone() });
+    }
+    out
+}
+
+fn deltas(g: &mut Gen) {
+    let mut rng = Rng::new(3);
+    let base = base_tensors(&mut rng);
+    g.valid(
+        Spec::new(DELTA_BASE, "§7.3", "the keyframe the delta files decode against (planes): weights of every float width, counters, a mask, a step, tied tensors")
+            .encoder(Encoder::Codec(CodecTag::Planes))
+            .chunk_bytes(4096)
+            .meta(KEY_STEP, MetadataValue::U64(1000))
+            .tensors(base.clone()),
+    );
+    for (path, tag, share, bits, description) in [
+        (DELTA_XOR, CodecTag::DeltaXor, 1.0, 12, "delta-xor (0x0003): every element changed in its low 12 bits"),
+        (
+            "valid/delta-sub.tpde",
+            CodecTag::DeltaSub,
+            1.0,
+            12,
+            "delta-sub (0x0004): every element changed in its low 12 bits",
+        ),
+        (
+            "valid/delta-sparse-elias-delta.tpde",
+            CodecTag::SparseEliasDelta,
+            0.03,
+            8,
+            "sparse-elias-delta (0x0005): 3% of the elements changed, the first and last always",
+        ),
+        (
+            "valid/delta-sparse-fibonacci.tpde",
+            CodecTag::SparseFibonacci,
+            0.03,
+            8,
+            "sparse-fibonacci (0x0006): 3% of the elements changed, the first and last always",
+        ),
+        (
+            "valid/delta-sparse-rice.tpde",
+            CodecTag::SparseRice,
+            0.03,
+            8,
+            "sparse-rice (0x0007): 3% of the elements changed, the first and last always",
+        ),
+        (
+            DELTA_PACKED,
+            CodecTag::SparsePacked,
+            0.05,
+            8,
+            "sparse-packed (0x0008): 5% of the elements changed, several 128-position blocks per chunk",
+        ),
+    ] {
+        let current = drifted(&base, share, bits, &mut rng);
+        let rule = if share < 1.0 { "§6.5.1" } else { "§6.4" };
+        g.valid(
+            Spec::new(path, rule, description)
+                .encoder(Encoder::Codec(tag))
+                .chunk_bytes(8192)
+                .meta(KEY_STEP, MetadataValue::U64(1010))
+                .tensors(current)
+                .base(DELTA_BASE),
+        );
+    }
+    let auto = drifted(&base, 0.2, 6, &mut rng);
+    g.valid(
+        Spec::new(
+            "valid/delta-auto.tpde",
+            "§6.3",
+            "the writer's choice per chunk among every codec (what `tpde pack --base` writes)",
+        )
+        .encoder(Encoder::Auto)
+        .chunk_bytes(1024)
+        .tensors(auto)
+        .base(DELTA_BASE),
+    );
+
+    // Tensors added, removed, reshaped and retyped: those are keyframes inside a delta.
+    let mut changed = drifted(&base, 0.05, 8, &mut rng);
+    changed.retain(|t| t.name != "step" && t.name != "mask");
+    for t in &mut changed {
+        match t.name.as_str() {
+            "counts" => {
+                t.shape = vec![10, 10];
+                t.delta = false;
+            }
+            "w.f16" => {
+                t.dtype = DType::BF16;
+                t.data = weights(DType::BF16, 400, &mut rng);
+                t.delta = false;
+            }
+            _ => {}
+        }
+    }
+    changed.push(T::new("added", DType::F32, &[7, 3], weights(DType::F32, 21, &mut rng)));
+    g.valid(
+        Spec::new("valid/delta-tensor-changes.tpde", "§6.3", "a delta whose tensors differ from the base's: one added, two removed, one reshaped, one retyped (those are keyframes)")
+            .encoder(Encoder::Auto)
+            .tensors(changed)
+            .base(DELTA_BASE),
+    );
+
+    // A chain: a delta against a delta.
+    let xor = g.get(DELTA_XOR).tensors.clone();
+    let next = drifted(&xor, 0.02, 6, &mut rng);
+    g.valid(
+        Spec::new(
+            "valid/delta-chain.tpde",
+            "§7.3",
+            "a delta against valid/delta-xor.tpde, itself a delta: a chain of two",
+        )
+        .encoder(Encoder::Auto)
+        .tensors(next)
+        .base(DELTA_XOR),
+    );
+
+    // Lossy: changes under τ dropped against the base, the bound recorded.
+    let tau = 1e-3;
+    let mut lossy = drifted(&base, 1.0, 14, &mut rng);
+    for (t, b) in lossy.iter_mut().zip(&base) {
+        t.data = tpde_write::lossy::snap_to_base(t.dtype, &t.data, &b.data, tau);
+    }
+    g.valid(
+        Spec::new(
+            "valid/delta-lossy.tpde",
+            "§6.6",
+            "lossy delta: float changes under 1e-3 dropped against the base; tpde.max_abs_error records the bound",
+        )
+        .encoder(Encoder::Auto)
+        .meta(KEY_MAX_ABS_ERROR, MetadataValue::F64(tau))
+        .tensors(lossy)
+        .base(DELTA_BASE),
+    );
+
+    // A delta whose base is found through its path hint.
+    let hinted = drifted(&base, 0.01, 4, &mut rng);
+    let bytes = g.valid(
+        Spec::new(
+            "valid/delta-via-hint.tpde",
+            "§7.3",
+            "a delta found through its path hint (\"delta-base.tpde\", next to it)",
+        )
+        .encoder(Encoder::Auto)
+        .tensors(hinted)
+        .base(DELTA_BASE),
+    );
+    let case = g.cases.last_mut().expect("just added");
+    case.base = None;
+    case.follow_hints = true;
+    drop(bytes);
+}
+
+fn structure(g: &mut Gen) {
+    let mut rng = Rng::new(4);
+    g.valid(Spec::new("valid/empty-file.tpde", "§5", "no tensors and no metadata"));
+    g.valid(
+        Spec::new("valid/empty-tensors.tpde", "§5.3", "tensors with zero elements (no chunks) next to a non-empty one")
+            .encoder(Encoder::Zstd { level: 3 })
+            .tensor(T::new("zero", DType::F32, &[0], Vec::new()))
+            .tensor(T::new("zero-rows", DType::BF16, &[0, 5], Vec::new()))
+            .tensor(T::new("zero-middle", DType::I8, &[3, 0, 2], Vec::new()))
+            .tensor(T::new("one", DType::U16, &[1], vec![1, 2])),
+    );
+    let mut scalars = Spec::new("valid/scalars.tpde", "§5.3", "rank-0 tensors (one element) of several dtypes")
+        .encoder(Encoder::Auto);
+    for dtype in [DType::F32, DType::BF16, DType::F64, DType::I64, DType::U8, DType::Bool, DType::F8E5M2] {
+        scalars = scalars.tensor(T::new(&format!("scalar.{dtype}"), dtype, &[], weights(dtype, 1, &mut rng)));
+    }
+    g.valid(scalars);
+    let mut names = Spec::new(
+        "valid/names-unicode.tpde",
+        "§5.3",
+        "non-ASCII names, unnormalized: composed and decomposed é are two names; emoji, CJK, right-to-left, spaces",
+    );
+    for name in ["caf\u{e9}", "cafe\u{301}", "名前/重み", "emoji 🙂.weight", "وزن", " spaced name ", "a/b.c:d[0]"]
+    {
+        names = names.tensor(T::new(name, DType::U8, &[3], name.as_bytes()[..3].to_vec()));
+    }
+    g.valid(names.meta("ключ", MetadataValue::String("значение".into())));
+
+    // The longest name and key the limits allow, in multi-byte characters.
+    let long_name: String = "名".repeat(MAX_NAME_LEN as usize / 3) + &"n".repeat(MAX_NAME_LEN as usize % 3);
+    let long_key: String = "k".repeat(MAX_KEY_LEN as usize);
+    g.valid(
+        Spec::new(
+            "valid/limits-longest-name.tpde",
+            "§8",
+            "a tensor name of exactly 4096 bytes of UTF-8 and a metadata key of exactly 1024 bytes",
+        )
+        .meta(&long_key, MetadataValue::U64(1))
+        .tensor(T::new(&long_name, DType::F32, &[2], encode(DType::F32, &[1.0, 2.0]))),
+    );
+    let mut shape = vec![1u64; MAX_RANK as usize];
+    shape[0] = 2;
+    shape[31] = 3;
+    let mut zero_shape = vec![7u64; MAX_RANK as usize];
+    zero_shape[5] = 0;
+    g.valid(
+        Spec::new(
+            "valid/limits-highest-rank.tpde",
+            "§8",
+            "rank-32 tensors: one of 6 elements, one with a zero dimension",
+        )
+        .tensor(T::new("rank32", DType::I16, &shape, encode(DType::I16, &[1.0, -2.0, 3.0, -4.0, 5.0, -6.0])))
+        .tensor(T::new("rank32-empty", DType::F32, &zero_shape, Vec::new())),
+    );
+    g.valid(
+        Spec::new(
+            "valid/chunk-boundaries.tpde",
+            "§5.4",
+            "tensors of exactly one 64-byte chunk, one element more, one less, one element, many chunks",
+        )
+        .chunk_bytes(64)
+        .tensor(T::new("exact", DType::F32, &[16], weights(DType::F32, 16, &mut rng)))
+        .tensor(T::new("one-more", DType::F32, &[17], weights(DType::F32, 17, &mut rng)))
+        .tensor(T::new("one-less", DType::F32, &[15], weights(DType::F32, 15, &mut rng)))
+        .tensor(T::new("single", DType::F64, &[1], weights(DType::F64, 1, &mut rng)))
+        .tensor(T::new("many", DType::U8, &[64 * 40 + 3], weights(DType::U8, 64 * 40 + 3, &mut rng)))
+        .tensor(
+            T::new("odd-width", DType::BF16, &[3, 11], weights(DType::BF16, 33, &mut rng))
+                .with(Encoder::Zstd { level: 3 }),
+        ),
+    );
+    for alignment in [128u32, 4096] {
+        let path = format!("valid/alignment-{alignment}.tpde");
+        let description =
+            format!("payload alignment {alignment}: chunks start at multiples of it, zero padding between");
+        let mut spec = Spec::new(&path, "§4", &description).chunk_bytes(u64::from(alignment) * 2);
+        spec.options.alignment = alignment;
+        g.valid(spec.tensor(T::new("w", DType::F32, &[3000], weights(DType::F32, 3000, &mut rng))).tensor(T::new(
+            "b",
+            DType::F32,
+            &[5],
+            weights(DType::F32, 5, &mut rng),
+        )));
+    }
+    let tied = weights(DType::F32, 500, &mut rng);
+    g.valid(
+        Spec::new(
+            "valid/tied-tensors.tpde",
+            "§4",
+            "three names for the same bytes (tied embeddings): identical chunk ranges, stored once",
+        )
+        .encoder(Encoder::Zstd { level: 3 })
+        .chunk_bytes(512)
+        .tensor(T::new("embed.weight", DType::F32, &[100, 5], tied.clone()))
+        .tensor(T::new("lm_head.weight", DType::F32, &[100, 5], tied.clone()))
+        .tensor(T::new("flat", DType::F32, &[500], tied)),
+    );
+
+    // Every metadata type, reserved keys, and a type this reader does not know.
+    let metadata = vec![
+        (KEY_STEP, MetadataValue::U64(u64::MAX)),
+        (KEY_PRODUCER, MetadataValue::String("tpde-corpus".into())),
+        (KEY_SOURCE_FORMAT, MetadataValue::String("safetensors".into())),
+        ("bool.true", MetadataValue::Bool(true)),
+        ("bool.false", MetadataValue::Bool(false)),
+        ("i64.min", MetadataValue::I64(i64::MIN)),
+        ("f64.negative-zero", MetadataValue::F64(-0.0)),
+        ("f64.nan-payload", MetadataValue::F64(f64::from_bits(0x7ff8_0000_dead_beef))),
+        ("f64.inf", MetadataValue::F64(f64::INFINITY)),
+        ("string.empty", MetadataValue::String(String::new())),
+        ("bytes", MetadataValue::Bytes(vec![0, 1, 0xfe, 0xff])),
+        ("bytes.empty", MetadataValue::Bytes(Vec::new())),
+    ];
+    let mut spec =
+        Spec::new("valid/metadata-all-types.tpde", "§5.2", "every metadata type, edge values, the reserved keys");
+    for (k, v) in metadata {
+        spec = spec.meta(k, v);
+    }
+    let bytes = g.valid(spec.tensor(T::new("x", DType::U8, &[1], vec![9])));
+    let unknown = MetadataValue::Unknown { type_code: 0x7f, bytes: vec![1, 2, 3] };
+    let with_unknown =
+        surgery::with_directory(&bytes, |d| d.metadata.push(MetadataEntry::new("future.type", unknown.clone())))
+            .expect("surgery on a valid file");
+    g.valid_derived(
+        "valid/metadata-unknown-type.tpde",
+        "§5.2",
+        "a metadata value of an unlisted type (0x7f): accepted and kept",
+        "valid/metadata-all-types.tpde",
+        with_unknown,
+    );
+    if let tpde_tools::conformance::Expect::Valid { metadata, .. } = &mut g.cases.last_mut().unwrap().expect {
+        metadata.push(tpde_tools::conformance::ExpectedMetadata::new("future.type", &unknown));
+    }
+
+    // Forward compatibility: what a 1.x reader must accept.
+    let small = g.get(SMALL_ZSTD).bytes.clone();
+    let newer = surgery::with_header(&small, |h| h.minor_version = 7).expect("surgery");
+    g.valid_derived(
+        "valid/newer-minor-version.tpde",
+        "§11",
+        "minor version 1.7: a 1.x reader reads it",
+        SMALL_ZSTD,
+        newer,
+    );
+    let flag = surgery::with_header(&small, |h| h.optional_features |= 1 << 9).expect("surgery");
+    g.valid_derived(
+        "valid/unknown-optional-feature.tpde",
+        "§2.1",
+        "an unknown may-ignore feature bit (9): ignored",
+        SMALL_ZSTD,
+        flag,
+    );
+}

@@ -1,0 +1,271 @@
+//! The conformance corpus (`conformance/`): its manifest, and the runner behind
+//! `tpde conformance DIR`. The manifest is the contract for every implementation of the spec;
+//! `conformance/README.md` explains it to people writing one.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+use tpde_read::{open_chain, ReadError, Reader};
+
+/// The manifest's `schema` value.
+pub const SCHEMA: &str = "tpde-conformance/1";
+/// The manifest's file name inside the corpus folder.
+pub const MANIFEST: &str = "manifest.json";
+
+/// `manifest.json`: every corpus file and what a reader must make of it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// [`SCHEMA`].
+    pub schema: String,
+    /// The spec version the corpus was frozen at.
+    pub spec_version: String,
+    /// The files, valid ones first.
+    pub files: Vec<Case>,
+}
+
+/// One corpus file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Case {
+    /// Path relative to the corpus folder (`valid/…` or `invalid/…`).
+    pub file: String,
+    /// The spec rule (`R14`) or section (`§6.5.1`) the file tests.
+    pub rule: String,
+    /// What it holds, in a sentence.
+    pub description: String,
+    /// The corpus file this one decodes against, if any (that file's own base, per its entry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
+    /// Find the base through the file's path hints instead (spec §7.3), as a tool does.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub follow_hints: bool,
+    /// What reading it must give.
+    pub expect: Expect,
+}
+
+/// The outcome a conforming reader must reach.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "lowercase")]
+pub enum Expect {
+    /// The file reads, verifies, and decodes to exactly this.
+    Valid {
+        /// Tensors in directory order.
+        tensors: Vec<ExpectedTensor>,
+        /// Metadata entries in directory order.
+        metadata: Vec<ExpectedMetadata>,
+    },
+    /// Opening, reading every tensor in directory order, or verifying fails first with this
+    /// error category (spec §9).
+    Invalid {
+        /// The category, as the spec spells it (`checksum-mismatch`).
+        error: String,
+    },
+}
+
+/// A tensor as it must decode.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExpectedTensor {
+    /// Name.
+    pub name: String,
+    /// Dtype, as the spec names it.
+    pub dtype: String,
+    /// Shape.
+    pub shape: Vec<u64>,
+    /// SHA-256 of the decoded logical bytes (little-endian, row-major), lowercase hex.
+    pub sha256: String,
+}
+
+/// A metadata entry as it must read.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExpectedMetadata {
+    /// Key.
+    pub key: String,
+    /// Type code (spec §5).
+    #[serde(rename = "type")]
+    pub type_code: u8,
+    /// The value's bytes as stored, lowercase hex.
+    pub bytes: String,
+    /// The value as text, for people; not compared.
+    pub text: String,
+}
+
+impl ExpectedTensor {
+    /// The entry for a tensor with these decoded bytes.
+    pub fn new(name: &str, dtype: tpde_format::DType, shape: &[u64], data: &[u8]) -> Self {
+        ExpectedTensor { name: name.into(), dtype: dtype.to_string(), shape: shape.to_vec(), sha256: sha256_hex(data) }
+    }
+}
+
+impl ExpectedMetadata {
+    /// The entry for this metadata value.
+    pub fn new(key: &str, value: &tpde_format::MetadataValue) -> Self {
+        ExpectedMetadata {
+            key: key.into(),
+            type_code: value.type_code(),
+            bytes: hex(&value.payload()),
+            text: value.to_string(),
+        }
+    }
+}
+
+/// SHA-256 of `data`, lowercase hex.
+pub fn sha256_hex(data: &[u8]) -> String {
+    hex(&Sha256::digest(data))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// The result of one corpus file.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The file, relative to the corpus folder.
+    pub file: String,
+    /// The rule or section it tests.
+    pub rule: String,
+    /// `None` if it passed, else what went wrong.
+    pub failure: Option<String>,
+    /// For a file rejected as expected, the reader's message.
+    pub rejected_with: Option<String>,
+}
+
+/// Reads the manifest of the corpus in `dir`.
+pub fn load_manifest(dir: &Path) -> Result<Manifest, String> {
+    let path = dir.join(MANIFEST);
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let m: Manifest = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    if m.schema != SCHEMA {
+        return Err(format!("{}: schema {:?}, this runner reads {SCHEMA:?}", path.display(), m.schema));
+    }
+    Ok(m)
+}
+
+/// Runs every file of the corpus in `dir`. Files in `valid/` or `invalid/` that the manifest
+/// does not list fail too: a corpus file without an expectation tests nothing.
+pub fn run(dir: &Path) -> Result<Vec<Outcome>, String> {
+    let manifest = load_manifest(dir)?;
+    let cases: HashMap<&str, &Case> = manifest.files.iter().map(|c| (c.file.as_str(), c)).collect();
+    let mut outcomes: Vec<Outcome> = manifest
+        .files
+        .iter()
+        .map(|case| {
+            let (failure, rejected_with) = match check(dir, case, &cases) {
+                Ok(message) => (None, message),
+                Err(failure) => (Some(failure), None),
+            };
+            Outcome { file: case.file.clone(), rule: case.rule.clone(), failure, rejected_with }
+        })
+        .collect();
+    for sub in ["valid", "invalid"] {
+        let Ok(entries) = std::fs::read_dir(dir.join(sub)) else { continue };
+        let mut unlisted: Vec<String> = entries
+            .filter_map(|e| e.ok())
+            .map(|e| format!("{sub}/{}", e.file_name().to_string_lossy()))
+            .filter(|f| !cases.contains_key(f.as_str()))
+            .collect();
+        unlisted.sort();
+        outcomes.extend(unlisted.into_iter().map(|file| Outcome {
+            file,
+            rule: "-".into(),
+            failure: Some("not listed in the manifest".into()),
+            rejected_with: None,
+        }));
+    }
+    Ok(outcomes)
+}
+
+/// `Ok` with the reader's message for a file rejected as expected.
+fn check(dir: &Path, case: &Case, cases: &HashMap<&str, &Case>) -> Result<Option<String>, String> {
+    let result = read_case(dir, case, cases);
+    match (&case.expect, result) {
+        (Expect::Valid { tensors, metadata }, Ok(read)) => compare(tensors, metadata, &read).map(|()| None),
+        (Expect::Valid { .. }, Err(e)) => Err(format!("rejected ({}): {e}", e.kind())),
+        (Expect::Invalid { error }, Ok(_)) => Err(format!("accepted; expected {error}")),
+        (Expect::Invalid { error }, Err(e)) if e.kind().as_str() == error => Ok(Some(e.to_string())),
+        (Expect::Invalid { error }, Err(e)) => Err(format!("rejected as {}, expected {error}: {e}", e.kind())),
+    }
+}
+
+/// What a file decoded to.
+struct Read {
+    tensors: Vec<ExpectedTensor>,
+    metadata: Vec<ExpectedMetadata>,
+}
+
+/// Opens the file with its base, reads every tensor in directory order, then verifies: the
+/// order in which the manifest's expected error must come first.
+fn read_case(dir: &Path, case: &Case, cases: &HashMap<&str, &Case>) -> Result<Read, ReadError> {
+    let r = open_case(dir, case, cases, 0)?;
+    let mut tensors = Vec::with_capacity(r.tensors().len());
+    for t in r.tensors() {
+        let data = r.read_tensor(t)?;
+        tensors.push(ExpectedTensor::new(&t.name, t.dtype, &t.shape, &data));
+    }
+    r.verify()?;
+    let metadata = r.directory().metadata.iter().map(|m| ExpectedMetadata::new(&m.key, &m.value)).collect();
+    Ok(Read { tensors, metadata })
+}
+
+fn open_case(dir: &Path, case: &Case, cases: &HashMap<&str, &Case>, depth: usize) -> Result<Reader, ReadError> {
+    let path = dir.join(&case.file);
+    if case.follow_hints {
+        return open_chain(&path);
+    }
+    let reader = Reader::open(&path)?;
+    let Some(base) = &case.base else { return Ok(reader) };
+    let base_case =
+        cases.get(base.as_str()).copied().filter(|_| depth < tpde_read::MAX_CHAIN).ok_or_else(|| ReadError::Io {
+            path: PathBuf::from(base),
+            source: std::io::Error::other("the manifest lists no such base, or its bases loop"),
+        })?;
+    let base_reader = open_case(dir, base_case, cases, depth + 1)?;
+    reader.with_base(Arc::new(base_reader))
+}
+
+fn compare(tensors: &[ExpectedTensor], metadata: &[ExpectedMetadata], read: &Read) -> Result<(), String> {
+    if read.tensors.len() != tensors.len() {
+        return Err(format!("{} tensors, expected {}", read.tensors.len(), tensors.len()));
+    }
+    for (got, want) in read.tensors.iter().zip(tensors) {
+        if got != want {
+            return Err(format!("tensor {:?}: got {got:?}, expected {want:?}", want.name));
+        }
+    }
+    let key = |m: &ExpectedMetadata| (m.key.clone(), m.type_code, m.bytes.clone());
+    let got: Vec<_> = read.metadata.iter().map(key).collect();
+    let want: Vec<_> = metadata.iter().map(key).collect();
+    if got != want {
+        return Err(format!("metadata {got:?}, expected {want:?}"));
+    }
+    Ok(())
+}
+
+/// The runner's report: one line per file (with `failures_only`, per failing file), then the
+/// totals.
+pub fn render(outcomes: &[Outcome], failures_only: bool) -> String {
+    let mut out = String::new();
+    for o in outcomes.iter().filter(|o| !failures_only || o.failure.is_some()) {
+        let status = if o.failure.is_none() { "ok  " } else { "FAIL" };
+        let _ = write!(out, "{status} {:<6} {}", o.rule, o.file);
+        match (&o.failure, &o.rejected_with) {
+            (Some(why), _) => {
+                let _ = write!(out, ": {why}");
+            }
+            (None, Some(message)) => {
+                let _ = write!(out, " ({message})");
+            }
+            (None, None) => {}
+        }
+        out.push('\n');
+    }
+    let failed = outcomes.iter().filter(|o| o.failure.is_some()).count();
+    let _ = writeln!(out, "{} files: {} passed, {failed} failed", outcomes.len(), outcomes.len() - failed);
+    out
+}
