@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: what `.ci/run` runs, and what a developer runs before pushing.
 # Works on a fresh machine: it installs what it needs (cargo-fuzz) itself.
-#   FUZZ_SECONDS  seconds per fuzz target (default 30; 0 skips fuzzing)
+#   FUZZ_SECONDS  seconds per fuzz target (default 60; 0 skips fuzzing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
@@ -15,10 +15,13 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "tests: unit, property, integration, CLI, doc"
 cargo test --workspace --locked
 
+step "conformance corpus, as another implementation would run it"
+cargo run --release --locked --bin tpde -- conformance conformance --quiet
+
 step "demo, as a user runs it"
 cargo run --release --locked --bin tpde -- demo | tail -n 6
 
-FUZZ_SECONDS=${FUZZ_SECONDS:-30}
+FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 if [ "$FUZZ_SECONDS" -gt 0 ]; then
   step "fuzz: every target for ${FUZZ_SECONDS}s"
   command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
@@ -30,9 +33,10 @@ if [ "$FUZZ_SECONDS" -gt 0 ]; then
     export RUSTC_BOOTSTRAP=1
     fuzz=(cargo fuzz)
   fi
+  # Seeds: the conformance corpus, whole files and every chunk of the valid ones.
+  cargo run --release --locked -q -p tpde-fuzzing --bin tpde-fuzz-seeds -- conformance fuzz/corpus
   for target in $(cd fuzz && "${fuzz[@]}" list); do
     mkdir -p "fuzz/corpus/$target"
-    cp spec/vectors/*.tpde "fuzz/corpus/$target/"
     (cd fuzz && "${fuzz[@]}" run "$target" -- -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -malloc_limit_mb=1024)
   done
 fi

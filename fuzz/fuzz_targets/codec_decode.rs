@@ -1,22 +1,5 @@
-//! Every registered codec's decoder on arbitrary stored bytes and params, into a buffer of an
-//! arbitrary declared length (a whole number of elements, as the directory guarantees), with a
-//! base of that length for the delta codecs: errors are fine, panics are not.
+//! Every codec's decoder on arbitrary stored bytes, params, length and base. The body is `tpde_fuzzing::codec_decode`, which `cargo test` also runs on the committed
+//! crash inputs.
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use tpde_codec::{decode, decoder, ChunkContext};
-use tpde_format::{CodecTag, DType};
-
-fuzz_target!(|data: &[u8]| {
-    let Some((&[sel, len_lo, len_hi, params_len], rest)) = data.split_first_chunk::<4>() else { return };
-    let tag = CodecTag::ALL[sel as usize % CodecTag::ALL.len()];
-    let dtype = DType::ALL[(sel as usize / 8) % DType::ALL.len()];
-    let (params, stored) = rest.split_at((params_len as usize % 4).min(rest.len()));
-    let decoded_len = u16::from_le_bytes([len_lo, len_hi]) as u64 / dtype.size() * dtype.size();
-    if decoder(tag).check_lengths(stored.len() as u64, decoded_len).is_err() {
-        return;
-    }
-    let mut out = vec![0u8; decoded_len as usize];
-    let base: Vec<u8> = (0..decoded_len).map(|i| (i as u8).wrapping_mul(sel | 1)).collect();
-    let _ = decode(tag, ChunkContext { dtype, base: Some(&base) }, params, stored, &mut out);
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tpde_fuzzing::codec_decode::run(data));
