@@ -8,7 +8,7 @@
 use crate::{Directory, FormatError, Header, Location, Trailer};
 
 /// Where the directory of `file` begins, read from the trailer without checking it.
-fn directory_offset(file: &[u8]) -> Result<usize, FormatError> {
+pub fn directory_offset(file: &[u8]) -> Result<usize, FormatError> {
     let malformed = || FormatError::Malformed {
         what: "trailer",
         location: Location::at(file.len() as u64),
@@ -17,6 +17,12 @@ fn directory_offset(file: &[u8]) -> Result<usize, FormatError> {
     let at = file.len().checked_sub(Trailer::LEN).ok_or_else(malformed)?;
     let offset = u64::from_le_bytes(file[at..at + 8].try_into().expect("8 bytes"));
     usize::try_from(offset).ok().filter(|&o| (Header::LEN..=at).contains(&o)).ok_or_else(malformed)
+}
+
+/// The parsed directory of `file`.
+pub fn directory(file: &[u8]) -> Result<Directory, FormatError> {
+    let at = directory_offset(file)?;
+    Directory::parse(&file[at..file.len() - Trailer::LEN])
 }
 
 /// Rewrites header fields and reseals the header CRC.
@@ -43,8 +49,7 @@ pub fn with_directory_bytes(file: &[u8], edit: impl FnOnce(&mut Vec<u8>)) -> Res
 
 /// Parses the directory, lets `edit` change it, and writes it back with a fresh trailer.
 pub fn with_directory(file: &[u8], edit: impl FnOnce(&mut Directory)) -> Result<Vec<u8>, FormatError> {
-    let at = directory_offset(file)?;
-    let mut dir = Directory::parse(&file[at..file.len() - Trailer::LEN])?;
+    let mut dir = directory(file)?;
     edit(&mut dir);
     with_directory_bytes(file, |bytes| *bytes = dir.to_bytes())
 }
@@ -68,7 +73,7 @@ pub fn with_trailer(file: &[u8], edit: impl FnOnce(&mut Trailer)) -> Result<Vec<
 pub fn with_chunk(file: &[u8], tensor: usize, chunk: usize, stored: &[u8]) -> Result<Vec<u8>, FormatError> {
     let header = Header::parse(file, file.len() as u64)?;
     let at = directory_offset(file)?;
-    let mut dir = Directory::parse(&file[at..file.len() - Trailer::LEN])?;
+    let mut dir = directory(file)?;
     let missing = || FormatError::Malformed {
         what: "chunk",
         location: Location::at(at as u64),

@@ -7,6 +7,7 @@ use tpde_format::{
 
 use crate::valid::{DELTA_BASE, DELTA_PACKED, DELTA_XOR, SMALL_PLANES, SMALL_RAW, SMALL_ZSTD};
 use crate::Gen;
+use tpde_tools::conformance::{Case, Expect};
 
 use ErrorKind::*;
 
@@ -18,14 +19,25 @@ pub fn all(g: &mut Gen) {
     bases(g);
 }
 
+/// The manifest entry of `invalid/{name}.tpde`, read on its own.
+fn case(name: &str, rule: &str, description: &str, error: ErrorKind) -> Case {
+    let expect = Expect::Invalid { error: error.as_str().into() };
+    crate::case(&format!("invalid/{name}.tpde"), rule, description, expect)
+}
+
 /// An invalid file read on its own.
-fn bad(g: &mut Gen, path: &str, rule: &str, description: &str, bytes: Vec<u8>, error: ErrorKind) {
-    g.invalid(&format!("invalid/{path}.tpde"), rule, description, bytes, None, false, error);
+fn bad(g: &mut Gen, name: &str, rule: &str, description: &str, bytes: Vec<u8>, error: ErrorKind) {
+    g.invalid(case(name, rule, description, error), bytes);
 }
 
 /// An invalid delta file read against `base`.
-fn bad_delta(g: &mut Gen, path: &str, rule: &str, description: &str, bytes: Vec<u8>, base: &str, error: ErrorKind) {
-    g.invalid(&format!("invalid/{path}.tpde"), rule, description, bytes, Some(base), false, error);
+fn bad_delta(g: &mut Gen, name: &str, rule: &str, description: &str, bytes: Vec<u8>, base: &str, error: ErrorKind) {
+    g.invalid(Case { base: Some(base.into()), ..case(name, rule, description, error) }, bytes);
+}
+
+/// An invalid delta file whose base is looked for through its path hints.
+fn bad_via_hint(g: &mut Gen, name: &str, description: &str, bytes: Vec<u8>, error: ErrorKind) {
+    g.invalid(Case { follow_hints: true, ..case(name, "R29", description, error) }, bytes);
 }
 
 fn edit_dir(file: &[u8], edit: impl FnOnce(&mut Directory)) -> Vec<u8> {
@@ -45,7 +57,11 @@ fn edit_trailer(file: &[u8], edit: impl FnOnce(&mut Trailer)) -> Vec<u8> {
 }
 
 fn dir_offset(file: &[u8]) -> usize {
-    u64::from_le_bytes(file[file.len() - 32..file.len() - 24].try_into().unwrap()) as usize
+    surgery::directory_offset(file).expect("a valid file")
+}
+
+fn dir(file: &[u8]) -> Directory {
+    surgery::directory(file).expect("a valid file")
 }
 
 /// Where `needle` starts in the directory of `file` (as an offset into the directory).
@@ -511,7 +527,7 @@ fn chunks(g: &mut Gen) {
         Malformed,
     );
     let mut flipped = small.clone();
-    let ramp1 = Directory::parse(&small[dir_offset(&small)..small.len() - 32]).unwrap().tensors[0].chunks[1].offset;
+    let ramp1 = dir(&small).tensors[0].chunks[1].offset;
     flipped[ramp1 as usize + 3] ^= 0x10;
     bad(g, "r24-chunk-crc", "R24", "a flipped bit in a chunk, its CRC not updated", flipped, ChecksumMismatch);
     bad(
@@ -522,7 +538,7 @@ fn chunks(g: &mut Gen) {
         edit_dir(&small, |d| d.tensors[0].digest[0] ^= 1),
         ChecksumMismatch,
     );
-    let dir = Directory::parse(&small[dir_offset(&small)..small.len() - 32]).unwrap();
+    let dir = dir(&small);
     let c = &dir.tensors[1].chunks[0];
     let mut padding = small.clone();
     padding[(c.offset + c.stored_length) as usize] = 1;
@@ -572,7 +588,7 @@ fn codecs(g: &mut Gen) {
 
     // A planes chunk of the u8 tensor: one plane record, rANS-coded.
     let planes = g.get(SMALL_PLANES).bytes.clone();
-    let dir = Directory::parse(&planes[dir_offset(&planes)..planes.len() - 32]).unwrap();
+    let dir = dir(&planes);
     let c = &dir.tensors[3].chunks[0];
     let stored = planes[c.offset as usize..(c.offset + c.stored_length) as usize].to_vec();
     assert_eq!(stored[0], 1, "the u8 plane is rANS-coded");
@@ -759,13 +775,11 @@ fn codecs(g: &mut Gen) {
 fn bases(g: &mut Gen) {
     let delta = g.get(DELTA_XOR).bytes.clone();
     bad(g, "r29-base-not-given", "R29", "valid/delta-xor.tpde read without its base", delta.clone(), BaseMissing);
-    g.invalid(
-        "invalid/r29-hinted-base-absent.tpde",
-        "R29",
+    bad_via_hint(
+        g,
+        "r29-hinted-base-absent",
         "a delta whose path hint names a file that does not exist",
         edit_dir(&delta, |d| d.base.as_mut().unwrap().path_hint = "no-such-base.tpde".into()),
-        None,
-        true,
         BaseMissing,
     );
     bad_delta(
@@ -796,31 +810,19 @@ fn bases(g: &mut Gen) {
         Malformed,
     );
     let hint = |name: &str| edit_dir(&delta, |d| d.base.as_mut().unwrap().path_hint = name.into());
-    g.invalid(
-        "invalid/r29-chain-loop-a.tpde",
-        "R29",
+    bad_via_hint(
+        g,
+        "r29-chain-loop-a",
         "a delta whose base hint names r29-chain-loop-b.tpde, whose hint names this file",
         hint("r29-chain-loop-b.tpde"),
-        None,
-        true,
         BaseChain,
     );
-    g.invalid(
-        "invalid/r29-chain-loop-b.tpde",
-        "R29",
+    bad_via_hint(
+        g,
+        "r29-chain-loop-b",
         "the other half of the loop: its hint names r29-chain-loop-a.tpde",
         hint("r29-chain-loop-a.tpde"),
-        None,
-        true,
         BaseChain,
     );
-    g.invalid(
-        "invalid/r29-chain-self.tpde",
-        "R29",
-        "a delta whose base hint names itself",
-        hint("r29-chain-self.tpde"),
-        None,
-        true,
-        BaseChain,
-    );
+    bad_via_hint(g, "r29-chain-self", "a delta whose base hint names itself", hint("r29-chain-self.tpde"), BaseChain);
 }

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 
 use tpde_codec::Encoder;
 use tpde_format::digest::{content_digest, tensor_digest, DigestInput};
-use tpde_format::{BaseRef, DType, ErrorKind, MetadataValue};
+use tpde_format::{BaseRef, DType, MetadataValue};
 use tpde_tools::conformance::{Case, Expect, ExpectedMetadata, ExpectedTensor, Manifest, SCHEMA};
 use tpde_write::{WriteOptions, Writer};
 
@@ -168,55 +168,41 @@ impl Gen {
         }
         let bytes = w.finish().expect("finish");
         let expect = expect_of(&spec.tensors, &spec.metadata);
-        self.add(spec.path, spec.rule, spec.description, bytes.clone(), spec.base, false, expect, spec.tensors);
+        let case = Case { base: spec.base.map(str::to_owned), ..case(spec.path, spec.rule, spec.description, expect) };
+        self.add(case, bytes.clone(), spec.tensors);
         bytes
     }
 
     /// Adds a valid file made from `from` by surgery that keeps its content.
     pub fn valid_derived(&mut self, path: &str, rule: &str, description: &str, from: &str, bytes: Vec<u8>) {
         let src = self.get(from).clone();
-        self.add(path, rule, description, bytes, src.base.as_deref(), false, src.expect, src.tensors);
+        self.add(Case { base: src.base, ..case(path, rule, description, src.expect) }, bytes, src.tensors);
     }
 
-    /// Adds an invalid file and the error category a reader must give.
-    #[allow(clippy::too_many_arguments)]
-    pub fn invalid(
-        &mut self,
-        path: &str,
-        rule: &str,
-        description: &str,
-        bytes: Vec<u8>,
-        base: Option<&str>,
-        follow_hints: bool,
-        error: ErrorKind,
-    ) {
-        let expect = Expect::Invalid { error: error.as_str().into() };
-        self.add(path, rule, description, bytes, base, follow_hints, expect, Vec::new());
+    /// Adds an invalid file; `case` holds the error category a reader must give.
+    pub fn invalid(&mut self, case: Case, bytes: Vec<u8>) {
+        self.add(case, bytes, Vec::new());
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn add(
-        &mut self,
-        path: &str,
-        rule: &str,
-        description: &str,
-        bytes: Vec<u8>,
-        base: Option<&str>,
-        follow_hints: bool,
-        expect: Expect,
-        tensors: Vec<T>,
-    ) {
-        assert!(!self.built.contains_key(path), "{path} generated twice");
-        self.cases.push(Case {
-            file: path.into(),
-            rule: rule.into(),
-            description: description.into(),
-            base: base.map(str::to_owned),
-            follow_hints,
-            expect: expect.clone(),
-        });
-        self.files.push((path.into(), bytes.clone()));
-        self.built.insert(path.into(), Built { bytes, tensors, expect, base: base.map(str::to_owned) });
+    fn add(&mut self, case: Case, bytes: Vec<u8>, tensors: Vec<T>) {
+        let path = case.file.clone();
+        assert!(!self.built.contains_key(&path), "{path} generated twice");
+        let built = Built { bytes: bytes.clone(), tensors, expect: case.expect.clone(), base: case.base.clone() };
+        self.cases.push(case);
+        self.files.push((path.clone(), bytes));
+        self.built.insert(path, built);
+    }
+}
+
+/// A manifest entry with no base.
+pub(crate) fn case(file: &str, rule: &str, description: &str, expect: Expect) -> Case {
+    Case {
+        file: file.into(),
+        rule: rule.into(),
+        description: description.into(),
+        base: None,
+        follow_hints: false,
+        expect,
     }
 }
 
@@ -294,15 +280,21 @@ impl std::fmt::Display for Drift {
 }
 
 impl Corpus {
+    /// Every file to commit, the manifest last: (path in the corpus folder, bytes).
+    pub fn entries(&self) -> impl Iterator<Item = (&str, std::borrow::Cow<'_, [u8]>)> {
+        let manifest = (tpde_tools::conformance::MANIFEST, self.manifest_json().into_bytes().into());
+        self.files.iter().map(|(p, b)| (p.as_str(), b.as_slice().into())).chain([manifest])
+    }
+
     /// Compares this corpus with the one in `dir`, manifest included.
     pub fn drift(&self, dir: &std::path::Path) -> Vec<Drift> {
         let mut out = Vec::new();
-        let manifest = (tpde_tools::conformance::MANIFEST.to_owned(), self.manifest_json().into_bytes());
-        for (path, bytes) in self.files.iter().chain([&manifest]) {
-            match std::fs::read(dir.join(path)) {
-                Ok(committed) if &committed == bytes => {}
-                Ok(_) => out.push(Drift::Changed(path.clone())),
-                Err(_) => out.push(Drift::Missing(path.clone())),
+        for (path, bytes) in self.entries() {
+            let path = path.to_owned();
+            match std::fs::read(dir.join(&path)) {
+                Ok(committed) if committed == *bytes => {}
+                Ok(_) => out.push(Drift::Changed(path)),
+                Err(_) => out.push(Drift::Missing(path)),
             }
         }
         let generated: std::collections::HashSet<&str> = self.files.iter().map(|(p, _)| p.as_str()).collect();

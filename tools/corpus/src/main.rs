@@ -47,7 +47,7 @@ fn main() -> ExitCode {
         let path = dir.join(d.path());
         let result = match d {
             Drift::Extra(_) => std::fs::remove_file(&path),
-            _ => write(&path, corpus_bytes(&corpus, d.path())),
+            _ => write(&path, corpus.entries().find(|(p, _)| *p == d.path()).expect("a generated path").1.as_ref()),
         };
         if let Err(e) = result {
             eprintln!("{}: {e}", path.display());
@@ -62,14 +62,7 @@ fn file_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
 
-fn corpus_bytes(corpus: &tpde_corpus::Corpus, path: &str) -> Vec<u8> {
-    if path == tpde_tools::conformance::MANIFEST {
-        return corpus.manifest_json().into_bytes();
-    }
-    corpus.files.iter().find(|(p, _)| p == path).map(|(_, b)| b.clone()).expect("a generated path")
-}
-
-fn write(path: &Path, bytes: Vec<u8>) -> std::io::Result<()> {
+fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
     }

@@ -396,7 +396,7 @@ fn deltas(g: &mut Gen) {
 
     // A delta whose base is found through its path hint.
     let hinted = drifted(&base, 0.01, 4, &mut rng);
-    let bytes = g.valid(
+    g.valid(
         Spec::new(
             "valid/delta-via-hint.tpde",
             "§7.3",
@@ -409,7 +409,6 @@ fn deltas(g: &mut Gen) {
     let case = g.cases.last_mut().expect("just added");
     case.base = None;
     case.follow_hints = true;
-    drop(bytes);
 }
 
 fn structure(g: &mut Gen) {

@@ -20,16 +20,10 @@ pub struct Input {
     pub edits: Vec<(u16, u64)>,
 }
 
+/// One of the codecs that decode against a base, or the writer's own choice.
 fn encoder(selector: u8) -> Encoder {
-    let deltas = [
-        CodecTag::DeltaXor,
-        CodecTag::DeltaSub,
-        CodecTag::SparseEliasDelta,
-        CodecTag::SparseFibonacci,
-        CodecTag::SparseRice,
-        CodecTag::SparsePacked,
-    ];
-    deltas.get(selector as usize % 8).map_or(Encoder::Auto, |&t| Encoder::Codec(t))
+    let deltas: Vec<CodecTag> = CodecTag::ALL.into_iter().filter(|t| t.needs_base()).collect();
+    deltas.get(selector as usize % (deltas.len() + 2)).map_or(Encoder::Auto, |&t| Encoder::Codec(t))
 }
 
 pub fn run(data: &[u8]) {
