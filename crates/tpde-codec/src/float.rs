@@ -6,7 +6,7 @@
 
 use tpde_format::{CodecTag, DType};
 
-use crate::planes::{self, with_word};
+use crate::planes::{self, with_word, PlaneForm};
 use crate::positions::PositionCoder;
 use crate::{no_params, ChunkCodec, ChunkContext, CodecError};
 
@@ -14,13 +14,16 @@ use crate::{no_params, ChunkCodec, ChunkContext, CodecError};
 /// changed values' planes.
 const SPARSE_HEADER: usize = 8;
 
-/// `planes`: the keyframe codec.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Planes;
+/// `planes` and `planes-lanes`: the keyframe codec.
+#[derive(Clone, Copy, Debug)]
+pub struct Planes(pub PlaneForm);
 
 impl ChunkCodec for Planes {
     fn tag(&self) -> CodecTag {
-        CodecTag::Planes
+        match self.0 {
+            PlaneForm::Serial => CodecTag::Planes,
+            PlaneForm::Lanes => CodecTag::PlanesLanes,
+        }
     }
 
     fn encode(&self, ctx: ChunkContext, input: &[u8], out: &mut Vec<u8>) -> Result<Vec<u8>, CodecError> {
@@ -29,7 +32,7 @@ impl ChunkCodec for Planes {
         if planes::rotates(ctx.dtype) {
             planes::rotate(&mut elements, w, true);
         }
-        planes::encode(&elements, w, out);
+        planes::encode(&elements, w, self.0, out);
         Ok(Vec::new())
     }
 
@@ -46,8 +49,8 @@ impl ChunkCodec for Planes {
     fn decode(&self, ctx: ChunkContext, params: &[u8], stored: &[u8], out: &mut [u8]) -> Result<(), CodecError> {
         no_params(self.tag(), params)?;
         let w = width(ctx.dtype);
-        let rest = planes::decode(self.tag(), stored, w, out)?;
-        trailing(self.tag(), rest)?;
+        let end = planes::decode(self.tag(), stored, 0, w, out)?;
+        trailing(self.tag(), stored, end)?;
         if planes::rotates(ctx.dtype) {
             planes::rotate(out, w, false);
         }
@@ -64,9 +67,10 @@ pub enum DenseOp {
     Sub,
 }
 
-/// `delta-xor` and `delta-sub`: every element against the base's, then planes.
+/// `delta-xor` and `delta-sub` (and their lane forms): every element against the base's, then
+/// planes.
 #[derive(Clone, Copy, Debug)]
-pub struct Dense(pub DenseOp);
+pub struct Dense(pub DenseOp, pub PlaneForm);
 
 impl Dense {
     /// The delta elements of `input` against `base`.
@@ -92,7 +96,7 @@ impl Dense {
     }
 
     /// Undoes [`Dense::forward`] in place: `out` holds the delta elements on entry.
-    fn inverse(op: DenseOp, dtype: DType, out: &mut [u8], base: &[u8]) {
+    pub fn inverse(op: DenseOp, dtype: DType, out: &mut [u8], base: &[u8]) {
         let w = width(dtype);
         with_word!(w, T => {
             for (c, b) in out.chunks_exact_mut(w).zip(base.chunks_exact(w)) {
@@ -111,15 +115,17 @@ impl Dense {
 
 impl ChunkCodec for Dense {
     fn tag(&self) -> CodecTag {
-        match self.0 {
-            DenseOp::Xor => CodecTag::DeltaXor,
-            DenseOp::Sub => CodecTag::DeltaSub,
+        match self {
+            Dense(DenseOp::Xor, PlaneForm::Serial) => CodecTag::DeltaXor,
+            Dense(DenseOp::Sub, PlaneForm::Serial) => CodecTag::DeltaSub,
+            Dense(DenseOp::Xor, PlaneForm::Lanes) => CodecTag::DeltaXorLanes,
+            Dense(DenseOp::Sub, PlaneForm::Lanes) => CodecTag::DeltaSubLanes,
         }
     }
 
     fn encode(&self, ctx: ChunkContext, input: &[u8], out: &mut Vec<u8>) -> Result<Vec<u8>, CodecError> {
         let base = base_for(self.tag(), ctx, input.len())?;
-        planes::encode(&Dense::forward(self.0, ctx.dtype, input, base), width(ctx.dtype), out);
+        planes::encode(&Dense::forward(self.0, ctx.dtype, input, base), width(ctx.dtype), self.1, out);
         Ok(Vec::new())
     }
 
@@ -130,16 +136,46 @@ impl ChunkCodec for Dense {
     fn decode(&self, ctx: ChunkContext, params: &[u8], stored: &[u8], out: &mut [u8]) -> Result<(), CodecError> {
         no_params(self.tag(), params)?;
         let base = base_for(self.tag(), ctx, out.len())?;
-        let rest = planes::decode(self.tag(), stored, width(ctx.dtype), out)?;
-        trailing(self.tag(), rest)?;
+        let end = planes::decode(self.tag(), stored, 0, width(ctx.dtype), out)?;
+        trailing(self.tag(), stored, end)?;
         Dense::inverse(self.0, ctx.dtype, out, base);
         Ok(())
     }
 }
 
-/// The sparse deltas: positions of the changed elements, then their XOR with the base.
+/// The sparse deltas: positions of the changed elements, then their XOR with the base. Only
+/// the packed coder has a lane form (`sparse-packed-lanes`).
 #[derive(Clone, Copy, Debug)]
-pub struct Sparse(pub PositionCoder);
+pub struct Sparse(pub PositionCoder, pub PlaneForm);
+
+/// Where a sparse payload's parts lie in the chunk's stored bytes (spec §6.5).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SparseLayout {
+    /// Changed elements.
+    pub count: usize,
+    /// The coded positions.
+    pub positions: std::ops::Range<usize>,
+    /// Offset of the values' plane records.
+    pub values: usize,
+}
+
+impl SparseLayout {
+    /// Reads a sparse payload's header for a chunk of `n` elements.
+    pub fn read(codec: CodecTag, stored: &[u8], n: usize) -> Result<SparseLayout, CodecError> {
+        let corrupt = |detail: String| CodecError::Corrupt { codec, detail };
+        let header = stored.get(..SPARSE_HEADER).ok_or_else(|| corrupt("sparse header is cut short".into()))?;
+        let count = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
+        let pos_len = u32::from_le_bytes(header[4..].try_into().expect("4 bytes")) as usize;
+        if count > n {
+            return Err(corrupt(format!("{count} changed positions in a chunk of {n} elements")));
+        }
+        let end = SPARSE_HEADER + pos_len;
+        if end > stored.len() {
+            return Err(corrupt(format!("position stream of {pos_len} bytes runs past the chunk")));
+        }
+        Ok(SparseLayout { count, positions: SPARSE_HEADER..end, values: end })
+    }
+}
 
 impl Sparse {
     /// The changed positions and their XOR values (rotated for floats), element by element.
@@ -163,26 +199,31 @@ impl Sparse {
 
     /// Appends the sparse payload of changes found by [`Sparse::changes`], the values split
     /// into planes.
-    pub fn write_planed(coder: PositionCoder, positions: &[u32], values: &planes::Planed, out: &mut Vec<u8>) {
+    pub fn write_planed(self, positions: &[u32], values: &planes::Planed, out: &mut Vec<u8>) {
+        let coder = self.0;
         out.extend_from_slice(&(positions.len() as u32).to_le_bytes());
         let at = out.len();
         out.extend_from_slice(&[0; 4]);
         coder.encode(positions, out);
         let len = (out.len() - at - 4) as u32;
         out[at..at + 4].copy_from_slice(&len.to_le_bytes());
-        values.encode(out);
+        values.encode(self.1, out);
     }
 }
 
 impl ChunkCodec for Sparse {
     fn tag(&self) -> CodecTag {
-        self.0.tag()
+        match self {
+            Sparse(coder, PlaneForm::Serial) => coder.tag(),
+            Sparse(PositionCoder::Packed, PlaneForm::Lanes) => CodecTag::SparsePackedLanes,
+            Sparse(coder, PlaneForm::Lanes) => panic!("the {coder:?} position coder has no lane form"),
+        }
     }
 
     fn encode(&self, ctx: ChunkContext, input: &[u8], out: &mut Vec<u8>) -> Result<Vec<u8>, CodecError> {
         let base = base_for(self.tag(), ctx, input.len())?;
         let (positions, values) = Sparse::changes(ctx.dtype, input, base);
-        Sparse::write_planed(self.0, &positions, &planes::Planed::new(&values, width(ctx.dtype)), out);
+        self.write_planed(&positions, &planes::Planed::new(&values, width(ctx.dtype)), out);
         Ok(Vec::new())
     }
 
@@ -200,20 +241,13 @@ impl ChunkCodec for Sparse {
         let corrupt = |detail: String| CodecError::Corrupt { codec: tag, detail };
         let w = width(ctx.dtype);
         let n = out.len() / w;
-        let header = stored.get(..SPARSE_HEADER).ok_or_else(|| corrupt("sparse header is cut short".into()))?;
-        let count = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
-        let pos_len = u32::from_le_bytes(header[4..].try_into().expect("4 bytes")) as usize;
-        if count > n {
-            return Err(corrupt(format!("{count} changed positions in a chunk of {n} elements")));
-        }
-        let pos_bytes = stored
-            .get(SPARSE_HEADER..SPARSE_HEADER + pos_len)
-            .ok_or_else(|| corrupt(format!("position stream of {pos_len} bytes runs past the chunk")))?;
+        let layout = SparseLayout::read(tag, stored, n)?;
+        let count = layout.count;
         let mut positions = Vec::new();
-        self.0.decode(pos_bytes, count, n as u64, &mut positions).map_err(corrupt)?;
+        self.0.decode(&stored[layout.positions], count, n as u64, &mut positions).map_err(corrupt)?;
         let mut values = vec![0u8; count * w];
-        let rest = planes::decode(tag, &stored[SPARSE_HEADER + pos_len..], w, &mut values)?;
-        trailing(tag, rest)?;
+        let end = planes::decode(tag, stored, layout.values, w, &mut values)?;
+        trailing(tag, stored, end)?;
         out.copy_from_slice(base);
         with_word!(w, T => {
             for (&p, v) in positions.iter().zip(values.chunks_exact(w)) {
@@ -244,10 +278,11 @@ fn base_for<'a>(codec: CodecTag, ctx: ChunkContext<'a>, len: usize) -> Result<&'
     Ok(base)
 }
 
-fn trailing(codec: CodecTag, rest: &[u8]) -> Result<(), CodecError> {
-    if rest.is_empty() {
+/// Checks that the encoding ends at `end`, the end of the chunk's stored bytes.
+pub fn trailing(codec: CodecTag, stored: &[u8], end: usize) -> Result<(), CodecError> {
+    if end == stored.len() {
         Ok(())
     } else {
-        Err(CodecError::Corrupt { codec, detail: format!("{} bytes follow the last plane", rest.len()) })
+        Err(CodecError::Corrupt { codec, detail: format!("{} bytes follow the last plane", stored.len() - end) })
     }
 }

@@ -19,7 +19,8 @@ mod zstd_codec;
 
 use tpde_format::{CodecTag, DType, ErrorKind};
 
-pub use float::{Dense, DenseOp, Planes, Sparse};
+pub use float::{trailing, Dense, DenseOp, Planes, Sparse, SparseLayout};
+pub use planes::PlaneForm;
 pub use positions::PositionCoder;
 pub use raw::Raw;
 pub use zstd_codec::Zstd;
@@ -130,13 +131,17 @@ pub fn decoder(tag: CodecTag) -> &'static dyn ChunkCodec {
     match tag {
         CodecTag::Raw => &Raw,
         CodecTag::Zstd => &Zstd { level: zstd_codec::DEFAULT_LEVEL },
-        CodecTag::Planes => &Planes,
-        CodecTag::DeltaXor => &Dense(DenseOp::Xor),
-        CodecTag::DeltaSub => &Dense(DenseOp::Sub),
-        CodecTag::SparseEliasDelta => &Sparse(PositionCoder::EliasDelta),
-        CodecTag::SparseFibonacci => &Sparse(PositionCoder::Fibonacci),
-        CodecTag::SparseRice => &Sparse(PositionCoder::Rice),
-        CodecTag::SparsePacked => &Sparse(PositionCoder::Packed),
+        CodecTag::Planes => &Planes(PlaneForm::Serial),
+        CodecTag::DeltaXor => &Dense(DenseOp::Xor, PlaneForm::Serial),
+        CodecTag::DeltaSub => &Dense(DenseOp::Sub, PlaneForm::Serial),
+        CodecTag::SparseEliasDelta => &Sparse(PositionCoder::EliasDelta, PlaneForm::Serial),
+        CodecTag::SparseFibonacci => &Sparse(PositionCoder::Fibonacci, PlaneForm::Serial),
+        CodecTag::SparseRice => &Sparse(PositionCoder::Rice, PlaneForm::Serial),
+        CodecTag::SparsePacked => &Sparse(PositionCoder::Packed, PlaneForm::Serial),
+        CodecTag::PlanesLanes => &Planes(PlaneForm::Lanes),
+        CodecTag::DeltaXorLanes => &Dense(DenseOp::Xor, PlaneForm::Lanes),
+        CodecTag::DeltaSubLanes => &Dense(DenseOp::Sub, PlaneForm::Lanes),
+        CodecTag::SparsePackedLanes => &Sparse(PositionCoder::Packed, PlaneForm::Lanes),
         // `CodecTag` is non-exhaustive only across crates; every tag the format crate
         // registers is matched above.
         #[allow(unreachable_patterns)]
@@ -171,6 +176,10 @@ pub enum Encoder {
     /// The smallest lossless form per chunk: `planes` without a base; with one, whichever of
     /// `delta-xor`, `delta-sub`, the four sparse forms and `planes` is estimated smallest.
     Auto,
+    /// The smallest form a GPU decodes in parallel (spec §6.7), per chunk: `planes-lanes`
+    /// without a base; with one, whichever of `delta-xor-lanes`, `delta-sub-lanes`,
+    /// `sparse-packed-lanes` and `planes-lanes` is estimated smallest.
+    AutoGpu,
 }
 
 impl Encoder {
@@ -179,9 +188,13 @@ impl Encoder {
         let tag = match self {
             Encoder::Raw => CodecTag::Raw,
             Encoder::Zstd { level } => return Ok((CodecTag::Zstd, Zstd { level }.encode(ctx, input, out)?)),
-            Encoder::Codec(tag) if tag.needs_base() && ctx.base.is_none() => CodecTag::Planes,
+            Encoder::Codec(tag) if tag.needs_base() && ctx.base.is_none() => match PlaneForm::of(tag) {
+                PlaneForm::Serial => CodecTag::Planes,
+                PlaneForm::Lanes => CodecTag::PlanesLanes,
+            },
             Encoder::Codec(tag) => tag,
-            Encoder::Auto => return select::encode_best(ctx, input, out),
+            Encoder::Auto => return select::encode_best(ctx, input, PlaneForm::Serial, out),
+            Encoder::AutoGpu => return select::encode_best(ctx, input, PlaneForm::Lanes, out),
         };
         Ok((tag, decoder(tag).encode(ctx, input, out)?))
     }
@@ -192,6 +205,7 @@ impl Encoder {
             Encoder::Raw | Encoder::Zstd { .. } => 0,
             Encoder::Codec(tag) => tag.since_minor(),
             Encoder::Auto => 1,
+            Encoder::AutoGpu => 2,
         }
     }
 }

@@ -7,16 +7,52 @@
 //! plane is stored as it is or rANS-coded with its own table, whichever is smaller.
 //!
 //! ```text
-//! plane   u8 mode: 0 stored (n bytes follow) | 1 rANS (table, stream; see rans.rs)
+//! plane   u8 mode: 0 stored (n bytes follow) | 1 rANS (table, stream) | 2 rANS lanes (table,
+//!         lanes); see rans.rs. The serial tags use modes 0 and 1, the lane tags 0 and 2.
 //! ```
+
+use std::ops::Range;
 
 use tpde_format::{CodecTag, DType};
 
-use crate::rans::{self, Table};
+use crate::rans::{self, LaneLayout, Table};
 use crate::CodecError;
 
 const STORED: u8 = 0;
 const RANS: u8 = 1;
+const RANS_LANES: u8 = 2;
+
+/// How a codec's rANS planes are laid out: one serial stream (spec §6.2.2) or independent lanes
+/// (§6.2.3) that a GPU decodes in parallel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlaneForm {
+    /// Mode 1 records: four interleaved states over one byte stream.
+    Serial,
+    /// Mode 2 records: lanes with their own state and bytes.
+    Lanes,
+}
+
+impl PlaneForm {
+    /// The form a codec tag's plane records take.
+    pub fn of(tag: CodecTag) -> PlaneForm {
+        if tag.lanes() {
+            PlaneForm::Lanes
+        } else {
+            PlaneForm::Serial
+        }
+    }
+}
+
+/// One plane record, found by [`parse`]: offsets are into the chunk's stored bytes.
+#[derive(Clone, Debug)]
+pub enum PlaneRecord {
+    /// Mode 0: the plane's n bytes start here.
+    Stored(usize),
+    /// Mode 1: a table and a serial rANS stream (from its `u32 len`).
+    Serial(Table, Range<usize>),
+    /// Mode 2: a table and rANS lanes.
+    Lanes(Table, LaneLayout),
+}
 
 /// Runs `$body` with `$T` the unsigned integer type of width `$w` bytes (1, 2, 4 or 8).
 macro_rules! with_word {
@@ -83,18 +119,20 @@ impl Planed {
         estimate(&self.hists)
     }
 
-    /// Appends the coded planes.
-    pub fn encode(&self, out: &mut Vec<u8>) {
+    /// Appends the coded planes in `form`.
+    pub fn encode(&self, form: PlaneForm, out: &mut Vec<u8>) {
         let n = self.n;
         for (j, hist) in self.hists.iter().enumerate() {
             let plane = &self.planes[j * n..(j + 1) * n];
             let table = Table::from_histogram(hist);
-            let coded = table.encoded_len() as f64 + table.cost_bytes(hist);
+            let lanes = match form {
+                PlaneForm::Serial => 0.0,
+                PlaneForm::Lanes => 8.0 * rans::lane_count(n) as f64,
+            };
+            let coded = table.encoded_len() as f64 + table.cost_bytes(hist) + lanes;
             // A plane that rANS would shrink by under 2% is stored: not worth its decode time.
             if n > 0 && coded < n as f64 * 0.98 {
-                out.push(RANS);
-                table.write(out);
-                rans::encode(&table, plane, out);
+                table.write_record(form, plane, out);
             } else {
                 out.push(STORED);
                 out.extend_from_slice(plane);
@@ -191,37 +229,98 @@ pub fn estimate(hists: &[[u64; 256]]) -> f64 {
         .sum()
 }
 
-/// Appends the planes of `elements` (already transformed), `w` bytes each.
-pub fn encode(elements: &[u8], w: usize, out: &mut Vec<u8>) {
-    Planed::new(elements, w).encode(out)
+impl Table {
+    /// Appends a rANS plane record of `plane` in `form`: mode, this table, the stream or lanes.
+    fn write_record(&self, form: PlaneForm, plane: &[u8], out: &mut Vec<u8>) {
+        match form {
+            PlaneForm::Serial => {
+                out.push(RANS);
+                self.write(out);
+                rans::encode(self, plane, out);
+            }
+            PlaneForm::Lanes => {
+                out.push(RANS_LANES);
+                self.write(out);
+                rans::encode_lanes(self, plane, out);
+            }
+        }
+    }
 }
 
-/// Decodes `w` planes from the front of `input` into `out` (the elements, still transformed),
-/// returning the bytes after them.
-pub fn decode<'a>(codec: CodecTag, input: &'a [u8], w: usize, out: &mut [u8]) -> Result<&'a [u8], CodecError> {
+/// Appends the planes of `elements` (already transformed), `w` bytes each, in `form`.
+pub fn encode(elements: &[u8], w: usize, form: PlaneForm, out: &mut Vec<u8>) {
+    Planed::new(elements, w).encode(form, out)
+}
+
+/// Reads the `w` plane records of `n` elements at offset `at` of a `codec` chunk's `stored`
+/// bytes, checking their structure (modes, tables, lengths) but decoding no symbol. Returns
+/// them and the offset after the last.
+pub fn parse(
+    codec: CodecTag,
+    stored: &[u8],
+    at: usize,
+    w: usize,
+    n: usize,
+) -> Result<(Vec<PlaneRecord>, usize), CodecError> {
+    let corrupt = rans::corrupt(codec);
+    let form = PlaneForm::of(codec);
+    let mut at = at;
+    let mut records = Vec::with_capacity(w);
+    for j in 0..w {
+        let mode = *stored.get(at).ok_or_else(|| corrupt(format!("plane {j} is missing")))?;
+        at += 1;
+        let rest = &stored[at..];
+        let record = match (mode, form) {
+            (STORED, _) => {
+                if rest.len() < n {
+                    return Err(corrupt(format!("stored plane {j} is cut short")));
+                }
+                at += n;
+                PlaneRecord::Stored(at - n)
+            }
+            (RANS, PlaneForm::Serial) => {
+                let (table, after) = Table::read(rest).map_err(&corrupt)?;
+                let begin = stored.len() - after.len();
+                let len = after.get(..4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as u64);
+                let len = len.ok_or_else(|| corrupt("rANS stream length is cut short".into()))?;
+                if len > after.len() as u64 - 4 {
+                    return Err(corrupt(format!("rANS stream of {len} bytes runs past the chunk")));
+                }
+                at = begin + 4 + len as usize;
+                PlaneRecord::Serial(table, begin..at)
+            }
+            (RANS_LANES, PlaneForm::Lanes) => {
+                let (table, after) = Table::read(rest).map_err(&corrupt)?;
+                let layout = LaneLayout::read(stored, stored.len() - after.len(), n).map_err(&corrupt)?;
+                at = layout.bytes.end;
+                PlaneRecord::Lanes(table, layout)
+            }
+            (m, _) => return Err(corrupt(format!("plane {j} has mode {m}, not one of {codec}'s"))),
+        };
+        records.push(record);
+    }
+    Ok((records, at))
+}
+
+/// Decodes `w` planes at offset `at` of `stored` into `out` (the elements, still transformed),
+/// returning the offset after them.
+pub fn decode(codec: CodecTag, stored: &[u8], at: usize, w: usize, out: &mut [u8]) -> Result<usize, CodecError> {
     let n = out.len() / w;
     let corrupt = rans::corrupt(codec);
-    let mut rest = input;
+    let (records, end) = parse(codec, stored, at, w, n)?;
     let mut planes = vec![0u8; n * w];
-    for j in 0..w {
+    for (j, record) in records.iter().enumerate() {
         let plane = &mut planes[j * n..(j + 1) * n];
-        let (&mode, after) = rest.split_first().ok_or_else(|| corrupt(format!("plane {j} is missing")))?;
-        rest = after;
-        match mode {
-            STORED => {
-                let bytes = rest.get(..n).ok_or_else(|| corrupt(format!("stored plane {j} is cut short")))?;
-                plane.copy_from_slice(bytes);
-                rest = &rest[n..];
+        match record {
+            PlaneRecord::Stored(at) => plane.copy_from_slice(&stored[*at..*at + n]),
+            PlaneRecord::Serial(table, stream) => {
+                rans::decode(table, &stored[stream.clone()], plane).map_err(&corrupt)?;
             }
-            RANS => {
-                let (table, after) = Table::read(rest).map_err(&corrupt)?;
-                rest = rans::decode(&table, after, plane).map_err(&corrupt)?;
-            }
-            m => return Err(corrupt(format!("plane {j} has unknown mode {m}"))),
+            PlaneRecord::Lanes(table, layout) => rans::decode_lanes(table, stored, layout, plane).map_err(&corrupt)?,
         }
     }
     merge(&planes, w, out);
-    Ok(rest)
+    Ok(end)
 }
 
 /// The spec's bound for `planes`: `decoded_length ≤ 32768 × stored_length`. It holds for every

@@ -45,6 +45,9 @@ impl PositionCoder {
 
     /// The coder a sparse codec tag uses.
     pub fn of(tag: CodecTag) -> Option<PositionCoder> {
+        if tag == CodecTag::SparsePackedLanes {
+            return Some(PositionCoder::Packed);
+        }
         PositionCoder::ALL.into_iter().find(|c| c.tag() == tag)
     }
 

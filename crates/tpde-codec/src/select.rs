@@ -3,10 +3,10 @@
 
 use tpde_format::CodecTag;
 
-use crate::float::{width, Dense, DenseOp, Sparse};
-use crate::planes::{self, Planed};
+use crate::float::{width, Dense, DenseOp, Planes, Sparse};
+use crate::planes::{self, PlaneForm, Planed};
 use crate::positions::PositionCoder;
-use crate::{decoder, ChunkContext, CodecError};
+use crate::{decoder, ChunkCodec, ChunkContext, CodecError};
 
 /// A candidate form and its estimated stored bytes.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -26,16 +26,21 @@ struct Estimate {
     sub: Option<Planed>,
 }
 
-fn estimate_all(ctx: ChunkContext, input: &[u8], base: &[u8]) -> Estimate {
+fn estimate_all(ctx: ChunkContext, input: &[u8], base: &[u8], form: PlaneForm) -> Estimate {
     let w = width(ctx.dtype);
     let n = (input.len() / w) as u64;
     let (positions, values) = Sparse::changes(ctx.dtype, input, base);
     let values = Planed::new(&values, w);
     let values_cost = values.estimate();
     let mut choices = Vec::new();
-    for coder in PositionCoder::ALL {
+    // The lane form has one position coder, the packed blocks a GPU decodes in parallel.
+    let coders: &[PositionCoder] = match form {
+        PlaneForm::Serial => &PositionCoder::ALL,
+        PlaneForm::Lanes => &[PositionCoder::Packed],
+    };
+    for &coder in coders {
         let pos = coder.cost_bits(&positions).div_ceil(8) as f64;
-        choices.push(Choice { tag: coder.tag(), bytes: 8.0 + pos + values_cost });
+        choices.push(Choice { tag: Sparse(coder, form).tag(), bytes: 8.0 + pos + values_cost });
     }
     // Dense XOR: the changed values plus a zero for every unchanged element.
     let mut dense_hist = values.hists.clone();
@@ -43,12 +48,12 @@ fn estimate_all(ctx: ChunkContext, input: &[u8], base: &[u8]) -> Estimate {
         h[0] += n - positions.len() as u64;
     }
     let xor = planes::estimate(&dense_hist);
-    choices.push(Choice { tag: CodecTag::DeltaXor, bytes: xor });
+    choices.push(Choice { tag: Dense(DenseOp::Xor, form).tag(), bytes: xor });
     // Subtraction can only win when much has changed.
     let mut sub = None;
     if positions.len() as u64 * 4 > n {
         let d = Planed::new(&Dense::forward(DenseOp::Sub, ctx.dtype, input, base), w);
-        choices.push(Choice { tag: CodecTag::DeltaSub, bytes: d.estimate() });
+        choices.push(Choice { tag: Dense(DenseOp::Sub, form).tag(), bytes: d.estimate() });
         sub = Some(d);
     }
     // A fresh keyframe, only when the delta saves little (a re-initialised tensor, or Adam's
@@ -58,28 +63,34 @@ fn estimate_all(ctx: ChunkContext, input: &[u8], base: &[u8]) -> Estimate {
         if planes::rotates(ctx.dtype) {
             planes::rotate(&mut key, w, true);
         }
-        choices.push(Choice { tag: CodecTag::Planes, bytes: Planed::new(&key, w).estimate() });
+        choices.push(Choice { tag: Planes(form).tag(), bytes: Planed::new(&key, w).estimate() });
     }
     choices.sort_by(|a, b| a.bytes.total_cmp(&b.bytes));
     Estimate { choices, positions, values, sub }
 }
 
 /// Encodes the chunk in its smallest estimated form.
-pub fn encode_best(ctx: ChunkContext, input: &[u8], out: &mut Vec<u8>) -> Result<(CodecTag, Vec<u8>), CodecError> {
+pub fn encode_best(
+    ctx: ChunkContext,
+    input: &[u8],
+    form: PlaneForm,
+    out: &mut Vec<u8>,
+) -> Result<(CodecTag, Vec<u8>), CodecError> {
+    let keyframe = Planes(form);
     let Some(base) = ctx.base.filter(|b| b.len() == input.len()) else {
-        return Ok((CodecTag::Planes, decoder(CodecTag::Planes).encode(ctx, input, out)?));
+        return Ok((keyframe.tag(), keyframe.encode(ctx, input, out)?));
     };
-    let est = estimate_all(ctx, input, base);
+    let est = estimate_all(ctx, input, base, form);
     let best = est.choices[0].tag;
     // What the estimate computed is reused: no second pass over the chunk.
     if let Some(coder) = PositionCoder::of(best) {
-        Sparse::write_planed(coder, &est.positions, &est.values, out);
+        Sparse(coder, form).write_planed(&est.positions, &est.values, out);
         return Ok((best, Vec::new()));
     }
-    if let (CodecTag::DeltaSub, Some(sub)) = (best, &est.sub) {
-        sub.encode(out);
+    if let (true, Some(sub)) = (best == Dense(DenseOp::Sub, form).tag(), &est.sub) {
+        sub.encode(form, out);
         return Ok((best, Vec::new()));
     }
-    let ctx = if best == CodecTag::Planes { ChunkContext { base: None, ..ctx } } else { ctx };
+    let ctx = if best == keyframe.tag() { ChunkContext { base: None, ..ctx } } else { ctx };
     Ok((best, decoder(best).encode(ctx, input, out)?))
 }

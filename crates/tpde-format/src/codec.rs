@@ -30,11 +30,20 @@ pub enum CodecTag {
     /// `0x0008 sparse-packed`: changed positions in bit-packed blocks that decode in parallel
     /// (spec §6.5).
     SparsePacked,
+    /// `0x0009 planes-lanes`: `planes` with rANS planes in independent lanes (spec §6.2.3), the
+    /// form a GPU decodes in parallel.
+    PlanesLanes,
+    /// `0x000A delta-xor-lanes`: `delta-xor` with planes in lane form.
+    DeltaXorLanes,
+    /// `0x000B delta-sub-lanes`: `delta-sub` with planes in lane form.
+    DeltaSubLanes,
+    /// `0x000C sparse-packed-lanes`: `sparse-packed` with value planes in lane form.
+    SparsePackedLanes,
 }
 
 impl CodecTag {
     /// Every tag of this version of the registry.
-    pub const ALL: [CodecTag; 9] = [
+    pub const ALL: [CodecTag; 13] = [
         CodecTag::Raw,
         CodecTag::Zstd,
         CodecTag::Planes,
@@ -44,6 +53,10 @@ impl CodecTag {
         CodecTag::SparseFibonacci,
         CodecTag::SparseRice,
         CodecTag::SparsePacked,
+        CodecTag::PlanesLanes,
+        CodecTag::DeltaXorLanes,
+        CodecTag::DeltaSubLanes,
+        CodecTag::SparsePackedLanes,
     ];
 
     /// The on-disk value.
@@ -58,6 +71,10 @@ impl CodecTag {
             CodecTag::SparseFibonacci => 0x0006,
             CodecTag::SparseRice => 0x0007,
             CodecTag::SparsePacked => 0x0008,
+            CodecTag::PlanesLanes => 0x0009,
+            CodecTag::DeltaXorLanes => 0x000A,
+            CodecTag::DeltaSubLanes => 0x000B,
+            CodecTag::SparsePackedLanes => 0x000C,
         }
     }
 
@@ -82,19 +99,39 @@ impl CodecTag {
             CodecTag::SparseFibonacci => "sparse-fibonacci",
             CodecTag::SparseRice => "sparse-rice",
             CodecTag::SparsePacked => "sparse-packed",
+            CodecTag::PlanesLanes => "planes-lanes",
+            CodecTag::DeltaXorLanes => "delta-xor-lanes",
+            CodecTag::DeltaSubLanes => "delta-sub-lanes",
+            CodecTag::SparsePackedLanes => "sparse-packed-lanes",
         }
     }
 
     /// Whether the chunk decodes against the base tensor's bytes (spec §6.3): only in a file
     /// with a base, and only with that base at hand.
     pub const fn needs_base(self) -> bool {
-        !matches!(self, CodecTag::Raw | CodecTag::Zstd | CodecTag::Planes)
+        !matches!(self, CodecTag::Raw | CodecTag::Zstd | CodecTag::Planes | CodecTag::PlanesLanes)
+    }
+
+    /// Whether the codec's rANS planes are in lane form (spec §6.2.3) rather than one serial
+    /// stream (§6.2.2). The lane tags are the GPU-decodable forms of the float-aware codecs.
+    pub const fn lanes(self) -> bool {
+        matches!(
+            self,
+            CodecTag::PlanesLanes | CodecTag::DeltaXorLanes | CodecTag::DeltaSubLanes | CodecTag::SparsePackedLanes
+        )
+    }
+
+    /// Whether every part of the codec decodes in parallel on a GPU (spec §6.7): what
+    /// `tpde pack --profile gpu` writes.
+    pub const fn gpu_parallel(self) -> bool {
+        matches!(self, CodecTag::Raw) || self.lanes()
     }
 
     /// The lowest minor version of format 1 that registers this tag.
     pub const fn since_minor(self) -> u16 {
         match self {
             CodecTag::Raw | CodecTag::Zstd => 0,
+            t if t.lanes() => 2,
             _ => 1,
         }
     }

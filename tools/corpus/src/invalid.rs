@@ -5,7 +5,7 @@ use tpde_format::{
     surgery, BaseRef, CodecTag, Directory, ErrorKind, Header, MetadataEntry, MetadataValue, RequiredFeatures, Trailer,
 };
 
-use crate::valid::{DELTA_BASE, DELTA_PACKED, DELTA_XOR, SMALL_PLANES, SMALL_RAW, SMALL_ZSTD};
+use crate::valid::{DELTA_BASE, DELTA_PACKED, DELTA_XOR, LANES_F32, LANES_PACKED, SMALL_PLANES, SMALL_RAW, SMALL_ZSTD};
 use crate::Gen;
 use tpde_tools::conformance::{Case, Expect};
 
@@ -17,6 +17,7 @@ pub fn all(g: &mut Gen) {
     chunks(g);
     codecs(g);
     bases(g);
+    lanes(g);
 }
 
 /// The manifest entry of `invalid/{name}.tpde`, read on its own.
@@ -655,7 +656,7 @@ fn codecs(g: &mut Gen) {
         out.extend((positions.len() as u32).to_le_bytes());
         out.extend_from_slice(positions);
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        tpde_codec::planes::encode(&bytes, 4, &mut out);
+        tpde_codec::planes::encode(&bytes, 4, tpde_codec::PlaneForm::Serial, &mut out);
         out
     };
     let packed = g.get(DELTA_PACKED).bytes.clone();
@@ -825,4 +826,91 @@ fn bases(g: &mut Gen) {
         BaseChain,
     );
     bad_via_hint(g, "r29-chain-self", "a delta whose base hint names itself", hint("r29-chain-self.tpde"), BaseChain);
+}
+
+/// The lane form's rules (§6.2.3), broken in the exponent plane of a `planes-lanes` chunk and in
+/// the values of a `sparse-packed-lanes` one; and each plane mode under the other form's tag.
+fn lanes(g: &mut Gen) {
+    let chunk =
+        |file: &[u8], tensor, chunk, stored: &[u8]| surgery::with_chunk(file, tensor, chunk, stored).expect("surgery");
+    let file = g.get(LANES_F32).bytes.clone();
+    let c = dir(&file).tensors[0].chunks[0].clone();
+    let stored = file[c.offset as usize..(c.offset + c.stored_length) as usize].to_vec();
+    let n = c.element_count as usize;
+    // The planes of an f32 chunk: three near-random mantissa planes stored, then the exponent.
+    let at = 3 * (1 + n);
+    assert!(stored[..at].iter().step_by(1 + n).all(|&m| m == 0), "mantissa planes are stored");
+    assert_eq!(stored[at], 2, "the exponent plane is in lanes");
+    let symbols: u32 = stored[at + 1..at + 33].iter().map(|b| b.count_ones()).sum();
+    let lanes_at = at + 33 + 2 * symbols as usize;
+    let lanes = u32::from_le_bytes(stored[lanes_at..lanes_at + 4].try_into().unwrap()) as usize;
+    assert!(lanes >= 3, "several lanes");
+    let (states, ends) = (lanes_at + 4, lanes_at + 4 + 4 * lanes);
+    let edit = |f: &dyn Fn(&mut Vec<u8>)| {
+        let mut s = stored.clone();
+        f(&mut s);
+        chunk(&file, 0, 0, &s)
+    };
+    let put = |s: &mut Vec<u8>, at: usize, v: u32| s[at..at + 4].copy_from_slice(&v.to_le_bytes());
+    let end = |k: usize| u32::from_le_bytes(stored[ends + 4 * k..ends + 4 * k + 4].try_into().unwrap());
+    let cases: Vec<(&str, String, Vec<u8>)> = vec![
+        ("r25-lanes-zero", "a plane record with 0 rANS lanes".into(), edit(&|s| put(s, lanes_at, 0))),
+        (
+            "r25-lanes-too-many",
+            format!("{} rANS lanes for {n} symbols: more lanes than 4-symbol words", n.div_ceil(4) + 1),
+            edit(&|s| put(s, lanes_at, n.div_ceil(4) as u32 + 1)),
+        ),
+        ("r25-lanes-end-decreasing", "lane 1 ends before lane 0 does".into(), edit(&|s| put(s, ends + 4, end(0) - 1))),
+        (
+            "r25-lanes-past-end",
+            "the last lane's end one byte past the chunk".into(),
+            edit(&|s| put(s, ends + 4 * (lanes - 1), end(lanes - 1) + 1)),
+        ),
+        (
+            "r25-lanes-state",
+            "lane 1's initial state changed: it does not end in state 2^23".into(),
+            edit(&|s| s[states + 4 + 2] ^= 0x10),
+        ),
+        (
+            "r25-lanes-short-lane",
+            "lane 0 ends one byte early and lane 1 starts a byte early: both lanes misread".into(),
+            edit(&|s| put(s, ends, end(0) - 1)),
+        ),
+        (
+            "r25-lanes-serial-mode",
+            "a planes-lanes chunk with a mode 1 (serial rANS) record".into(),
+            edit(&|s| s[at] = 1),
+        ),
+        (
+            "r25-serial-lanes-mode",
+            "a planes chunk (0x0002) whose records are in lane form (mode 2)".into(),
+            edit_dir(&file, |d| d.tensors[0].chunks[0].codec = CodecTag::Planes),
+        ),
+    ];
+    for (path, description, bytes) in cases {
+        bad(g, path, "R25", &description, bytes, Malformed);
+    }
+    // sparse-packed-lanes: the values' planes must be lanes and decode exactly.
+    let packed = g.get(LANES_PACKED).bytes.clone();
+    let c = dir(&packed).tensors[0].chunks[0].clone();
+    let mut stored = packed[c.offset as usize..(c.offset + c.stored_length) as usize].to_vec();
+    stored.push(0);
+    bad_delta(
+        g,
+        "r25-sparse-lanes-trailing-byte",
+        "R25",
+        "a sparse-packed-lanes chunk with a byte after its last plane record",
+        chunk(&packed, 0, 0, &stored),
+        DELTA_BASE,
+        Malformed,
+    );
+    bad_delta(
+        g,
+        "r25-sparse-lanes-serial-tag",
+        "R25",
+        "a sparse-packed-lanes chunk relabelled sparse-packed (0x0008): its lane records are not that tag's",
+        edit_dir(&packed, |d| d.tensors[0].chunks[0].codec = CodecTag::SparsePacked),
+        DELTA_BASE,
+        Malformed,
+    );
 }

@@ -18,6 +18,9 @@ pub const SMALL_PLANES: &str = "valid/small-planes.tpde";
 /// The file whose `delta-xor` chunks the delta rules are broken in.
 pub const DELTA_XOR: &str = "valid/delta-xor.tpde";
 pub const DELTA_PACKED: &str = "valid/delta-sparse-packed.tpde";
+/// The lane-form files (1.2) the lane rules are broken in.
+pub const LANES_F32: &str = "valid/codec-planes-lanes-f32.tpde";
+pub const LANES_PACKED: &str = "valid/delta-sparse-packed-lanes.tpde";
 
 pub fn all(g: &mut Gen) {
     small(g);
@@ -25,6 +28,7 @@ pub fn all(g: &mut Gen) {
     codecs(g);
     deltas(g);
     structure(g);
+    lanes(g);
 }
 
 /// Bytes of `values` as `dtype` (a float dtype that `half` or the std covers, or an integer).
@@ -563,4 +567,65 @@ fn structure(g: &mut Gen) {
         SMALL_ZSTD,
         flag,
     );
+}
+
+/// The lane tags of 1.2 (§6.2.3, §6.7): keyframes of every element width with several lanes per
+/// plane and a partial last word, each delta lane tag, and the GPU profile's choice per chunk.
+fn lanes(g: &mut Gen) {
+    let mut rng = Rng::new(5);
+    for (dtype, n) in [(DType::F32, 9003), (DType::BF16, 20001), (DType::F64, 5001), (DType::F8E4M3, 30001)] {
+        let path = format!("valid/codec-planes-lanes-{dtype}.tpde");
+        let description = format!(
+            "planes-lanes (0x0009) of {n} {dtype} weights: rANS planes in several lanes, the last word partial (§6.2.3); a constant tensor; a tensor of one element"
+        );
+        let data = weights(dtype, n, &mut rng);
+        g.valid(
+            Spec::new(&path, "§6.2.3", &description)
+                .encoder(Encoder::Codec(CodecTag::PlanesLanes))
+                .chunk_bytes(1 << 20)
+                .tensor(T::new("w", dtype, &[n as u64], data))
+                .tensor(T::new("constant", dtype, &[512], encode(dtype, &vec![1.0; 512])))
+                .tensor(T::new("one", dtype, &[1], weights(dtype, 1, &mut rng))),
+        );
+    }
+    let base = base_tensors(&mut Rng::new(3));
+    for (path, encoder, share, bits, description) in [
+        (
+            "valid/delta-xor-lanes.tpde",
+            Encoder::Codec(CodecTag::DeltaXorLanes),
+            1.0,
+            12,
+            "delta-xor-lanes (0x000A): every element changed in its low 12 bits",
+        ),
+        (
+            "valid/delta-sub-lanes.tpde",
+            Encoder::Codec(CodecTag::DeltaSubLanes),
+            1.0,
+            12,
+            "delta-sub-lanes (0x000B): every element changed in its low 12 bits",
+        ),
+        (
+            LANES_PACKED,
+            Encoder::Codec(CodecTag::SparsePackedLanes),
+            0.05,
+            8,
+            "sparse-packed-lanes (0x000C): 5% of the elements changed, several 128-position blocks per chunk",
+        ),
+        (
+            "valid/delta-gpu-profile.tpde",
+            Encoder::AutoGpu,
+            0.2,
+            6,
+            "the GPU profile's choice per chunk among the lane tags (what `tpde pack --profile gpu --base` writes)",
+        ),
+    ] {
+        g.valid(
+            Spec::new(path, "§6.7", description)
+                .encoder(encoder)
+                .chunk_bytes(32768)
+                .meta(KEY_STEP, MetadataValue::U64(1010))
+                .tensors(drifted(&base, share, bits, &mut rng))
+                .base(DELTA_BASE),
+        );
+    }
 }

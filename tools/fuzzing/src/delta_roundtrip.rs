@@ -20,10 +20,11 @@ pub struct Input {
     pub edits: Vec<(u16, u64)>,
 }
 
-/// One of the codecs that decode against a base, or the writer's own choice.
+/// One of the codecs that decode against a base, or one of the writer's own choices.
 fn encoder(selector: u8) -> Encoder {
     let deltas: Vec<CodecTag> = CodecTag::ALL.into_iter().filter(|t| t.needs_base()).collect();
-    deltas.get(selector as usize % (deltas.len() + 2)).map_or(Encoder::Auto, |&t| Encoder::Codec(t))
+    let i = selector as usize % (deltas.len() + 2);
+    deltas.get(i).map_or(if i == deltas.len() { Encoder::Auto } else { Encoder::AutoGpu }, |&t| Encoder::Codec(t))
 }
 
 pub fn run(data: &[u8]) {

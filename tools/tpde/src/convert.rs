@@ -365,27 +365,51 @@ pub fn compare_safetensors(a: &Path, b: &Path) -> Result<Option<String>, CliErro
     Ok(None)
 }
 
-/// Parses a codec name (`auto`, `raw`, `zstd` or any registered tag) into an encoder.
-pub fn encoder(codec: &str, level: Option<i32>) -> Result<Encoder, CliError> {
+/// Which readers `pack` chooses codecs for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Profile {
+    /// Any codec: the smallest file.
+    Cpu,
+    /// Only codecs a GPU decodes in parallel (spec §6.7): `raw` and the lane forms.
+    Gpu,
+}
+
+/// Parses a codec name (`auto`, `raw`, `zstd` or any registered tag) into an encoder for
+/// `profile`; a codec the profile excludes is a usage error.
+pub fn encoder(codec: &str, level: Option<i32>, profile: Profile) -> Result<Encoder, CliError> {
     if level.is_some() && codec != "zstd" {
         return Err(CliError::usage("--level applies to --codec zstd only"));
     }
-    match codec {
-        "auto" => Ok(Encoder::Auto),
-        "raw" => Ok(Encoder::Raw),
+    let encoder = match codec {
+        "auto" if profile == Profile::Gpu => Encoder::AutoGpu,
+        "auto" => Encoder::Auto,
+        "raw" => Encoder::Raw,
         "zstd" => {
             let level = level.unwrap_or(3);
             let range = zstd::compression_level_range();
             if !range.contains(&level) {
                 return Err(CliError::usage(format!("--level {level} is outside zstd's {range:?}")));
             }
-            Ok(Encoder::Zstd { level })
+            Encoder::Zstd { level }
         }
         other => CodecTag::from_name(other).map(Encoder::Codec).ok_or_else(|| {
             let names: Vec<&str> = CodecTag::ALL.iter().map(|t| t.name()).collect();
             CliError::usage(format!("unknown codec {other:?}: expected auto, {}", names.join(", ")))
-        }),
+        })?,
+    };
+    let gpu_ok = match encoder {
+        Encoder::Raw | Encoder::AutoGpu => true,
+        Encoder::Codec(tag) => tag.gpu_parallel(),
+        Encoder::Zstd { .. } | Encoder::Auto => false,
+    };
+    if profile == Profile::Gpu && !gpu_ok {
+        let names: Vec<&str> = CodecTag::ALL.iter().filter(|t| t.gpu_parallel()).map(|t| t.name()).collect();
+        return Err(CliError::usage(format!(
+            "--profile gpu writes only codecs a GPU decodes in parallel: auto, {}; not {codec}",
+            names.join(", ")
+        )));
     }
+    Ok(encoder)
 }
 
 /// How far a decoded file is from the checkpoint it was packed from.

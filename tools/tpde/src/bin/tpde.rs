@@ -123,9 +123,15 @@ enum Command {
 struct CodecArgs {
     /// Chunk codec: auto (the smallest lossless form per chunk: planes for a keyframe, the best
     /// delta against a base), raw, zstd, planes, delta-xor, delta-sub, sparse-elias-delta,
-    /// sparse-fibonacci, sparse-rice or sparse-packed.
+    /// sparse-fibonacci, sparse-rice, sparse-packed, or a lane form (planes-lanes,
+    /// delta-xor-lanes, delta-sub-lanes, sparse-packed-lanes).
     #[arg(long, default_value = "auto")]
     codec: String,
+    /// Which readers the codecs are chosen for: cpu (any codec), or gpu (only codecs a GPU
+    /// decodes in parallel, spec §6.7: raw and the lane forms; with --codec auto, the smallest
+    /// of them per chunk).
+    #[arg(long, value_enum, default_value_t = convert::Profile::Cpu)]
+    profile: convert::Profile,
     /// zstd level (1..=22, or negative for the fast modes); zstd's default is 3.
     #[arg(long, allow_negative_numbers = true)]
     level: Option<i32>,
@@ -140,7 +146,7 @@ struct CodecArgs {
 
 impl CodecArgs {
     fn options(&self) -> Result<WriteOptions, CliError> {
-        let encoder = convert::encoder(&self.codec, self.level)?;
+        let encoder = convert::encoder(&self.codec, self.level, self.profile)?;
         if self.chunk_size == 0 {
             return Err(CliError::usage("--chunk-size must be positive"));
         }
@@ -300,7 +306,8 @@ fn run_demo(dir: Option<PathBuf>) -> Result<(), CliError> {
     ));
 
     let bar = progress_bar(0, "packing");
-    let opts = WriteOptions { encoder: convert::encoder("auto", None)?, ..WriteOptions::default() };
+    let opts =
+        WriteOptions { encoder: convert::encoder("auto", None, convert::Profile::Cpu)?, ..WriteOptions::default() };
     let p = convert::pack(&src, &packed, PackJob::keyframe(opts), &bar)?;
     steps.push((
         "tpde pack".into(),
