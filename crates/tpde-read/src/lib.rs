@@ -278,6 +278,13 @@ impl<S: Source> Reader<S> {
         self.decode_into(t, out, self.options.checksums)
     }
 
+    /// The stored bytes of chunk `i` of `t`, CRC-checked under the reader's policy: for decoders
+    /// outside this crate (the GPU decoder), which then own R25 for the chunk.
+    pub fn chunk_bytes(&self, t: &TensorEntry, i: usize) -> Result<Cow<'_, [u8]>, ReadError> {
+        let c = t.chunks.get(i).ok_or_else(|| ReadError::NotFound { name: format!("{}[chunk {i}]", t.name) })?;
+        self.stored(t, i, c, self.options.checksums)
+    }
+
     /// Whether [`Reader::read_tensor`] returns this tensor without copying.
     pub fn is_zero_copy(&self, t: &TensorEntry) -> bool {
         self.contiguous_raw(t).is_some()
@@ -488,6 +495,7 @@ fn bytes<'a, S: Source>(
     }))
 }
 
-fn chunk_location(t: &TensorEntry, i: usize, c: &ChunkEntry) -> Location {
+/// Where chunk `i` of `t` is, for error messages: tensor, chunk index and file offset.
+pub fn chunk_location(t: &TensorEntry, i: usize, c: &ChunkEntry) -> Location {
     Location::chunk(&t.name, i as u32).with_offset(c.offset)
 }

@@ -9,6 +9,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
+use tpde_format::digest::{tensor_digest, to_hex};
+use tpde_format::{FormatError, Location};
+use tpde_gpu::{DeviceCheckpoint, Gpu, GpuError};
 use tpde_read::{open_chain, ReadError, Reader};
 
 /// The manifest's `schema` value.
@@ -147,16 +150,32 @@ pub fn load_manifest(dir: &Path) -> Result<Manifest, String> {
     Ok(m)
 }
 
-/// Runs every file of the corpus in `dir`. Files in `valid/` or `invalid/` that the manifest
-/// does not list fail too: a corpus file without an expectation tests nothing.
+/// Which decoder the corpus runs through.
+#[derive(Clone, Copy)]
+pub enum Backend<'a> {
+    /// `tpde-read` on the CPU.
+    Cpu,
+    /// `tpde-gpu` on this device: tensors decoded on the GPU, read back, and checked against
+    /// their digests; the file structure and CRCs are still read by `tpde-read`.
+    Gpu(&'a Gpu),
+}
+
+/// Runs every file of the corpus in `dir` through the CPU reader. Files in `valid/` or
+/// `invalid/` that the manifest does not list fail too: a corpus file without an expectation
+/// tests nothing.
 pub fn run(dir: &Path) -> Result<Vec<Outcome>, String> {
+    run_on(dir, Backend::Cpu)
+}
+
+/// [`run`] through `backend`.
+pub fn run_on(dir: &Path, backend: Backend) -> Result<Vec<Outcome>, String> {
     let manifest = load_manifest(dir)?;
     let cases: HashMap<&str, &Case> = manifest.files.iter().map(|c| (c.file.as_str(), c)).collect();
     let mut outcomes: Vec<Outcome> = manifest
         .files
         .iter()
         .map(|case| {
-            let (failure, rejected_with) = match check(dir, case, &cases) {
+            let (failure, rejected_with) = match check(dir, case, &cases, backend) {
                 Ok(message) => (None, message),
                 Err(failure) => (Some(failure), None),
             };
@@ -182,8 +201,11 @@ pub fn run(dir: &Path) -> Result<Vec<Outcome>, String> {
 }
 
 /// `Ok` with the reader's message for a file rejected as expected.
-fn check(dir: &Path, case: &Case, cases: &HashMap<&str, &Case>) -> Result<Option<String>, String> {
-    let result = read_case(dir, case, cases);
+fn check(dir: &Path, case: &Case, cases: &HashMap<&str, &Case>, backend: Backend) -> Result<Option<String>, String> {
+    let result = match backend {
+        Backend::Cpu => read_case(dir, case, cases).map_err(GpuError::from),
+        Backend::Gpu(gpu) => gpu_read_case(gpu, dir, case, cases),
+    };
     match (&case.expect, result) {
         (Expect::Valid { tensors, metadata }, Ok(read)) => compare(tensors, metadata, &read).map(|()| None),
         (Expect::Valid { .. }, Err(e)) => Err(format!("rejected ({}): {e}", e.kind())),
@@ -227,6 +249,60 @@ fn open_case(dir: &Path, case: &Case, cases: &HashMap<&str, &Case>, depth: usize
         })?;
     let base_reader = open_case(dir, base_case, cases, depth + 1)?;
     reader.with_base(Arc::new(base_reader))
+}
+
+/// [`read_case`] on the GPU: the file and its bases decoded onto the device, every tensor read
+/// back and checked against its digest (R26), then the padding (R27), in the CPU reader's order.
+fn gpu_read_case(gpu: &Gpu, dir: &Path, case: &Case, cases: &HashMap<&str, &Case>) -> Result<Read, GpuError> {
+    let path = dir.join(&case.file);
+    let reader = Reader::open(&path)?;
+    let ck = if case.follow_hints { gpu.load_chain(&path)? } else { gpu_checkpoint(gpu, dir, case, cases, 0)? };
+    let mut tensors = Vec::with_capacity(ck.tensors().len());
+    let mut digests = Vec::with_capacity(ck.tensors().len());
+    for (t, d) in reader.tensors().iter().zip(ck.tensors()) {
+        let data = gpu.read_back(d)?;
+        tensors.push(ExpectedTensor::new(&t.name, t.dtype, &t.shape, &data));
+        digests.push(tensor_digest(&data));
+    }
+    for (t, digest) in reader.tensors().iter().zip(&digests) {
+        if *digest != t.digest {
+            return Err(ReadError::from(FormatError::ChecksumMismatch {
+                what: "tensor digest",
+                location: Location::tensor(&t.name),
+                stored: to_hex(&t.digest),
+                computed: to_hex(digest),
+            })
+            .into());
+        }
+    }
+    reader.verify_padding()?;
+    let metadata = reader.directory().metadata.iter().map(|m| ExpectedMetadata::new(&m.key, &m.value)).collect();
+    Ok(Read { tensors, metadata })
+}
+
+/// The checkpoint of `case` on the device, its manifest base first.
+fn gpu_checkpoint(
+    gpu: &Gpu,
+    dir: &Path,
+    case: &Case,
+    cases: &HashMap<&str, &Case>,
+    depth: usize,
+) -> Result<DeviceCheckpoint, GpuError> {
+    let reader = Reader::open(dir.join(&case.file))?;
+    let base = match &case.base {
+        None => None,
+        Some(base) => {
+            let base_case =
+                cases.get(base.as_str()).copied().filter(|_| depth < tpde_read::MAX_CHAIN).ok_or_else(|| {
+                    ReadError::Io {
+                        path: PathBuf::from(base),
+                        source: std::io::Error::other("the manifest lists no such base, or its bases loop"),
+                    }
+                })?;
+            Some(gpu_checkpoint(gpu, dir, base_case, cases, depth + 1)?)
+        }
+    };
+    gpu.load(&reader, base.as_ref())
 }
 
 fn compare(tensors: &[ExpectedTensor], metadata: &[ExpectedMetadata], read: &Read) -> Result<(), String> {

@@ -48,6 +48,12 @@ impl From<tpde_read::ReadError> for CliError {
     }
 }
 
+impl From<tpde_gpu::GpuError> for CliError {
+    fn from(e: tpde_gpu::GpuError) -> Self {
+        CliError { code: 1, kind: Some(e.kind()), message: e.to_string() }
+    }
+}
+
 impl From<tpde_write::WriteError> for CliError {
     fn from(e: tpde_write::WriteError) -> Self {
         CliError { code: 1, kind: Some(e.kind()), message: e.to_string() }

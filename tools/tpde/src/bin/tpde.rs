@@ -87,6 +87,9 @@ enum Command {
         /// Print only the failures and the totals.
         #[arg(long, short)]
         quiet: bool,
+        /// Decode on the GPU (tpde-gpu) instead of the CPU reader.
+        #[arg(long)]
+        gpu: bool,
     },
     /// Same as `tpde-inspect`.
     Inspect {
@@ -235,8 +238,15 @@ fn run(command: Command) -> Result<(), CliError> {
             }
         }
         Command::Inspect { file, json, chunks } => tpde_tools::run_inspect(&file, json, chunks),
-        Command::Conformance { dir, quiet } => {
-            let outcomes = conformance::run(&dir).map_err(CliError::failed)?;
+        Command::Conformance { dir, quiet, gpu } => {
+            let outcomes = if gpu {
+                let gpu = tpde_gpu::Gpu::new()?;
+                eprintln!("decoding on {} ({:?})", gpu.info().name, gpu.info().backend);
+                conformance::run_on(&dir, conformance::Backend::Gpu(&gpu))
+            } else {
+                conformance::run(&dir)
+            }
+            .map_err(CliError::failed)?;
             print!("{}", conformance::render(&outcomes, quiet));
             match outcomes.iter().any(|o| o.failure.is_some()) {
                 true => Err(CliError::failed("conformance: some files failed")),

@@ -1,0 +1,249 @@
+//! Whole checkpoints on the device: decoded files, chains of deltas on resident bases, and the
+//! layer-by-layer loader.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use tpde_format::digest::{to_hex, Digest};
+use tpde_format::TensorEntry;
+use tpde_read::{hinted_base_path, ReadError, Reader, Source, MAX_CHAIN};
+
+use crate::device::{DeviceTensor, Gpu, GpuError, Pending};
+
+/// A checkpoint resident on the device, with the content digest (spec §7.2) of the file it was
+/// decoded from: what a delta checks before decoding against it.
+#[derive(Debug)]
+pub struct DeviceCheckpoint {
+    digest: Digest,
+    tensors: Vec<DeviceTensor>,
+    index: HashMap<String, usize>,
+}
+
+impl DeviceCheckpoint {
+    /// Tensors already on the device, under the content digest of the checkpoint they form.
+    pub fn new(digest: Digest, tensors: Vec<DeviceTensor>) -> DeviceCheckpoint {
+        let index = tensors.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
+        DeviceCheckpoint { digest, tensors, index }
+    }
+
+    /// The content digest.
+    pub fn content_digest(&self) -> &Digest {
+        &self.digest
+    }
+
+    /// The tensor named `name`.
+    pub fn get(&self, name: &str) -> Option<&DeviceTensor> {
+        self.index.get(name).map(|&i| &self.tensors[i])
+    }
+
+    /// Every tensor, in the file's directory order.
+    pub fn tensors(&self) -> &[DeviceTensor] {
+        &self.tensors
+    }
+}
+
+/// Checks that `base` is the checkpoint `reader` was written against (as the CPU reader's
+/// `with_base` does), naming both digests if not.
+fn check_base_digest<S: Source>(reader: &Reader<S>, base: Option<&DeviceCheckpoint>) -> Result<(), GpuError> {
+    let Some(base) = base else { return Ok(()) };
+    let Some(want) = &reader.directory().base else {
+        return Err(ReadError::NotADelta.into());
+    };
+    if want.digest != base.digest {
+        return Err(ReadError::BaseMismatch { expected: to_hex(&want.digest), found: to_hex(&base.digest) }.into());
+    }
+    Ok(())
+}
+
+/// The base tensor `t` decodes against: `None` if it needs none or no base was given (the
+/// decoder then reports the base missing), an error if the base lacks it.
+fn base_tensor<'a, S: Source>(
+    reader: &Reader<S>,
+    t: &TensorEntry,
+    base: Option<&'a DeviceCheckpoint>,
+) -> Result<Option<&'a DeviceTensor>, GpuError> {
+    match base {
+        Some(b) if reader.tensor_uses_base(t) => match b.get(&t.name) {
+            Some(bt) => Ok(Some(bt)),
+            None => Err(ReadError::BaseTensor {
+                name: t.name.clone(),
+                detail: "the base has no tensor of that name".into(),
+            }
+            .into()),
+        },
+        _ => Ok(None),
+    }
+}
+
+impl Gpu {
+    /// Decodes every tensor of `reader` onto the device, deltas against `base` (resident). The
+    /// next tensor is planned and uploaded while the device decodes the current one.
+    pub fn load<S: Source + Sync>(
+        &self,
+        reader: &Reader<S>,
+        base: Option<&DeviceCheckpoint>,
+    ) -> Result<DeviceCheckpoint, GpuError> {
+        check_base_digest(reader, base)?;
+        let names: Vec<usize> = (0..reader.tensors().len()).collect();
+        let tensors = self.pipelined(reader, base, &names)?;
+        Ok(DeviceCheckpoint::new(reader.content_digest(), tensors))
+    }
+
+    /// Decodes the tensors at `indices`, submitting each before waiting for the one before.
+    fn pipelined<S: Source + Sync>(
+        &self,
+        reader: &Reader<S>,
+        base: Option<&DeviceCheckpoint>,
+        indices: &[usize],
+    ) -> Result<Vec<DeviceTensor>, GpuError> {
+        let mut out = Vec::with_capacity(indices.len());
+        let mut ahead: Option<Pending> = None;
+        for &i in indices {
+            let t = &reader.tensors()[i];
+            let next = self.submit(reader, t, base_tensor(reader, t, base)?)?;
+            if let Some(p) = ahead.replace(next) {
+                out.push(p.finish(self)?);
+            }
+        }
+        if let Some(p) = ahead {
+            out.push(p.finish(self)?);
+        }
+        Ok(out)
+    }
+
+    /// Opens the file at `path` and decodes it onto the device; a delta's chain of bases is
+    /// followed through the path hints (as `tpde_read::open_chain` does) and decoded on the
+    /// device too, each base resident while the file after it decodes.
+    pub fn load_chain(&self, path: impl AsRef<Path>) -> Result<DeviceCheckpoint, GpuError> {
+        self.load_link(path.as_ref(), &mut HashSet::new())
+    }
+
+    fn load_link(&self, path: &Path, seen: &mut HashSet<PathBuf>) -> Result<DeviceCheckpoint, GpuError> {
+        let key = path.canonicalize().map_err(|source| ReadError::Io { path: path.to_path_buf(), source })?;
+        if !seen.insert(key) {
+            return Err(ReadError::BaseChain { detail: format!("{} refers back to itself", path.display()) }.into());
+        }
+        if seen.len() > MAX_CHAIN {
+            return Err(ReadError::BaseChain { detail: format!("more than {MAX_CHAIN} files in the chain") }.into());
+        }
+        let reader = Reader::open(path)?;
+        let Some(b) = reader.directory().base.as_ref().filter(|_| reader.uses_base()) else {
+            return self.load(&reader, None);
+        };
+        let missing = |hint: String| ReadError::BaseMissing { digest: to_hex(&b.digest), hint };
+        let base_path = hinted_base_path(path, &reader).ok_or_else(|| missing(String::new()))?;
+        if !base_path.exists() {
+            return Err(missing(base_path.display().to_string()).into());
+        }
+        let base = self.load_link(&base_path, seen)?;
+        self.load(&reader, Some(&base))
+    }
+}
+
+/// The layer a tensor belongs to: its name up to the first all-digit component
+/// (`model.layers.3.mlp.w` → `model.layers.3`), or without its last component when it has none
+/// (`model.embed.weight` → `model.embed`).
+pub fn layer_key(name: &str) -> &str {
+    let mut end = 0;
+    for part in name.split('.') {
+        end += part.len();
+        if !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) {
+            return &name[..end];
+        }
+        end += 1;
+    }
+    name.rsplit_once('.').map_or(name, |(head, _)| head)
+}
+
+/// One layer's tensors, decoded on the device.
+#[derive(Debug)]
+pub struct Layer {
+    /// The layer's key ([`layer_key`]).
+    pub key: String,
+    /// Its tensors, in directory order.
+    pub tensors: Vec<DeviceTensor>,
+}
+
+/// Materialises a checkpoint layer by layer, just in time: base tensors stay resident, each
+/// layer is decoded when asked for, and while the device decodes it the next layer's chunks are
+/// already read, planned and uploaded.
+pub struct LayerLoader<'a, S: Source + Sync> {
+    gpu: &'a Gpu,
+    reader: &'a Reader<S>,
+    base: Option<&'a DeviceCheckpoint>,
+    layers: Vec<(String, Vec<usize>)>,
+    next: usize,
+    ahead: Option<(String, Vec<Pending>)>,
+}
+
+impl<'a, S: Source + Sync> LayerLoader<'a, S> {
+    /// A loader over `reader`'s tensors grouped by [`layer_key`], in order of first appearance.
+    pub fn new(gpu: &'a Gpu, reader: &'a Reader<S>, base: Option<&'a DeviceCheckpoint>) -> Result<Self, GpuError> {
+        check_base_digest(reader, base)?;
+        let mut layers: Vec<(String, Vec<usize>)> = Vec::new();
+        let mut at: HashMap<&str, usize> = HashMap::new();
+        for (i, t) in reader.tensors().iter().enumerate() {
+            let key = layer_key(&t.name);
+            let slot = *at.entry(key).or_insert_with(|| {
+                layers.push((key.to_string(), Vec::new()));
+                layers.len() - 1
+            });
+            layers[slot].1.push(i);
+        }
+        Ok(LayerLoader { gpu, reader, base, layers, next: 0, ahead: None })
+    }
+
+    /// The layers' keys, in the order [`LayerLoader::next_layer`] gives them.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.layers.iter().map(|(k, _)| k.as_str())
+    }
+
+    fn submit(&self, layer: usize) -> Result<(String, Vec<Pending>), GpuError> {
+        let (key, indices) = &self.layers[layer];
+        let pending = indices
+            .iter()
+            .map(|&i| {
+                let t = &self.reader.tensors()[i];
+                self.gpu.submit(self.reader, t, base_tensor(self.reader, t, self.base)?)
+            })
+            .collect::<Result<_, _>>()?;
+        Ok((key.clone(), pending))
+    }
+
+    /// The next layer, decoded; `None` after the last.
+    pub fn next_layer(&mut self) -> Option<Result<Layer, GpuError>> {
+        if self.next >= self.layers.len() {
+            return None;
+        }
+        let current = match self.ahead.take() {
+            Some(p) => Ok(p),
+            None => self.submit(self.next),
+        };
+        self.next += 1;
+        // The next layer's host work and upload go ahead of waiting for this one.
+        if self.next < self.layers.len() {
+            match self.submit(self.next) {
+                Ok(p) => self.ahead = Some(p),
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        Some(current.and_then(|(key, pending)| {
+            let tensors = pending.into_iter().map(|p| p.finish(self.gpu)).collect::<Result<_, _>>()?;
+            Ok(Layer { key, tensors })
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::layer_key;
+
+    #[test]
+    fn layer_keys() {
+        assert_eq!(layer_key("model.layers.3.mlp.w"), "model.layers.3");
+        assert_eq!(layer_key("h.10.attn"), "h.10");
+        assert_eq!(layer_key("model.embed.weight"), "model.embed");
+        assert_eq!(layer_key("step"), "step");
+        assert_eq!(layer_key("a..b"), "a.");
+    }
+}

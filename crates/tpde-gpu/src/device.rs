@@ -1,0 +1,483 @@
+//! The wgpu half: the device, the six kernels of `shaders/decode.wgsl`, and running a
+//! [`Batch`](crate::plan::Batch) of a tensor into a device buffer.
+
+use std::borrow::Cow;
+
+use rayon::prelude::*;
+use tpde_codec::CodecError;
+use tpde_format::{DType, ErrorKind, TensorEntry};
+use tpde_read::{chunk_location, ReadError, Reader, Source};
+use wgpu::util::DeviceExt;
+
+use crate::plan::{plan_chunk, Batch, Batcher, Limits, KERNEL_ERRORS};
+
+/// Threads per workgroup of the one-thread-per-item kernels (the shader's `WG`).
+const WG: u64 = 64;
+/// Chunks planned on the CPU at a time (in parallel) before their batches go to the device.
+const PLAN_GROUP: usize = 64;
+
+/// Why the GPU decoder failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GpuError {
+    /// The file (or its base) is broken or does not fit: the same error the CPU reader gives.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// No GPU adapter could be opened.
+    #[error("no GPU adapter: {0}")]
+    NoAdapter(String),
+    /// The device failed or lost a mapping.
+    #[error("GPU device error: {0}")]
+    Device(String),
+    /// A tensor or chunk is too large for this device's buffers.
+    #[error("tensor {name:?} does not fit the device: {detail}")]
+    TooLarge {
+        /// The tensor.
+        name: String,
+        /// What exceeds which limit.
+        detail: String,
+    },
+}
+
+impl GpuError {
+    /// The error category (spec §9), for files; device problems are I/O.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            GpuError::Read(e) => e.kind(),
+            GpuError::TooLarge { .. } => ErrorKind::LimitExceeded,
+            GpuError::NoAdapter(_) | GpuError::Device(_) => ErrorKind::Io,
+        }
+    }
+}
+
+/// A tensor in device memory: its logical bytes, little-endian, in a storage buffer padded to
+/// a multiple of 4 bytes.
+#[derive(Debug)]
+pub struct DeviceTensor {
+    /// Name.
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Shape.
+    pub shape: Vec<u64>,
+    /// Logical bytes (the buffer may be up to 3 bytes longer).
+    pub byte_length: u64,
+    buffer: wgpu::Buffer,
+}
+
+impl DeviceTensor {
+    /// The storage buffer (usable as STORAGE, COPY_SRC and COPY_DST).
+    pub fn buffer(&self) -> &wgpu::Buffer {
+        &self.buffer
+    }
+}
+
+struct Kernels {
+    tables: wgpu::ComputePipeline,
+    lanes: wgpu::ComputePipeline,
+    scan: wgpu::ComputePipeline,
+    unpack: wgpu::ComputePipeline,
+    finish: wgpu::ComputePipeline,
+    scatter: wgpu::ComputePipeline,
+}
+
+/// A GPU and the decode kernels compiled for it.
+pub struct Gpu {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    layout: wgpu::BindGroupLayout,
+    kernels: Kernels,
+    limits: Limits,
+    max_buffer: u64,
+    info: wgpu::AdapterInfo,
+    dummy: wgpu::Buffer,
+}
+
+impl Gpu {
+    /// Opens the first high-performance adapter of any backend wgpu supports here (Vulkan,
+    /// Metal, DX12; Mesa's lavapipe counts), with its own limits.
+    pub fn new() -> Result<Gpu, GpuError> {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+            power_preference: wgpu::PowerPreference::HighPerformance,
+            ..Default::default()
+        }))
+        .map_err(|e| GpuError::NoAdapter(e.to_string()))?;
+        let have = adapter.limits();
+        let required = wgpu::Limits {
+            max_storage_buffer_binding_size: have.max_storage_buffer_binding_size,
+            max_buffer_size: have.max_buffer_size,
+            max_storage_buffers_per_shader_stage: 7,
+            ..wgpu::Limits::downlevel_defaults()
+        };
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("tpde-gpu"),
+            required_limits: required.clone(),
+            ..Default::default()
+        }))
+        .map_err(|e| GpuError::NoAdapter(e.to_string()))?;
+        let limits = Limits {
+            // Offsets keep bit 31 free for the kernels' source flag.
+            max_binding: required.max_storage_buffer_binding_size.min(1 << 31) / 256 * 256,
+            offset_align: u64::from(device.limits().min_storage_buffer_offset_alignment).max(4),
+        };
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("tpde decode"),
+            source: wgpu::ShaderSource::Wgsl(Cow::Borrowed(include_str!("shaders/decode.wgsl"))),
+        });
+        let storage = |binding: u32, read_only: bool| wgpu::BindGroupLayoutEntry {
+            binding,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Storage { read_only },
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        };
+        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("tpde decode"),
+            entries: &[
+                storage(0, true),
+                storage(1, true),
+                storage(2, false),
+                storage(3, false),
+                storage(4, false),
+                storage(5, true),
+                storage(6, false),
+            ],
+        });
+        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some("tpde decode"),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let kernel = |entry: &str| {
+            device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(entry),
+                layout: Some(&pipeline_layout),
+                module: &module,
+                entry_point: Some(entry),
+                compilation_options: Default::default(),
+                cache: None,
+            })
+        };
+        let kernels = Kernels {
+            tables: kernel("build_tables"),
+            lanes: kernel("decode_lanes"),
+            scan: kernel("scan_blocks"),
+            unpack: kernel("unpack_blocks"),
+            finish: kernel("finish"),
+            scatter: kernel("scatter"),
+        };
+        let dummy = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("no base"),
+            size: 16,
+            usage: wgpu::BufferUsages::STORAGE,
+            mapped_at_creation: false,
+        });
+        let max_buffer = device.limits().max_buffer_size;
+        Ok(Gpu { device, queue, layout, kernels, limits, max_buffer, info: adapter.get_info(), dummy })
+    }
+
+    /// The adapter: name, backend, driver.
+    pub fn info(&self) -> &wgpu::AdapterInfo {
+        &self.info
+    }
+
+    /// The wgpu device, for callers that use the tensors' buffers in their own kernels.
+    pub fn device(&self) -> &wgpu::Device {
+        &self.device
+    }
+
+    /// The queue the decoder submits to.
+    pub fn queue(&self) -> &wgpu::Queue {
+        &self.queue
+    }
+
+    fn tensor_buffer(&self, name: &str, bytes: u64) -> Result<wgpu::Buffer, GpuError> {
+        let size = bytes.next_multiple_of(4).max(4);
+        if size > self.max_buffer {
+            return Err(GpuError::TooLarge {
+                name: name.into(),
+                detail: format!("{bytes} bytes, over the device's {}-byte buffer limit", self.max_buffer),
+            });
+        }
+        Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(name),
+            size,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        }))
+    }
+
+    /// Uploads a tensor's logical bytes as they are (what a plain host-to-device copy costs).
+    pub fn upload(&self, name: &str, dtype: DType, shape: &[u64], bytes: &[u8]) -> Result<DeviceTensor, GpuError> {
+        let buffer = self.tensor_buffer(name, bytes.len() as u64)?;
+        let whole = bytes.len() / 4 * 4;
+        self.queue.write_buffer(&buffer, 0, &bytes[..whole]);
+        if whole < bytes.len() {
+            let mut tail = [0u8; 4];
+            tail[..bytes.len() - whole].copy_from_slice(&bytes[whole..]);
+            self.queue.write_buffer(&buffer, whole as u64, &tail);
+        }
+        Ok(DeviceTensor { name: name.into(), dtype, shape: shape.to_vec(), byte_length: bytes.len() as u64, buffer })
+    }
+
+    /// Decodes tensor `t` of `reader` into a new device buffer, uploading only what its chunks
+    /// need: stored bytes for the codecs the device decodes, CPU-decoded bytes for the others
+    /// (spec §6.7). A delta's chunks decode against `base`, the base tensor already on the
+    /// device. Errors are the CPU reader's: the same categories for the same files.
+    pub fn decode<S: Source + Sync>(
+        &self,
+        reader: &Reader<S>,
+        t: &TensorEntry,
+        base: Option<&DeviceTensor>,
+    ) -> Result<DeviceTensor, GpuError> {
+        self.submit(reader, t, base)?.finish(self)
+    }
+
+    /// The first half of [`Gpu::decode`]: plans the chunks, uploads them and submits the
+    /// kernels, without waiting for the device. The layer loader prepares the next layer this
+    /// way while the device decodes the current one.
+    pub fn submit<S: Source + Sync>(
+        &self,
+        reader: &Reader<S>,
+        t: &TensorEntry,
+        base: Option<&DeviceTensor>,
+    ) -> Result<Pending, GpuError> {
+        let limit = reader.options().max_tensor_bytes;
+        if t.byte_length > limit {
+            return Err(ReadError::TooLarge { name: t.name.clone(), bytes: t.byte_length, limit }.into());
+        }
+        let base = if reader.tensor_uses_base(t) { Some(self.check_base(reader, t, base)?) } else { None };
+        let out = self.tensor_buffer(&t.name, t.byte_length)?;
+        let mut batcher = Batcher::new(self.limits);
+        let mut batches = Vec::new();
+        let chunks: Vec<usize> = (0..t.chunks.len()).collect();
+        for group in chunks.chunks(PLAN_GROUP) {
+            let works: Vec<_> = group
+                .par_iter()
+                .map(|&i| {
+                    let c = &t.chunks[i];
+                    let stored = reader.chunk_bytes(t, i)?;
+                    plan_chunk(t.dtype, i, c, &stored)
+                        .map_err(|source| ReadError::Codec { location: chunk_location(t, i, c), source })
+                })
+                .collect::<Result<_, _>>()?;
+            for work in works {
+                let full = batcher.push(work).map_err(|detail| GpuError::TooLarge { name: t.name.clone(), detail })?;
+                if let Some(batch) = full {
+                    batches.push(self.run(&batch, &out, base));
+                }
+            }
+        }
+        if let Some(batch) = batcher.flush() {
+            batches.push(self.run(&batch, &out, base));
+        }
+        let tensor = DeviceTensor {
+            name: t.name.clone(),
+            dtype: t.dtype,
+            shape: t.shape.clone(),
+            byte_length: t.byte_length,
+            buffer: out,
+        };
+        Ok(Pending { entry: t.clone(), tensor, batches })
+    }
+
+    fn check_base<'a, S: Source>(
+        &self,
+        reader: &Reader<S>,
+        t: &TensorEntry,
+        base: Option<&'a DeviceTensor>,
+    ) -> Result<&'a wgpu::Buffer, GpuError> {
+        let Some(b) = base else {
+            let r = reader.directory().base.as_ref().expect("validation ties base codecs to a base reference");
+            return Err(ReadError::BaseMissing {
+                digest: tpde_format::digest::to_hex(&r.digest),
+                hint: r.path_hint.clone(),
+            }
+            .into());
+        };
+        if b.dtype != t.dtype || b.shape != t.shape {
+            return Err(ReadError::BaseTensor {
+                name: t.name.clone(),
+                detail: format!("the base's is {} {:?}, the file's {} {:?}", b.dtype, b.shape, t.dtype, t.shape),
+            }
+            .into());
+        }
+        Ok(&b.buffer)
+    }
+
+    /// Uploads a batch and submits its six kernels.
+    fn run(&self, batch: &Batch, out: &wgpu::Buffer, base: Option<&wgpu::Buffer>) -> Submitted {
+        let d = &self.device;
+        let init = |label: &str, contents: &[u8]| {
+            d.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents,
+                usage: wgpu::BufferUsages::STORAGE,
+            })
+        };
+        let blob = init("blob", &batch.blob);
+        let meta = init("meta", bytemuck::cast_slice(&batch.meta));
+        let scratch_like = |label: &str, bytes: u64, usage: wgpu::BufferUsages| {
+            d.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: bytes.next_multiple_of(4).max(16),
+                usage: wgpu::BufferUsages::STORAGE | usage,
+                mapped_at_creation: false,
+            })
+        };
+        let scratch = scratch_like("scratch", batch.scratch_words * 4, wgpu::BufferUsages::empty());
+        let tables = scratch_like("tables", u64::from(batch.tables) * 4096 * 4, wgpu::BufferUsages::empty());
+        let err_bytes = batch.chunks.len() as u64 * 4;
+        let err = scratch_like("errors", err_bytes, wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST);
+        let err_read = d.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("errors readback"),
+            size: err_bytes.next_multiple_of(4).max(16),
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let win = &batch.window;
+        let resources = [
+            blob.as_entire_binding(),
+            meta.as_entire_binding(),
+            scratch.as_entire_binding(),
+            tables.as_entire_binding(),
+            window_binding(out, win),
+            base.map_or(self.dummy.as_entire_binding(), |b| window_binding(b, win)),
+            err.as_entire_binding(),
+        ];
+        let entries: Vec<wgpu::BindGroupEntry> = resources
+            .into_iter()
+            .enumerate()
+            .map(|(i, resource)| wgpu::BindGroupEntry { binding: i as u32, resource })
+            .collect();
+        let bind = d.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("tpde decode"),
+            layout: &self.layout,
+            entries: &entries,
+        });
+        let mut enc = d.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tpde decode") });
+        enc.clear_buffer(&err, 0, None);
+        // One pass per kernel: each reads what the one before wrote.
+        let k = &self.kernels;
+        let steps: [(&wgpu::ComputePipeline, [u32; 3]); 6] = [
+            (&k.tables, [batch.tables, 16, 1]),
+            (&k.lanes, groups(batch.lanes)),
+            (&k.scan, [batch.packed, 1, 1]),
+            (&k.unpack, groups(batch.blocks)),
+            (&k.finish, groups(batch.words)),
+            (&k.scatter, groups(batch.changed)),
+        ];
+        for (pipeline, [x, y, z]) in steps {
+            if x == 0 {
+                continue;
+            }
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
+            pass.set_pipeline(pipeline);
+            pass.set_bind_group(0, &bind, &[]);
+            pass.dispatch_workgroups(x, y, z);
+        }
+        enc.copy_buffer_to_buffer(&err, 0, &err_read, 0, err_read.size());
+        let index = self.queue.submit([enc.finish()]);
+        Submitted { chunks: batch.chunks.clone(), errors: err_read, index }
+    }
+
+    fn wait(&self) -> Result<(), GpuError> {
+        self.device.poll(wgpu::PollType::wait_indefinitely()).map(|_| ()).map_err(|e| GpuError::Device(e.to_string()))
+    }
+
+    fn wait_for(&self, index: wgpu::SubmissionIndex) -> Result<(), GpuError> {
+        let poll = wgpu::PollType::Wait { submission_index: Some(index), timeout: None };
+        self.device.poll(poll).map(|_| ()).map_err(|e| GpuError::Device(e.to_string()))
+    }
+
+    /// Copies a device tensor's logical bytes back to the host.
+    pub fn read_back(&self, t: &DeviceTensor) -> Result<Vec<u8>, GpuError> {
+        let size = t.buffer.size();
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("readback"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("readback") });
+        enc.copy_buffer_to_buffer(&t.buffer, 0, &staging, 0, size);
+        self.queue.submit([enc.finish()]);
+        staging.slice(..).map_async(wgpu::MapMode::Read, |_| {});
+        self.wait()?;
+        let view = staging.slice(..).get_mapped_range().map_err(|e| GpuError::Device(e.to_string()))?;
+        Ok(view[..t.byte_length as usize].to_vec())
+    }
+
+    /// Waits until everything submitted so far has run (for timing).
+    pub fn synchronize(&self) -> Result<(), GpuError> {
+        self.wait()
+    }
+}
+
+/// The bytes `window` of a tensor buffer, as a binding.
+fn window_binding<'a>(buffer: &'a wgpu::Buffer, window: &std::ops::Range<u64>) -> wgpu::BindingResource<'a> {
+    wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+        buffer,
+        offset: window.start,
+        size: std::num::NonZeroU64::new(window.end - window.start),
+    })
+}
+
+/// Workgroups for one thread per item, spread over two dimensions past 65 535.
+fn groups(items: u32) -> [u32; 3] {
+    let n = u64::from(items).div_ceil(WG);
+    let x = n.min(65_535);
+    let y = if x == 0 { 0 } else { n.div_ceil(x) };
+    [x as u32, y as u32, 1]
+}
+
+/// One submitted batch: its chunks and where the kernels' error codes come back.
+struct Submitted {
+    chunks: Vec<usize>,
+    errors: wgpu::Buffer,
+    index: wgpu::SubmissionIndex,
+}
+
+/// A tensor whose decode is submitted to the device; [`Pending::finish`] waits for it.
+pub struct Pending {
+    entry: TensorEntry,
+    tensor: DeviceTensor,
+    batches: Vec<Submitted>,
+}
+
+impl Pending {
+    /// Waits for the device and returns the tensor, or the reader's error for the first chunk
+    /// (in file order) that a kernel found malformed.
+    pub fn finish(self, gpu: &Gpu) -> Result<DeviceTensor, GpuError> {
+        let Some(last) = self.batches.last() else { return Ok(self.tensor) };
+        for b in &self.batches {
+            b.errors.slice(..).map_async(wgpu::MapMode::Read, |_| {});
+        }
+        gpu.wait_for(last.index.clone())?;
+        let mut first: Option<(usize, u32)> = None;
+        for b in &self.batches {
+            let view = b.errors.slice(..).get_mapped_range().map_err(|e| GpuError::Device(e.to_string()))?;
+            let codes: &[u32] = bytemuck::cast_slice(&view);
+            for (&chunk, &code) in b.chunks.iter().zip(codes) {
+                if code != 0 && first.is_none_or(|(c, _)| chunk < c) {
+                    first = Some((chunk, code));
+                }
+            }
+        }
+        let Some((i, code)) = first else { return Ok(self.tensor) };
+        let t = &self.entry;
+        let c = &t.chunks[i];
+        let detail = KERNEL_ERRORS.get(code as usize - 1).copied().unwrap_or("unknown kernel error").to_string();
+        let source = CodecError::Corrupt { codec: c.codec, detail };
+        Err(ReadError::Codec { location: chunk_location(t, i, c), source }.into())
+    }
+
+    /// The tensor's name.
+    pub fn name(&self) -> &str {
+        &self.tensor.name
+    }
+}

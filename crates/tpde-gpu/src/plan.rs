@@ -1,0 +1,511 @@
+//! The host half of GPU decoding, free of any GPU API: a tensor's chunks become [`Batch`]es of
+//! jobs for the kernels of `shaders/decode.wgsl`. Another backend (CUDA, say) would run the same
+//! batches with its own kernels; nothing here depends on wgpu.
+//!
+//! Per chunk, what decodes in parallel (spec §6.7) is left to the device: rANS lanes, packed
+//! position blocks, the plane merge and inverse transforms, the sparse XOR. What does not is done
+//! here, on the CPU: `zstd`, serial rANS planes (§6.2.2) and the variable-length position coders;
+//! their output is uploaded in place of the stored bytes, and the device finishes the chunk.
+
+use std::ops::Range;
+
+use tpde_codec::planes::{self, PlaneRecord};
+use tpde_codec::positions::PACKED_BLOCK;
+use tpde_codec::rans::{self, Table};
+use tpde_codec::{ChunkContext, CodecError, PositionCoder, SparseLayout};
+use tpde_format::{ChunkEntry, CodecTag, DType};
+
+/// `finish` modes (the kernel's `M_*`).
+const M_COPY: u32 = 0;
+const M_COPY_BASE: u32 = 1;
+const M_MERGE: u32 = 2;
+const M_XOR: u32 = 3;
+const M_SUB: u32 = 4;
+
+/// Record sizes in u32s, as the kernels read them.
+const LANE_REC: usize = 8;
+const PACKED_REC: usize = 8;
+const FINISH_REC: usize = 16;
+const SPARSE_REC: usize = 16;
+const HEADER: usize = 18;
+
+/// A source offset in the scratch buffer rather than the upload (the kernel's `SCRATCH`).
+const SCRATCH: u32 = 1 << 31;
+
+/// What the device can take in one batch.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// The largest storage-buffer binding, in bytes (at most 2^31, so offsets keep bit 31 free).
+    pub max_binding: u64,
+    /// The alignment of a binding's offset.
+    pub offset_align: u64,
+}
+
+/// The messages of the kernels' error codes (`E_*`), index = code − 1.
+pub const KERNEL_ERRORS: [&str; 9] = [
+    "a rANS lane ends before its symbols do",
+    "a rANS lane does not end where its symbols do",
+    "a packed block's bit width is over 32, or 0 for a block of several positions",
+    "the packed blocks' sizes do not add up to the position stream's length",
+    "a position gap is 0",
+    "a position is at or past the chunk's end",
+    "a packed block's padding bits are not zero",
+    "a packed block does not start after the previous block's last position",
+    "an element listed as changed has a delta of 0",
+];
+
+/// Where a plane's (or the positions') bytes are, relative to the chunk's own upload or scratch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Src {
+    #[default]
+    None,
+    Blob(u64),
+    Scratch(u64),
+}
+
+#[derive(Debug)]
+struct LaneJob {
+    table: usize,
+    n: u32,
+    lanes: u32,
+    states: u64,
+    ends: u64,
+    bytes: u64,
+    out_word: u64,
+}
+
+#[derive(Debug)]
+struct PackedJob {
+    at: u64,
+    len: u32,
+    count: u32,
+    n: u32,
+    offsets_word: u64,
+    positions_word: u64,
+}
+
+#[derive(Debug)]
+struct SparseJob {
+    count: u32,
+    positions: Src,
+    values: [Src; 8],
+}
+
+/// One chunk's share of a batch, with offsets relative to its own upload and scratch.
+#[derive(Debug)]
+pub struct ChunkWork {
+    /// The chunk's index in its tensor.
+    pub index: usize,
+    /// The chunk's logical bytes within the tensor.
+    pub out: Range<u64>,
+    blob: Vec<u8>,
+    scratch_words: u64,
+    tables: Vec<[u32; 256]>,
+    lanes: Vec<LaneJob>,
+    packed: Option<PackedJob>,
+    mode: u32,
+    planes: [Src; 8],
+    sparse: Option<SparseJob>,
+    w: u32,
+    float: bool,
+    n: u32,
+}
+
+impl ChunkWork {
+    /// Bytes this chunk uploads.
+    pub fn upload_bytes(&self) -> u64 {
+        self.blob.len() as u64
+    }
+
+    fn append_blob(&mut self, bytes: &[u8]) -> u64 {
+        while self.blob.len() % 4 != 0 {
+            self.blob.push(0);
+        }
+        let at = self.blob.len() as u64;
+        self.blob.extend_from_slice(bytes);
+        at
+    }
+
+    fn alloc_scratch(&mut self, words: u64) -> u64 {
+        let at = self.scratch_words;
+        self.scratch_words += words;
+        at
+    }
+
+    /// The plane records at `at` of `stored`: stored planes are read in place, serial rANS
+    /// planes decoded here, lane planes left to the device.
+    fn planes(
+        &mut self,
+        tag: CodecTag,
+        stored_at: u64,
+        stored: &[u8],
+        at: usize,
+        n: usize,
+    ) -> Result<[Src; 8], CodecError> {
+        let w = self.w as usize;
+        let (records, end) = planes::parse(tag, stored, at, w, n)?;
+        tpde_codec::trailing(tag, stored, end)?;
+        let mut src = [Src::None; 8];
+        for (j, record) in records.into_iter().enumerate() {
+            src[j] = match record {
+                PlaneRecord::Stored(at) => Src::Blob(stored_at + at as u64),
+                PlaneRecord::Serial(table, stream) => {
+                    let mut plane = vec![0u8; n];
+                    rans::decode(&table, &stored[stream], &mut plane).map_err(rans::corrupt(tag))?;
+                    Src::Blob(self.append_blob(&plane))
+                }
+                PlaneRecord::Lanes(table, layout) => {
+                    self.tables.push(table_entries(&table));
+                    let out_word = self.alloc_scratch(n.div_ceil(4) as u64);
+                    self.lanes.push(LaneJob {
+                        table: self.tables.len() - 1,
+                        n: n as u32,
+                        lanes: layout.lanes,
+                        states: stored_at + layout.states as u64,
+                        ends: stored_at + layout.ends as u64,
+                        bytes: stored_at + layout.bytes.start as u64,
+                        out_word,
+                    });
+                    Src::Scratch(out_word * 4)
+                }
+            };
+        }
+        Ok(src)
+    }
+}
+
+/// `start << 16 | freq` per symbol, what `build_tables` expands into the slot table.
+fn table_entries(table: &Table) -> [u32; 256] {
+    let starts = table.starts();
+    let mut e = [0u32; 256];
+    for (s, (&f, &st)) in table.freqs().iter().zip(&starts).enumerate() {
+        e[s] = st << 16 | u32::from(f);
+    }
+    e
+}
+
+/// Plans one chunk of a `dtype` tensor from its (CRC-checked) stored bytes.
+pub fn plan_chunk(dtype: DType, index: usize, c: &ChunkEntry, stored: &[u8]) -> Result<ChunkWork, CodecError> {
+    let size = dtype.size();
+    let w = size as u32;
+    let n = c.element_count as usize;
+    let mut work = ChunkWork {
+        index,
+        out: c.element_start * size..(c.element_start + c.element_count) * size,
+        blob: Vec::new(),
+        scratch_words: 0,
+        tables: Vec::new(),
+        lanes: Vec::new(),
+        packed: None,
+        mode: M_COPY,
+        planes: [Src::None; 8],
+        sparse: None,
+        w,
+        float: dtype.is_float(),
+        n: n as u32,
+    };
+    let tag = c.codec;
+    if !c.params.is_empty() {
+        return Err(CodecError::BadParams {
+            codec: tag,
+            detail: format!("expected no parameters, found {} bytes", c.params.len()),
+        });
+    }
+    match tag {
+        CodecTag::Raw => {
+            if stored.len() as u64 != c.decoded_length {
+                return Err(CodecError::LengthMismatch {
+                    codec: tag,
+                    found: stored.len() as u64,
+                    expected: c.decoded_length,
+                });
+            }
+            work.planes[0] = Src::Blob(work.append_blob(stored));
+        }
+        CodecTag::Zstd => {
+            let mut out = vec![0u8; c.decoded_length as usize];
+            tpde_codec::decode(tag, ChunkContext::keyframe(dtype), &c.params, stored, &mut out)?;
+            work.planes[0] = Src::Blob(work.append_blob(&out));
+        }
+        CodecTag::Planes
+        | CodecTag::PlanesLanes
+        | CodecTag::DeltaXor
+        | CodecTag::DeltaXorLanes
+        | CodecTag::DeltaSub
+        | CodecTag::DeltaSubLanes => {
+            let at = work.append_blob(stored);
+            work.planes = work.planes(tag, at, stored, 0, n)?;
+            work.mode = match tag {
+                CodecTag::Planes | CodecTag::PlanesLanes => M_MERGE,
+                CodecTag::DeltaXor | CodecTag::DeltaXorLanes => M_XOR,
+                _ => M_SUB,
+            };
+        }
+        _ => {
+            let coder = PositionCoder::of(tag)
+                .ok_or_else(|| CodecError::Corrupt { codec: tag, detail: "this codec has no GPU plan".into() })?;
+            let layout = SparseLayout::read(tag, stored, n)?;
+            let at = work.append_blob(stored);
+            let count = layout.count;
+            let positions = if coder == PositionCoder::Packed {
+                let blocks = count.div_ceil(PACKED_BLOCK);
+                if layout.positions.len() < 5 * blocks {
+                    return Err(CodecError::Corrupt {
+                        codec: tag,
+                        detail: format!("{blocks} block headers do not fit the stream"),
+                    });
+                }
+                let offsets_word = work.alloc_scratch(blocks as u64);
+                let positions_word = work.alloc_scratch(count as u64);
+                work.packed = Some(PackedJob {
+                    at: at + layout.positions.start as u64,
+                    len: layout.positions.len() as u32,
+                    count: count as u32,
+                    n: n as u32,
+                    offsets_word,
+                    positions_word,
+                });
+                Src::Scratch(positions_word * 4)
+            } else {
+                let mut p = Vec::new();
+                coder.decode(&stored[layout.positions.clone()], count, n as u64, &mut p).map_err(rans::corrupt(tag))?;
+                let bytes: Vec<u8> = p.iter().flat_map(|x| x.to_le_bytes()).collect();
+                Src::Blob(work.append_blob(&bytes))
+            };
+            let values = work.planes(tag, at, stored, layout.values, count)?;
+            work.mode = M_COPY_BASE;
+            work.sparse = Some(SparseJob { count: count as u32, positions, values });
+        }
+    }
+    // The kernels read up to 4 bytes past a stream (bit reader, unaligned u32s).
+    work.blob.extend_from_slice(&[0; 8]);
+    Ok(work)
+}
+
+/// Chunks of one tensor that the device decodes in one go: one upload, one set of dispatches.
+#[derive(Debug, Default)]
+pub struct Batch {
+    /// Tensor chunk indices, in order; `err[i]` of the batch is about chunk `chunks[i]`.
+    pub chunks: Vec<usize>,
+    /// The tensor bytes the output (and base) binding covers; its start is aligned.
+    pub window: Range<u64>,
+    /// The upload.
+    pub blob: Vec<u8>,
+    /// The job records (`jobs` in the kernels).
+    pub meta: Vec<u32>,
+    /// Scratch words the kernels need.
+    pub scratch_words: u64,
+    /// rANS tables to build.
+    pub tables: u32,
+    /// Lanes to decode.
+    pub lanes: u32,
+    /// Packed-position chunks (one `scan_blocks` workgroup each).
+    pub packed: u32,
+    /// Packed-position blocks to unpack.
+    pub blocks: u32,
+    /// Output words to finish.
+    pub words: u32,
+    /// Changed elements to scatter.
+    pub changed: u32,
+}
+
+/// Groups planned chunks into batches that fit `limits`, in chunk order.
+pub struct Batcher {
+    limits: Limits,
+    pending: Vec<ChunkWork>,
+}
+
+impl Batcher {
+    /// An empty batcher.
+    pub fn new(limits: Limits) -> Batcher {
+        Batcher { limits, pending: Vec::new() }
+    }
+
+    /// Adds a chunk; returns a full batch when this chunk does not fit the pending one.
+    pub fn push(&mut self, work: ChunkWork) -> Result<Option<Batch>, String> {
+        let alone = window(&self.limits, [&work].into_iter());
+        if !self.fits(&[&work], alone.end - alone.start) {
+            return Err(format!(
+                "chunk {} needs more than the device's {}-byte binding limit",
+                work.index, self.limits.max_binding
+            ));
+        }
+        let mut all: Vec<&ChunkWork> = self.pending.iter().collect();
+        all.push(&work);
+        let win = window(&self.limits, all.iter().copied());
+        let full = if self.fits(&all, win.end - win.start) { None } else { self.flush() };
+        self.pending.push(work);
+        Ok(full)
+    }
+
+    /// The pending chunks as a batch, if any.
+    pub fn flush(&mut self) -> Option<Batch> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        let chunks = std::mem::take(&mut self.pending);
+        Some(assemble(&self.limits, &chunks))
+    }
+
+    fn fits(&self, chunks: &[&ChunkWork], window: u64) -> bool {
+        let max = self.limits.max_binding;
+        let blob: u64 = chunks.iter().map(|c| c.blob.len() as u64 + 4).sum();
+        let scratch: u64 = chunks.iter().map(|c| c.scratch_words * 4).sum();
+        let tables: usize = chunks.iter().map(|c| c.tables.len()).sum();
+        let packed = chunks.iter().filter(|c| c.packed.is_some()).count();
+        // Bounds on one batch's host memory and dispatch sizes, as well as the bindings.
+        window <= max
+            && blob <= max.min(256 << 20)
+            && scratch <= max
+            && (tables as u64) * 4096 * 4 <= max
+            && tables < 65_535
+            && packed < 65_535
+            && chunks.len() < 1 << 16
+    }
+}
+
+/// The aligned tensor byte range that covers the chunks' output.
+fn window<'a>(limits: &Limits, chunks: impl Iterator<Item = &'a ChunkWork>) -> Range<u64> {
+    let (mut lo, mut hi) = (u64::MAX, 0);
+    for c in chunks {
+        lo = lo.min(c.out.start);
+        hi = hi.max(c.out.end);
+    }
+    let lo = lo / limits.offset_align * limits.offset_align;
+    lo..hi.next_multiple_of(4).max(lo + 4)
+}
+
+fn assemble(limits: &Limits, chunks: &[ChunkWork]) -> Batch {
+    let win = window(limits, chunks.iter());
+    let mut b = Batch { window: win.clone(), meta: vec![0; HEADER], ..Batch::default() };
+    let src = |s: Src, blob_at: u64, scratch_at: u64| -> u32 {
+        match s {
+            Src::None => 0,
+            Src::Blob(o) => (blob_at + o) as u32,
+            Src::Scratch(o) => SCRATCH | (scratch_at * 4 + o) as u32,
+        }
+    };
+    let mut tables = Vec::new();
+    let (mut lanes, mut packed, mut finish, mut sparse) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut lane_prefix, mut block_prefix, mut word_prefix, mut changed_prefix) =
+        (vec![0u32], vec![0u32], vec![0u32], vec![0u32]);
+    for (ci, c) in chunks.iter().enumerate() {
+        let ci = ci as u32;
+        while b.blob.len() % 4 != 0 {
+            b.blob.push(0);
+        }
+        let blob_at = b.blob.len() as u64;
+        b.blob.extend_from_slice(&c.blob);
+        let scratch_at = b.scratch_words;
+        b.scratch_words += c.scratch_words;
+        let table_at = tables.len();
+        tables.extend_from_slice(&c.tables);
+        for l in &c.lanes {
+            lanes.extend([
+                (table_at + l.table) as u32,
+                l.n,
+                l.lanes,
+                (blob_at + l.states) as u32,
+                (blob_at + l.ends) as u32,
+                (blob_at + l.bytes) as u32,
+                (scratch_at + l.out_word) as u32,
+                ci,
+            ]);
+            lane_prefix.push(lane_prefix.last().unwrap() + l.lanes);
+        }
+        if let Some(p) = &c.packed {
+            packed.extend([
+                (blob_at + p.at) as u32,
+                p.len,
+                p.count,
+                p.n,
+                (scratch_at + p.offsets_word) as u32,
+                (scratch_at + p.positions_word) as u32,
+                ci,
+                0,
+            ]);
+            block_prefix.push(block_prefix.last().unwrap() + p.count.div_ceil(PACKED_BLOCK as u32));
+        }
+        let out = (c.out.start - win.start) as u32;
+        let mut rec = vec![c.mode, c.w, u32::from(c.float), c.n, out, out, ci, 0];
+        rec.extend(c.planes.iter().map(|&s| src(s, blob_at, scratch_at)));
+        finish.extend(rec);
+        let bytes = u64::from(c.n) * u64::from(c.w);
+        let words = if bytes == 0 { 0 } else { (u64::from(out) + bytes).div_ceil(4) - u64::from(out) / 4 };
+        word_prefix.push(word_prefix.last().unwrap() + words as u32);
+        if let Some(s) = &c.sparse {
+            let mut rec =
+                vec![c.w, u32::from(c.float), c.n, s.count, src(s.positions, blob_at, scratch_at), out, ci, 0];
+            rec.extend(s.values.iter().map(|&v| src(v, blob_at, scratch_at)));
+            sparse.extend(rec);
+            changed_prefix.push(changed_prefix.last().unwrap() + s.count);
+        }
+        b.chunks.push(c.index);
+    }
+    b.blob.extend_from_slice(&[0; 4]);
+    b.tables = tables.len() as u32;
+    b.lanes = *lane_prefix.last().unwrap();
+    b.packed = (packed.len() / PACKED_REC) as u32;
+    b.blocks = *block_prefix.last().unwrap();
+    b.words = *word_prefix.last().unwrap();
+    b.changed = *changed_prefix.last().unwrap();
+    let put = |meta: &mut Vec<u32>, slot: usize, data: &[u32]| {
+        meta[slot] = meta.len() as u32;
+        meta.extend_from_slice(data);
+    };
+    let m = &mut b.meta;
+    m[0] = b.tables;
+    put(m, 1, &tables.concat());
+    m[2] = (lanes.len() / LANE_REC) as u32;
+    put(m, 3, &lanes);
+    put(m, 4, &lane_prefix);
+    m[5] = b.lanes;
+    m[6] = b.packed;
+    put(m, 7, &packed);
+    put(m, 8, &block_prefix);
+    m[9] = b.blocks;
+    m[10] = (finish.len() / FINISH_REC) as u32;
+    put(m, 11, &finish);
+    put(m, 12, &word_prefix);
+    m[13] = b.words;
+    m[14] = (sparse.len() / SPARSE_REC) as u32;
+    put(m, 15, &sparse);
+    put(m, 16, &changed_prefix);
+    m[17] = b.changed;
+    b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_respect_the_binding_limit_and_keep_chunk_order() {
+        let limits = Limits { max_binding: 4096, offset_align: 256 };
+        let chunk = |i: u64| ChunkEntry {
+            element_start: i * 256,
+            element_count: 256,
+            codec: CodecTag::Raw,
+            params: Vec::new(),
+            offset: 0,
+            stored_length: 1024,
+            decoded_length: 1024,
+            crc32: 0,
+        };
+        let mut batcher = Batcher::new(limits);
+        let mut batches = Vec::new();
+        for i in 0..10 {
+            let c = chunk(i);
+            let work = plan_chunk(DType::F32, i as usize, &c, &vec![i as u8; 1024]).unwrap();
+            batches.extend(batcher.push(work).unwrap());
+        }
+        batches.extend(batcher.flush());
+        let order: Vec<usize> = batches.iter().flat_map(|b| b.chunks.clone()).collect();
+        assert_eq!(order, (0..10).collect::<Vec<_>>());
+        for b in &batches {
+            assert!(b.window.end - b.window.start <= 4096 && b.window.start % 256 == 0, "{:?}", b.window);
+            assert!(b.blob.len() as u64 <= 4096 + 64);
+        }
+        assert!(batches.len() >= 3, "{} batches", batches.len());
+    }
+}
