@@ -118,7 +118,7 @@ impl ChunkWork {
     }
 
     fn append_blob(&mut self, bytes: &[u8]) -> u64 {
-        while self.blob.len() % 4 != 0 {
+        while !self.blob.len().is_multiple_of(4) {
             self.blob.push(0);
         }
         let at = self.blob.len() as u64;
@@ -391,7 +391,7 @@ fn assemble(limits: &Limits, chunks: &[ChunkWork]) -> Batch {
         (vec![0u32], vec![0u32], vec![0u32], vec![0u32]);
     for (ci, c) in chunks.iter().enumerate() {
         let ci = ci as u32;
-        while b.blob.len() % 4 != 0 {
+        while !b.blob.len().is_multiple_of(4) {
             b.blob.push(0);
         }
         let blob_at = b.blob.len() as u64;
