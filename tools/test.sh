@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
 # The whole test suite: what `.ci/run` runs, and what a developer runs before pushing.
-# Works on a fresh machine: it installs what it needs (cargo-fuzz) itself.
+# Works on a fresh machine: it installs what it needs (a Vulkan driver, cargo-fuzz) itself.
 #   FUZZ_SECONDS  seconds per fuzz target (default 60; 0 skips fuzzing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 
 step() { printf '\n== %s\n' "$*"; }
+
+step "Vulkan for the GPU decoder's tests (Mesa's lavapipe, a CPU Vulkan, when the machine has no other)"
+if ! ls /usr/share/vulkan/icd.d/*.json >/dev/null 2>&1; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mesa-vulkan-drivers libvulkan1 >/dev/null
+fi
 
 step "format and lints"
 cargo fmt --all -- --check
@@ -17,6 +25,7 @@ cargo test --workspace --locked
 
 step "conformance corpus, as another implementation would run it"
 cargo run --release --locked --bin tpde -- conformance conformance --quiet
+cargo run --release --locked --bin tpde -- conformance conformance --quiet --gpu
 
 step "demo, as a user runs it"
 cargo run --release --locked --bin tpde -- demo | tail -n 6

@@ -180,6 +180,12 @@ impl Gpu {
         Ok(Gpu { device, queue, layout, kernels, limits, max_buffer, info: adapter.get_info(), dummy })
     }
 
+    /// Caps the bytes one batch binds (never above the device's own limit): smaller batches
+    /// bound the host memory a batch takes, and let tests split tensors into many batches.
+    pub fn limit_batches(&mut self, bytes: u64) {
+        self.limits.max_binding = self.limits.max_binding.min(bytes.max(self.limits.offset_align * 4));
+    }
+
     /// The adapter: name, backend, driver.
     pub fn info(&self) -> &wgpu::AdapterInfo {
         &self.info

@@ -12,11 +12,11 @@ use safetensors::{Dtype as StDtype, View};
 use tpde_codec::Encoder;
 use tpde_format::digest::{content_digest, Digest, DigestInput};
 use tpde_format::metadata::{KEY_MAX_ABS_ERROR, KEY_PRODUCER, KEY_SOURCE_FORMAT, RESERVED_PREFIX};
-use tpde_format::{BaseRef, CodecTag, DType, MetadataValue};
+use tpde_format::{BaseRef, CodecTag, DType, MetadataValue, TensorEntry};
 use tpde_read::{Base, Reader};
 use tpde_write::{lossy, FileWriter, WriteOptions};
 
-use crate::checkpoint::{open_tpde, MemoryCheckpoint, SafetensorsFile};
+use crate::checkpoint::{self, open_tpde, MemoryCheckpoint, SafetensorsFile};
 use crate::CliError;
 
 /// The TPDE dtype of a safetensors dtype, if the registry has it.
@@ -326,23 +326,87 @@ pub fn unpack(input: &Path, base: Option<&Path>, output: &Path, bar: &ProgressBa
     for t in r.tensors() {
         let data = r.read_tensor(t)?;
         bar.inc(t.byte_length);
-        let shape = t.shape.iter().map(|&d| usize::try_from(d)).collect::<Result<Vec<_>, _>>();
-        let shape =
-            shape.map_err(|_| CliError::failed(format!("tensor {:?}: shape does not fit this platform", t.name)))?;
-        tensors.push((t.name.clone(), Tensor { dtype: dtype_to_safetensors(t.dtype), shape, data }));
+        tensors.push((t.name.clone(), safetensors_tensor(t, data)?));
     }
+    write_safetensors(&tensors, safetensors_metadata(&r), output)?;
+    bar.finish_and_clear();
     let logical_bytes = tensors.iter().map(|(_, t)| t.data.len() as u64).sum();
+    Ok(UnpackReport { tensors: tensors.len() as u64, logical_bytes, seconds: start.elapsed().as_secs_f64() })
+}
+
+/// [`unpack`] through the GPU decoder: the file (and, for a delta, its chain of bases, or a
+/// `.safetensors` base uploaded as it is) decoded on the device, read back, and each tensor
+/// checked against its digest before it is written.
+pub fn unpack_gpu(
+    input: &Path,
+    base: Option<&Path>,
+    output: &Path,
+    bar: &ProgressBar,
+) -> Result<UnpackReport, CliError> {
+    let start = Instant::now();
+    let gpu = tpde_gpu::Gpu::new()?;
+    let r = Reader::open(input)?;
+    let base_path =
+        base.map(Path::to_path_buf).or_else(|| tpde_read::hinted_base_path(input, &r).filter(|p| p.is_file()));
+    let base_ck = match base_path {
+        None => None,
+        Some(p) if checkpoint::is_tpde(&p)? => Some(gpu.load_chain(&p)?),
+        Some(p) => {
+            let st = SafetensorsFile::open(&p)?;
+            let tensors = st
+                .tensors()
+                .map(|(name, dtype, shape, data)| gpu.upload(name, dtype, shape, data))
+                .collect::<Result<Vec<_>, _>>()?;
+            Some(tpde_gpu::DeviceCheckpoint::new(tpde_read::Base::content_digest(&st)?, tensors))
+        }
+    };
+    bar.set_length(r.tensors().iter().map(|t| t.byte_length).sum());
+    let ck = gpu.load(&r, base_ck.as_ref())?;
+    let mut tensors = Vec::with_capacity(r.tensors().len());
+    for (t, d) in r.tensors().iter().zip(ck.tensors()) {
+        let data = gpu.read_back(d)?;
+        let digest = tpde_format::digest::tensor_digest(&data);
+        if digest != t.digest {
+            return Err(tpde_read::ReadError::from(tpde_format::FormatError::ChecksumMismatch {
+                what: "tensor digest",
+                location: tpde_format::Location::tensor(&t.name),
+                stored: tpde_format::digest::to_hex(&t.digest),
+                computed: tpde_format::digest::to_hex(&digest),
+            })
+            .into());
+        }
+        bar.inc(t.byte_length);
+        tensors.push((t.name.clone(), safetensors_tensor(t, Cow::Owned(data))?));
+    }
+    write_safetensors(&tensors, safetensors_metadata(&r), output)?;
+    bar.finish_and_clear();
+    let logical_bytes = tensors.iter().map(|(_, t)| t.data.len() as u64).sum();
+    Ok(UnpackReport { tensors: tensors.len() as u64, logical_bytes, seconds: start.elapsed().as_secs_f64() })
+}
+
+fn safetensors_tensor<'a>(t: &TensorEntry, data: Cow<'a, [u8]>) -> Result<Tensor<'a>, CliError> {
+    let shape = t.shape.iter().map(|&d| usize::try_from(d)).collect::<Result<Vec<_>, _>>();
+    let shape =
+        shape.map_err(|_| CliError::failed(format!("tensor {:?}: shape does not fit this platform", t.name)))?;
+    Ok(Tensor { dtype: dtype_to_safetensors(t.dtype), shape, data })
+}
+
+/// Writes a safetensors file under a temporary name and renames it into place.
+fn write_safetensors(
+    tensors: &[(String, Tensor<'_>)],
+    metadata: Option<HashMap<String, String>>,
+    output: &Path,
+) -> Result<(), CliError> {
     let dir = match output.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
     let tmp = tempfile::Builder::new().prefix(".tpde-unpack.").suffix(".partial").tempfile_in(dir)?;
-    safetensors::serialize_to_file(tensors.iter().map(|(n, t)| (n.as_str(), t)), safetensors_metadata(&r), tmp.path())
+    safetensors::serialize_to_file(tensors.iter().map(|(n, t)| (n.as_str(), t)), metadata, tmp.path())
         .map_err(|e| CliError::failed(format!("{}: writing safetensors failed: {e}", output.display())))?;
     tmp.as_file().sync_all()?;
     tmp.persist(output).map_err(|e| CliError::from(e.error))?;
-    bar.finish_and_clear();
-    Ok(UnpackReport { tensors: tensors.len() as u64, logical_bytes, seconds: start.elapsed().as_secs_f64() })
+    Ok(())
 }
 
 /// Compares every tensor (name, dtype, shape, bytes) and the metadata map of two safetensors

@@ -285,3 +285,67 @@ fn pack_series_chains_with_keyframes() {
         assert_eq!(convert::compare_safetensors(&orig, &back).unwrap(), None, "step {step}");
     }
 }
+
+#[test]
+fn gpu_profile_and_gpu_unpack() {
+    if std::env::var_os("TPDE_SKIP_GPU_TESTS").is_some() {
+        return eprintln!("skipping: TPDE_SKIP_GPU_TESTS is set");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let a = model(d, "a.safetensors", 5, 1);
+    let b = model(d, "b.safetensors", 6, 1);
+    let other = model(d, "other.safetensors", 6, 2);
+    tpde()
+        .args(["pack", "--profile", "gpu", "--chunk-size", "4096"])
+        .arg(&a)
+        .arg("-o")
+        .arg(d.join("a.tpde"))
+        .assert()
+        .success();
+    tpde()
+        .args(["pack", "--profile", "gpu", "--chunk-size", "4096", "--base", "a.tpde", "-o", "b.tpde"])
+        .arg(&b)
+        .current_dir(d)
+        .assert()
+        .success();
+    // Only codecs a GPU decodes in parallel.
+    for f in ["a.tpde", "b.tpde"] {
+        let out = inspect().args(["--json", "--chunks"]).arg(d.join(f)).assert().success().get_output().stdout.clone();
+        let json: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let text = json.to_string();
+        for tag in tpde_format::CodecTag::ALL.into_iter().filter(|t| !t.gpu_parallel()) {
+            assert!(!text.contains(&format!("\"{}\"", tag.name())), "{f} uses {tag}");
+        }
+        assert!(text.contains("-lanes\""), "{f}: {text}");
+    }
+    // Decoded on the GPU: the base through the hint, as a .tpde, or as the .safetensors.
+    for base in [None, Some("a.tpde"), Some("a.safetensors")] {
+        let mut cmd = tpde();
+        cmd.args(["unpack", "--gpu", "b.tpde", "-o", "b.gpu.safetensors"]).current_dir(d);
+        if let Some(base) = base {
+            cmd.args(["--base", base]);
+        }
+        cmd.assert().success();
+        assert_eq!(convert::compare_safetensors(&b, &d.join("b.gpu.safetensors")).unwrap(), None, "{base:?}");
+    }
+    // A CPU-profile file decodes on the GPU too (zstd and serial rANS on the CPU, finished there).
+    tpde().args(["pack", "--codec", "zstd"]).arg(&a).arg("-o").arg(d.join("a.zstd.tpde")).assert().success();
+    tpde().args(["unpack", "--gpu", "a.zstd.tpde", "-o", "a.gpu.safetensors"]).current_dir(d).assert().success();
+    assert_eq!(convert::compare_safetensors(&a, &d.join("a.gpu.safetensors")).unwrap(), None);
+    tpde()
+        .args(["unpack", "--gpu", "b.tpde", "--base", "other.safetensors", "-o", "x.safetensors"])
+        .current_dir(d)
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains("wrong base"));
+    assert!(!d.join("x.safetensors").exists());
+    tpde()
+        .args(["pack", "--profile", "gpu", "--codec", "zstd"])
+        .arg(&a)
+        .arg("-o")
+        .arg(d.join("z.tpde"))
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("--profile gpu writes only"));
+}

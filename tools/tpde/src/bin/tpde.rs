@@ -59,6 +59,10 @@ enum Command {
         /// The base of a delta (default: found through the path hint the file records).
         #[arg(long)]
         base: Option<PathBuf>,
+        /// Decode on the GPU (tpde-gpu): the file and its bases are decoded into device
+        /// memory, read back and checked against their digests.
+        #[arg(long)]
+        gpu: bool,
     },
     /// Check every CRC, every tensor digest and the whole structure; exit 1 on corruption.
     Verify {
@@ -199,9 +203,10 @@ fn run(command: Command) -> Result<(), CliError> {
             }
             Ok(())
         }
-        Command::Unpack { input, output, base } => {
+        Command::Unpack { input, output, base, gpu } => {
             let bar = progress_bar(0, "unpacking");
-            let r = convert::unpack(&input, base.as_deref(), &output, &bar)?;
+            let unpack = if gpu { convert::unpack_gpu } else { convert::unpack };
+            let r = unpack(&input, base.as_deref(), &output, &bar)?;
             eprintln!(
                 "unpacked {} tensors ({}) in {:.2} s, {:.0} MB/s",
                 r.tensors,

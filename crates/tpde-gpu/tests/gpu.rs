@@ -1,0 +1,236 @@
+//! The GPU decoder against the CPU reader, bit for bit: random tensors of every dtype through
+//! every codec (keyframes and deltas on a device-resident base), batches split small, chains
+//! followed through hints, the layer loader, and bases rejected as the CPU reader rejects them.
+//!
+//! Needs a GPU adapter; CI has Mesa's lavapipe (`mesa-vulkan-drivers`). `TPDE_SKIP_GPU_TESTS=1`
+//! skips them on a machine with none, saying so.
+
+use std::sync::OnceLock;
+
+use proptest::prelude::*;
+use tpde_codec::Encoder;
+use tpde_format::digest::{content_digest, tensor_digest, DigestInput};
+use tpde_format::{BaseRef, CodecTag, DType, ErrorKind};
+use tpde_gpu::{layer_key, Gpu, LayerLoader};
+use tpde_read::{open_chain, Reader};
+use tpde_write::{WriteOptions, Writer};
+
+fn gpu() -> Option<&'static Gpu> {
+    static GPU: OnceLock<Option<Gpu>> = OnceLock::new();
+    GPU.get_or_init(|| match Gpu::new() {
+        Ok(g) => Some(g),
+        Err(e) if std::env::var_os("TPDE_SKIP_GPU_TESTS").is_some() => {
+            eprintln!("skipping GPU tests: {e}");
+            None
+        }
+        Err(e) => panic!("{e}: install a Vulkan driver (Debian: mesa-vulkan-drivers) or set TPDE_SKIP_GPU_TESTS=1"),
+    })
+    .as_ref()
+}
+
+type Checkpoint = Vec<(String, DType, Vec<u64>, Vec<u8>)>;
+
+fn digest_of(ck: &Checkpoint) -> [u8; 32] {
+    let d: Vec<[u8; 32]> = ck.iter().map(|t| tensor_digest(&t.3)).collect();
+    content_digest(ck.iter().zip(&d).map(|(t, d)| DigestInput { name: &t.0, dtype: t.1, shape: &t.2, digest: d }))
+}
+
+fn write(ck: &Checkpoint, base: Option<(&Checkpoint, &str)>, encoder: Encoder, chunk: u64) -> Vec<u8> {
+    let base_ref = base.map(|(b, hint)| BaseRef { digest: digest_of(b), path_hint: hint.into() });
+    let opts = WriteOptions { encoder, chunk_bytes: chunk, base: base_ref, ..WriteOptions::default() };
+    let mut w = Writer::new(Vec::new(), opts).unwrap();
+    for (name, dtype, shape, data) in ck {
+        match base.and_then(|(b, _)| b.iter().find(|t| &t.0 == name)) {
+            Some(bt) if bt.1 == *dtype && bt.2 == *shape => w.add_tensor_delta(name, *dtype, shape, data, &bt.3),
+            _ => w.add_tensor(name, *dtype, shape, data),
+        }
+        .unwrap();
+    }
+    w.finish().unwrap()
+}
+
+/// Every tensor decoded on the device and read back equals `want`, and the CPU reader's.
+fn assert_same(gpu: &Gpu, ck: &tpde_gpu::DeviceCheckpoint, cpu: &Reader<Vec<u8>>, want: &Checkpoint) {
+    assert_eq!(ck.tensors().len(), want.len());
+    for (d, (name, dtype, shape, data)) in ck.tensors().iter().zip(want) {
+        assert_eq!((&d.name, d.dtype, &d.shape), (name, *dtype, shape));
+        let back = gpu.read_back(d).unwrap();
+        assert!(back == *data, "{name} ({dtype}, {} bytes) differs from what was written", data.len());
+        assert!(back == *cpu.read(name).unwrap(), "{name}: GPU and CPU readers differ");
+    }
+}
+
+fn keyframe_encoders() -> Vec<Encoder> {
+    let mut e = vec![Encoder::Raw, Encoder::Zstd { level: 1 }, Encoder::Auto, Encoder::AutoGpu];
+    e.extend(CodecTag::ALL.into_iter().filter(|t| !t.needs_base() && *t != CodecTag::Raw).map(Encoder::Codec));
+    e
+}
+
+fn delta_encoders() -> Vec<Encoder> {
+    let mut e = vec![Encoder::Auto, Encoder::AutoGpu, Encoder::Raw];
+    e.extend(CodecTag::ALL.into_iter().filter(|t| t.needs_base()).map(Encoder::Codec));
+    e
+}
+
+/// Bytes of `n` elements of `dtype`: random bit patterns (NaNs, infinities, subnormals
+/// included), or weight-like when `smooth` (so the entropy coders have work to do).
+fn tensor_bytes(dtype: DType, n: usize, seed: u64, smooth: bool) -> Vec<u8> {
+    let w = dtype.size() as usize;
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(n * w);
+    for i in 0..n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let v = if smooth && dtype == DType::F32 {
+            u64::from(((i as f32 * 0.001).sin() * 0.05 + (x % 1000) as f32 * 1e-6).to_bits())
+        } else if smooth {
+            x % 7
+        } else {
+            x
+        };
+        out.extend_from_slice(&v.to_le_bytes()[..w]);
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_tensors_decode_bit_identical_to_the_cpu_reader(
+        dtype_i in 0..DType::ALL.len(),
+        n in 0usize..6000,
+        seed in any::<u64>(),
+        smooth in any::<bool>(),
+        key_i in 0usize..16,
+        delta_i in 0usize..16,
+        share in 0u32..100,
+        chunk in 1u64..64,
+    ) {
+        let Some(gpu) = gpu() else { return Ok(()) };
+        let dtype = DType::ALL[dtype_i];
+        let w = dtype.size() as usize;
+        let shape = vec![n as u64];
+        let base_data = tensor_bytes(dtype, n, seed, smooth);
+        // The current checkpoint: `share`% of the elements changed in random bits.
+        let mut cur = base_data.clone();
+        let mut x = seed.rotate_left(17) | 1;
+        for e in 0..n {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if (x % 100) < u64::from(share) {
+                cur[e * w] ^= (x >> 8) as u8 | 1;
+            }
+        }
+        let base: Checkpoint = vec![
+            ("t".into(), dtype, shape.clone(), base_data),
+            ("step".into(), DType::I64, vec![], 7i64.to_le_bytes().to_vec()),
+        ];
+        let current: Checkpoint = vec![
+            ("t".into(), dtype, shape, cur),
+            ("step".into(), DType::I64, vec![], 8i64.to_le_bytes().to_vec()),
+        ];
+        let keys = keyframe_encoders();
+        let deltas = delta_encoders();
+        let key_file = write(&base, None, keys[key_i % keys.len()], chunk * 64);
+        let delta_file = write(&current, Some((&base, "base.tpde")), deltas[delta_i % deltas.len()], chunk * 64);
+
+        let base_cpu = Reader::from_source(key_file).unwrap();
+        let base_gpu = gpu.load(&base_cpu, None).unwrap();
+        assert_same(gpu, &base_gpu, &base_cpu, &base);
+        let cpu = Reader::from_source(delta_file).unwrap().with_base(std::sync::Arc::new(base_cpu)).unwrap();
+        let cur_gpu = gpu.load(&cpu, Some(&base_gpu)).unwrap();
+        assert_same(gpu, &cur_gpu, &cpu, &current);
+    }
+}
+
+#[test]
+fn a_tensor_split_over_many_batches_decodes_the_same() {
+    let Some(gpu) = gpu() else { return };
+    let mut small = Gpu::new().unwrap();
+    small.limit_batches(64 << 10);
+    let n = 50_000;
+    let base: Checkpoint = vec![("w".into(), DType::BF16, vec![n as u64], tensor_bytes(DType::BF16, n, 3, true))];
+    let mut cur = base.clone();
+    for (i, b) in cur[0].3.iter_mut().enumerate() {
+        if i % 37 == 0 {
+            *b ^= 0x10;
+        }
+    }
+    for (encoder, chunk) in [
+        (Encoder::AutoGpu, 4096),
+        (Encoder::Codec(CodecTag::SparsePackedLanes), 2048),
+        (Encoder::Zstd { level: 1 }, 1024),
+    ] {
+        let key = Reader::from_source(write(&base, None, Encoder::AutoGpu, chunk)).unwrap();
+        let delta = Reader::from_source(write(&cur, Some((&base, "b")), encoder, chunk)).unwrap();
+        for g in [gpu, &small] {
+            let b = g.load(&key, None).unwrap();
+            let c = g.load(&delta, Some(&b)).unwrap();
+            assert_eq!(g.read_back(&c.tensors()[0]).unwrap(), cur[0].3, "{encoder:?}");
+        }
+    }
+}
+
+#[test]
+fn the_layer_loader_gives_each_layer_in_order() {
+    let Some(gpu) = gpu() else { return };
+    let mut ck: Checkpoint =
+        vec![("embed.weight".into(), DType::F32, vec![64, 8], tensor_bytes(DType::F32, 512, 1, true))];
+    for layer in 0..3 {
+        for (part, n) in [("attn.w", 256), ("mlp.w", 512), ("norm.b", 8)] {
+            let name = format!("model.layers.{layer}.{part}");
+            ck.push((name, DType::BF16, vec![n], tensor_bytes(DType::BF16, n as usize, layer + n, true)));
+        }
+    }
+    ck.push(("lm_head.weight".into(), DType::F16, vec![128], tensor_bytes(DType::F16, 128, 9, true)));
+    let reader = Reader::from_source(write(&ck, None, Encoder::AutoGpu, 256)).unwrap();
+    let mut loader = LayerLoader::new(gpu, &reader, None).unwrap();
+    let keys: Vec<String> = loader.keys().map(String::from).collect();
+    assert_eq!(keys, ["embed", "model.layers.0", "model.layers.1", "model.layers.2", "lm_head"]);
+    let mut seen = Vec::new();
+    while let Some(layer) = loader.next_layer() {
+        let layer = layer.unwrap();
+        for t in &layer.tensors {
+            assert_eq!(layer_key(&t.name), layer.key);
+            let want = &ck.iter().find(|c| c.0 == t.name).unwrap().3;
+            assert_eq!(&gpu.read_back(t).unwrap(), want, "{}", t.name);
+            seen.push(t.name.clone());
+        }
+    }
+    assert_eq!(seen, ck.iter().map(|c| c.0.clone()).collect::<Vec<_>>());
+}
+
+#[test]
+fn chains_follow_hints_and_wrong_bases_are_rejected() {
+    let Some(gpu) = gpu() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let a: Checkpoint = vec![("w".into(), DType::F32, vec![3000], tensor_bytes(DType::F32, 3000, 5, true))];
+    let mut b = a.clone();
+    b[0].3[40] ^= 1;
+    let mut c = b.clone();
+    c[0].3[400] ^= 2;
+    let save = |name: &str, bytes: Vec<u8>| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    };
+    save("a.tpde", write(&a, None, Encoder::AutoGpu, 1024));
+    save("b.tpde", write(&b, Some((&a, "a.tpde")), Encoder::AutoGpu, 1024));
+    let c_path = save("c.tpde", write(&c, Some((&b, "b.tpde")), Encoder::Auto, 1024));
+    let ck = gpu.load_chain(&c_path).unwrap();
+    assert_eq!(gpu.read_back(&ck.tensors()[0]).unwrap(), c[0].3);
+    assert_eq!(*ck.content_digest(), open_chain(&c_path).unwrap().content_digest());
+
+    // c against a instead of b: the digests differ, as the CPU reader says.
+    let key_a = gpu.load(&Reader::open(dir.path().join("a.tpde")).unwrap(), None).unwrap();
+    let e = gpu.load(&Reader::open(&c_path).unwrap(), Some(&key_a)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::BaseMismatch, "{e}");
+    let e = gpu.load(&Reader::open(&c_path).unwrap(), None).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::BaseMissing, "{e}");
+    std::fs::remove_file(dir.path().join("a.tpde")).unwrap();
+    let e = gpu.load_chain(&c_path).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::BaseMissing, "{e}");
+}
