@@ -295,7 +295,7 @@ fn gpu_profile_and_gpu_unpack() {
     let d = dir.path();
     let a = model(d, "a.safetensors", 5, 1);
     let b = model(d, "b.safetensors", 6, 1);
-    let other = model(d, "other.safetensors", 6, 2);
+    model(d, "other.safetensors", 6, 2);
     tpde()
         .args(["pack", "--profile", "gpu", "--chunk-size", "4096"])
         .arg(&a)
