@@ -209,12 +209,14 @@ impl Gpu {
                 detail: format!("{bytes} bytes, over the device's {}-byte buffer limit", self.max_buffer),
             });
         }
-        Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some(name),
-            size,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        }))
+        self.scoped(|| {
+            self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(name),
+                size,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
+        })
     }
 
     /// Uploads a tensor's logical bytes as they are (what a plain host-to-device copy costs).
@@ -267,19 +269,23 @@ impl Gpu {
                 .map(|&i| {
                     let c = &t.chunks[i];
                     let stored = reader.chunk_bytes(t, i)?;
-                    plan_chunk(t.dtype, i, c, &stored)
+                    plan_chunk(t.dtype, i, i + 1 == t.chunks.len(), c, &stored)
                         .map_err(|source| ReadError::Codec { location: chunk_location(t, i, c), source })
                 })
                 .collect::<Result<_, _>>()?;
             for work in works {
+                if let Some(bytes) = work.direct_upload() {
+                    self.queue.write_buffer(&out, work.out.start, bytes);
+                    continue;
+                }
                 let full = batcher.push(work).map_err(|detail| GpuError::TooLarge { name: t.name.clone(), detail })?;
                 if let Some(batch) = full {
-                    batches.push(self.run(&batch, &out, base));
+                    batches.push(self.scoped(|| self.run(&batch, &out, base))?);
                 }
             }
         }
         if let Some(batch) = batcher.flush() {
-            batches.push(self.run(&batch, &out, base));
+            batches.push(self.scoped(|| self.run(&batch, &out, base))?);
         }
         let tensor = DeviceTensor {
             name: t.name.clone(),
@@ -391,6 +397,20 @@ impl Gpu {
         Submitted { chunks: batch.chunks.clone(), errors: err_read, index }
     }
 
+    /// Runs `f`, turning the validation and out-of-memory errors wgpu reports for it into a
+    /// [`GpuError`] (wgpu's default is to panic).
+    fn scoped<T>(&self, f: impl FnOnce() -> T) -> Result<T, GpuError> {
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let invalid = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let value = f();
+        let invalid = pollster::block_on(invalid.pop());
+        let oom = pollster::block_on(oom.pop());
+        match invalid.or(oom) {
+            Some(e) => Err(GpuError::Device(e.to_string())),
+            None => Ok(value),
+        }
+    }
+
     fn wait(&self) -> Result<(), GpuError> {
         self.device.poll(wgpu::PollType::wait_indefinitely()).map(|_| ()).map_err(|e| GpuError::Device(e.to_string()))
     }
@@ -418,8 +438,10 @@ impl Gpu {
         Ok(view[..t.byte_length as usize].to_vec())
     }
 
-    /// Waits until everything submitted so far has run (for timing).
+    /// Flushes pending uploads and waits until everything submitted so far has run (for
+    /// timing: a decoded tensor is usable at once, since later GPU work is ordered after it).
     pub fn synchronize(&self) -> Result<(), GpuError> {
+        self.queue.submit([]);
         self.wait()
     }
 }

@@ -14,6 +14,27 @@
 //!   resident bases.
 //! - [`LayerLoader`]: layer by layer, the next layer's host work and upload overlapping the
 //!   current layer's decode.
+//!
+//! ```no_run
+//! use tpde_gpu::{Gpu, LayerLoader};
+//! use tpde_read::Reader;
+//!
+//! let gpu = Gpu::new()?; // the first high-performance adapter
+//! // A delta and its chain of bases, decoded on the device (bases stay resident):
+//! let ck = gpu.load_chain("step2000.tpde")?;
+//! let w = ck.get("model.layers.0.mlp.w").unwrap(); // a DeviceTensor: w.buffer() is a wgpu::Buffer
+//! let host: Vec<u8> = gpu.read_back(w)?;
+//!
+//! // Layer by layer: the next layer is read, planned and uploaded while this one decodes.
+//! let base = gpu.load(&Reader::open("step1000.tpde")?, None)?;
+//! let reader = Reader::open("step1010.tpde")?;
+//! let mut layers = LayerLoader::new(&gpu, &reader, Some(&base))?;
+//! while let Some(layer) = layers.next_layer() {
+//!     let layer = layer?;
+//!     println!("{}: {} tensors on the device", layer.key, layer.tensors.len());
+//! }
+//! # Ok::<(), tpde_gpu::GpuError>(())
+//! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

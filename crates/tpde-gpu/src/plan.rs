@@ -109,12 +109,23 @@ pub struct ChunkWork {
     w: u32,
     float: bool,
     n: u32,
+    /// The tensor's last chunk: the output buffer's padding follows it.
+    last: bool,
 }
 
 impl ChunkWork {
     /// Bytes this chunk uploads.
     pub fn upload_bytes(&self) -> u64 {
         self.blob.len() as u64
+    }
+
+    /// For a chunk whose logical bytes are already on the host (`raw`, or decoded here) and
+    /// start on a 4-byte boundary: those bytes, zero-padded to a multiple of 4, to copy straight
+    /// into the output at `out.start` with no kernel.
+    pub fn direct_upload(&self) -> Option<&[u8]> {
+        let len = (self.out.end - self.out.start) as usize;
+        let ends_aligned = len % 4 == 0 || self.last;
+        (self.mode == M_COPY && self.out.start % 4 == 0 && ends_aligned).then(|| &self.blob[..len.next_multiple_of(4)])
     }
 
     fn append_blob(&mut self, bytes: &[u8]) -> u64 {
@@ -184,8 +195,15 @@ fn table_entries(table: &Table) -> [u32; 256] {
     e
 }
 
-/// Plans one chunk of a `dtype` tensor from its (CRC-checked) stored bytes.
-pub fn plan_chunk(dtype: DType, index: usize, c: &ChunkEntry, stored: &[u8]) -> Result<ChunkWork, CodecError> {
+/// Plans chunk `index` of a `dtype` tensor from its (CRC-checked) stored bytes; `last` says
+/// whether it is the tensor's last chunk.
+pub fn plan_chunk(
+    dtype: DType,
+    index: usize,
+    last: bool,
+    c: &ChunkEntry,
+    stored: &[u8],
+) -> Result<ChunkWork, CodecError> {
     let size = dtype.size();
     let w = size as u32;
     let n = c.element_count as usize;
@@ -203,6 +221,7 @@ pub fn plan_chunk(dtype: DType, index: usize, c: &ChunkEntry, stored: &[u8]) -> 
         w,
         float: dtype.is_float(),
         n: n as u32,
+        last,
     };
     let tag = c.codec;
     if !c.params.is_empty() {
@@ -496,7 +515,7 @@ mod tests {
         let mut batches = Vec::new();
         for i in 0..10 {
             let c = chunk(i);
-            let work = plan_chunk(DType::F32, i as usize, &c, &vec![i as u8; 1024]).unwrap();
+            let work = plan_chunk(DType::F32, i as usize, i == 9, &c, &vec![i as u8; 1024]).unwrap();
             batches.extend(batcher.push(work).unwrap());
         }
         batches.extend(batcher.flush());

@@ -7,6 +7,7 @@ pub mod checkpoint;
 pub mod conformance;
 pub mod convert;
 pub mod demo;
+pub mod gpu_bench;
 pub mod inspect;
 
 use std::fmt;

@@ -123,6 +123,18 @@ enum Command {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// GPU decode throughput per codec next to a plain upload and the CPU reader.
+    BenchGpu {
+        /// The .safetensors checkpoint (default: the demo checkpoint, step 1000).
+        input: Option<PathBuf>,
+        /// A previous checkpoint (.safetensors) to measure deltas against (default with the
+        /// demo: the demo checkpoint at step 990).
+        #[arg(long)]
+        base: Option<PathBuf>,
+        /// Timed runs per measurement (median reported).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+    },
 }
 
 /// Codec choice shared by `pack` and `pack-series`.
@@ -259,6 +271,22 @@ fn run(command: Command) -> Result<(), CliError> {
             }
         }
         Command::Demo { dir } => run_demo(dir),
+        Command::BenchGpu { input, base, runs } => {
+            let gpu = tpde_gpu::Gpu::new()?;
+            let (work, _keep) = demo::workdir(None)?;
+            let (input, base) = match input {
+                Some(p) => (p, base),
+                None => {
+                    let (p, b) = (work.join("demo.safetensors"), work.join("demo.base.safetensors"));
+                    demo::write_checkpoint(demo::DemoModel::default(), 1000, 7, &p)?;
+                    demo::write_checkpoint(demo::DemoModel::default(), 990, 7, &b)?;
+                    (p, Some(b))
+                }
+            };
+            let rows = tpde_tools::gpu_bench::run(&gpu, &input, base.as_deref(), runs.max(1))?;
+            print!("{}", tpde_tools::gpu_bench::render(&gpu, &input, &rows, runs.max(1)));
+            Ok(())
+        }
         Command::Bench { input, runs, dir } => {
             let (work, _keep) = demo::workdir(dir)?;
             let input = match input {

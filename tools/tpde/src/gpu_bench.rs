@@ -1,0 +1,145 @@
+//! `tpde bench-gpu`: decode throughput of the GPU decoder per codec, side by side in one run
+//! with a plain host-to-device upload of the uncompressed tensors and with the CPU reader.
+//!
+//! Every figure is the median of `runs` wall-clock timings in GB/s (10^9 bytes) of logical
+//! tensor bytes. A GPU decode is timed from the memory-mapped file to every tensor resident on
+//! the device (host planning, CRCs, upload, kernels, waiting for them); the upload row is
+//! `queue.write_buffer` of the uncompressed bytes and the same wait. The CPU reader decodes
+//! into host memory on all cores. Files are packed in memory first, so no disk is timed.
+
+use std::path::Path;
+use std::time::Instant;
+
+use tpde_codec::Encoder;
+use tpde_format::CodecTag;
+use tpde_gpu::{DeviceCheckpoint, Gpu};
+use tpde_read::{Base, Reader};
+use tpde_write::{WriteOptions, Writer, DEFAULT_CHUNK_BYTES};
+
+use crate::checkpoint::SafetensorsFile;
+use crate::{ratio, CliError};
+
+/// One row of the results.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// What was measured.
+    pub what: String,
+    /// Stored bytes / logical bytes, where it applies.
+    pub ratio: Option<f64>,
+    /// GPU GB/s.
+    pub gpu_gb_s: Option<f64>,
+    /// CPU reader GB/s.
+    pub cpu_gb_s: Option<f64>,
+}
+
+fn median_secs(runs: usize, mut f: impl FnMut() -> Result<(), CliError>) -> Result<f64, CliError> {
+    f()?;
+    let mut t = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let s = Instant::now();
+        f()?;
+        t.push(s.elapsed().as_secs_f64());
+    }
+    t.sort_by(f64::total_cmp);
+    Ok(t[t.len() / 2])
+}
+
+fn pack(st: &SafetensorsFile, base: Option<&SafetensorsFile>, encoder: Encoder) -> Result<Vec<u8>, CliError> {
+    let base_ref = match base {
+        Some(b) => Some(tpde_format::BaseRef { digest: b.content_digest()?, path_hint: String::new() }),
+        None => None,
+    };
+    let opts = WriteOptions { encoder, chunk_bytes: DEFAULT_CHUNK_BYTES, base: base_ref, ..WriteOptions::default() };
+    let mut w = Writer::new(Vec::new(), opts)?;
+    for (name, dtype, shape, data) in st.tensors() {
+        let bt = base.and_then(|b| b.tensors().find(|t| t.0 == name)).filter(|t| t.1 == dtype && t.2 == shape);
+        match bt {
+            Some(bt) => w.add_tensor_delta(name, dtype, shape, data, bt.3)?,
+            None => w.add_tensor(name, dtype, shape, data)?,
+        };
+    }
+    Ok(w.finish()?)
+}
+
+/// Measures `input` (and deltas against `base`, if given) on `gpu`.
+pub fn run(gpu: &Gpu, input: &Path, base: Option<&Path>, runs: usize) -> Result<Vec<Row>, CliError> {
+    let st = SafetensorsFile::open(input)?;
+    let base_st = base.map(SafetensorsFile::open).transpose()?;
+    let logical: u64 = st.tensors().map(|t| t.3.len() as u64).sum();
+    let gb_s = |secs: f64| logical as f64 / secs / 1e9;
+    let mut rows = Vec::new();
+
+    let secs = median_secs(runs, || {
+        let ts = st.tensors().map(|(n, d, s, b)| gpu.upload(n, d, s, b)).collect::<Result<Vec<_>, _>>()?;
+        gpu.synchronize()?;
+        drop(ts);
+        Ok(())
+    })?;
+    rows.push(Row {
+        what: "plain upload (uncompressed)".into(),
+        ratio: None,
+        gpu_gb_s: Some(gb_s(secs)),
+        cpu_gb_s: None,
+    });
+
+    let base_ck: Option<DeviceCheckpoint> = match &base_st {
+        Some(b) => {
+            let tensors = b.tensors().map(|(n, d, s, x)| gpu.upload(n, d, s, x)).collect::<Result<Vec<_>, _>>()?;
+            Some(DeviceCheckpoint::new(b.content_digest()?, tensors))
+        }
+        None => None,
+    };
+    let mut cases: Vec<(String, Encoder, bool)> = vec![
+        ("raw".into(), Encoder::Raw, false),
+        ("zstd -3 (CPU-decoded, uploaded)".into(), Encoder::Zstd { level: 3 }, false),
+        ("planes (serial rANS on the CPU)".into(), Encoder::Codec(CodecTag::Planes), false),
+        ("planes-lanes (--profile gpu)".into(), Encoder::AutoGpu, false),
+    ];
+    if base_st.is_some() {
+        cases.push(("delta, --profile cpu (auto)".into(), Encoder::Auto, true));
+        cases.push(("delta, --profile gpu".into(), Encoder::AutoGpu, true));
+        cases.push(("delta, sparse-packed-lanes".into(), Encoder::Codec(CodecTag::SparsePackedLanes), true));
+    }
+    for (label, encoder, delta) in cases {
+        let bytes = pack(&st, if delta { base_st.as_ref() } else { None }, encoder)?;
+        let stored = bytes.len() as u64;
+        let mut reader = Reader::from_source(bytes)?;
+        let secs = median_secs(runs, || {
+            let ck = gpu.load(&reader, if delta { base_ck.as_ref() } else { None })?;
+            gpu.synchronize()?;
+            drop(ck);
+            Ok(())
+        })?;
+        let gpu_gb_s = Some(gb_s(secs));
+        if let (true, Some(b)) = (delta, &base) {
+            let cpu_base = SafetensorsFile::open(b)?;
+            reader = reader.with_base(std::sync::Arc::new(cpu_base))?;
+        }
+        let cpu = median_secs(runs, || {
+            for t in reader.tensors() {
+                std::hint::black_box(reader.read_tensor(t)?);
+            }
+            Ok(())
+        })?;
+        rows.push(Row { what: label, ratio: Some(ratio(stored, logical)), gpu_gb_s, cpu_gb_s: Some(gb_s(cpu)) });
+    }
+    Ok(rows)
+}
+
+/// The table.
+pub fn render(gpu: &Gpu, input: &Path, rows: &[Row], runs: usize) -> String {
+    let info = gpu.info();
+    let mut s = format!(
+        "{} on {} ({:?}, {}), median of {runs} runs, GB/s of logical bytes\n",
+        input.display(),
+        info.name,
+        info.backend,
+        info.driver_info
+    );
+    s += &format!("{:<36} {:>7} {:>10} {:>10}\n", "what", "ratio", "GPU GB/s", "CPU GB/s");
+    let num = |x: Option<f64>, p: usize| x.map_or("-".to_string(), |v| format!("{v:.p$}"));
+    for r in rows {
+        s += &format!("{:<36} {:>7} {:>10} {:>10}\n", r.what, num(r.ratio, 3), num(r.gpu_gb_s, 2), num(r.cpu_gb_s, 2));
+    }
+    s
+}
