@@ -124,8 +124,9 @@ impl ChunkWork {
     /// into the output at `out.start` with no kernel.
     pub fn direct_upload(&self) -> Option<&[u8]> {
         let len = (self.out.end - self.out.start) as usize;
-        let ends_aligned = len % 4 == 0 || self.last;
-        (self.mode == M_COPY && self.out.start % 4 == 0 && ends_aligned).then(|| &self.blob[..len.next_multiple_of(4)])
+        let ends_aligned = len.is_multiple_of(4) || self.last;
+        (self.mode == M_COPY && self.out.start.is_multiple_of(4) && ends_aligned)
+            .then(|| &self.blob[..len.next_multiple_of(4)])
     }
 
     fn append_blob(&mut self, bytes: &[u8]) -> u64 {
