@@ -319,16 +319,19 @@ fn wmask(w: u32) -> u32 {
     return (1u << (8u * w)) - 1u;
 }
 
+// `v` with byte j (of 8, little-endian) set to `byte` (from 0).
+fn with_byte(v: vec2<u32>, j: u32, byte: u32) -> vec2<u32> {
+    if (j < 4u) {
+        return vec2<u32>(v.x | (byte << (8u * j)), v.y);
+    }
+    return vec2<u32>(v.x, v.y | (byte << (8u * (j - 4u))));
+}
+
 // Element e gathered from the w planes whose sources are at jobs[d + 8 ..].
 fn gather(d: u32, w: u32, e: u32) -> vec2<u32> {
     var v = vec2<u32>(0u, 0u);
     for (var j = 0u; j < w; j++) {
-        let byte = src_byte(jobs[d + 8u + j], e);
-        if (j < 4u) {
-            v.x |= byte << (8u * j);
-        } else {
-            v.y |= byte << (8u * (j - 4u));
-        }
+        v = with_byte(v, j, src_byte(jobs[d + 8u + j], e));
     }
     return v;
 }
@@ -359,12 +362,7 @@ fn add(a: vec2<u32>, b: vec2<u32>, w: u32) -> vec2<u32> {
 fn base_element(at: u32, w: u32) -> vec2<u32> {
     var v = vec2<u32>(0u, 0u);
     for (var j = 0u; j < w; j++) {
-        let byte = base_byte(at + j);
-        if (j < 4u) {
-            v.x |= byte << (8u * j);
-        } else {
-            v.y |= byte << (8u * (j - 4u));
-        }
+        v = with_byte(v, j, base_byte(at + j));
     }
     return v;
 }
