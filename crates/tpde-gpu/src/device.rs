@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use rayon::prelude::*;
 use tpde_codec::CodecError;
 use tpde_format::{DType, ErrorKind, TensorEntry};
-use tpde_read::{chunk_location, ReadError, Reader, Source};
+use tpde_read::{check_digest, chunk_location, ReadError, Reader, Source};
 use wgpu::util::DeviceExt;
 
 use crate::plan::{plan_chunk, Batch, Batcher, Limits, KERNEL_ERRORS};
@@ -279,14 +279,10 @@ impl Gpu {
                     continue;
                 }
                 let full = batcher.push(work).map_err(|detail| GpuError::TooLarge { name: t.name.clone(), detail })?;
-                if let Some(batch) = full {
-                    batches.push(self.scoped(|| self.run(&batch, &out, base))?);
-                }
+                batches.extend(full.map(|b| self.scoped(|| self.run(&b, &out, base))).transpose()?);
             }
         }
-        if let Some(batch) = batcher.flush() {
-            batches.push(self.scoped(|| self.run(&batch, &out, base))?);
-        }
+        batches.extend(batcher.flush().map(|b| self.scoped(|| self.run(&b, &out, base))).transpose()?);
         let tensor = DeviceTensor {
             name: t.name.clone(),
             dtype: t.dtype,
@@ -438,6 +434,14 @@ impl Gpu {
         Ok(view[..t.byte_length as usize].to_vec())
     }
 
+    /// [`Gpu::read_back`] of a tensor decoded from `t`, checked against `t`'s digest (R26):
+    /// what a reader that hands the bytes on should use.
+    pub fn read_back_verified(&self, d: &DeviceTensor, t: &TensorEntry) -> Result<Vec<u8>, GpuError> {
+        let data = self.read_back(d)?;
+        check_digest(t, &data)?;
+        Ok(data)
+    }
+
     /// Flushes pending uploads and waits until everything submitted so far has run (for
     /// timing: a decoded tensor is usable at once, since later GPU work is ordered after it).
     pub fn synchronize(&self) -> Result<(), GpuError> {
@@ -502,10 +506,5 @@ impl Pending {
         let detail = KERNEL_ERRORS.get(code as usize - 1).copied().unwrap_or("unknown kernel error").to_string();
         let source = CodecError::Corrupt { codec: c.codec, detail };
         Err(ReadError::Codec { location: chunk_location(t, i, c), source }.into())
-    }
-
-    /// The tensor's name.
-    pub fn name(&self) -> &str {
-        &self.tensor.name
     }
 }

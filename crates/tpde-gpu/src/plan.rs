@@ -114,11 +114,6 @@ pub struct ChunkWork {
 }
 
 impl ChunkWork {
-    /// Bytes this chunk uploads.
-    pub fn upload_bytes(&self) -> u64 {
-        self.blob.len() as u64
-    }
-
     /// For a chunk whose logical bytes are already on the host (`raw`, or decoded here) and
     /// start on a 4-byte boundary: those bytes, zero-padded to a multiple of 4, to copy straight
     /// into the output at `out.start` with no kernel.

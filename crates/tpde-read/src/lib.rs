@@ -314,18 +314,7 @@ impl<S: Source> Reader<S> {
 
     /// Decodes one tensor with CRCs checked and compares its digest.
     pub fn verify_tensor(&self, t: &TensorEntry) -> Result<(), ReadError> {
-        let data = self.read_tensor_with(t, ChecksumPolicy::Verify)?;
-        let digest = tensor_digest(&data);
-        if digest != t.digest {
-            return Err(FormatError::ChecksumMismatch {
-                what: "tensor digest",
-                location: Location::tensor(&t.name),
-                stored: to_hex(&t.digest),
-                computed: to_hex(&digest),
-            }
-            .into());
-        }
-        Ok(())
+        check_digest(t, &self.read_tensor_with(t, ChecksumPolicy::Verify)?)
     }
 
     /// Checks that every byte of the payload area that no chunk covers is zero (spec §4).
@@ -493,6 +482,21 @@ fn bytes<'a, S: Source>(
         end: range.end,
         file_len,
     }))
+}
+
+/// Checks decoded bytes against the tensor's digest (R26), for decoders outside this crate too.
+pub fn check_digest(t: &TensorEntry, data: &[u8]) -> Result<(), ReadError> {
+    let digest = tensor_digest(data);
+    if digest != t.digest {
+        return Err(FormatError::ChecksumMismatch {
+            what: "tensor digest",
+            location: Location::tensor(&t.name),
+            stored: to_hex(&t.digest),
+            computed: to_hex(&digest),
+        }
+        .into());
+    }
+    Ok(())
 }
 
 /// Where chunk `i` of `t` is, for error messages: tensor, chunk index and file offset.

@@ -9,8 +9,6 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
-use tpde_format::digest::{tensor_digest, to_hex};
-use tpde_format::{FormatError, Location};
 use tpde_gpu::{DeviceCheckpoint, Gpu, GpuError};
 use tpde_read::{open_chain, ReadError, Reader};
 
@@ -242,13 +240,16 @@ fn open_case(dir: &Path, case: &Case, cases: &HashMap<&str, &Case>, depth: usize
     }
     let reader = Reader::open(&path)?;
     let Some(base) = &case.base else { return Ok(reader) };
-    let base_case =
-        cases.get(base.as_str()).copied().filter(|_| depth < tpde_read::MAX_CHAIN).ok_or_else(|| ReadError::Io {
-            path: PathBuf::from(base),
-            source: std::io::Error::other("the manifest lists no such base, or its bases loop"),
-        })?;
-    let base_reader = open_case(dir, base_case, cases, depth + 1)?;
+    let base_reader = open_case(dir, manifest_base(cases, base, depth)?, cases, depth + 1)?;
     reader.with_base(Arc::new(base_reader))
+}
+
+/// The manifest entry of the base `base` named by a case `depth` links down a chain.
+fn manifest_base<'a>(cases: &HashMap<&str, &'a Case>, base: &str, depth: usize) -> Result<&'a Case, ReadError> {
+    cases.get(base).copied().filter(|_| depth < tpde_read::MAX_CHAIN).ok_or_else(|| ReadError::Io {
+        path: PathBuf::from(base),
+        source: std::io::Error::other("the manifest lists no such base, or its bases loop"),
+    })
 }
 
 /// [`read_case`] on the GPU: the file and its bases decoded onto the device, every tensor read
@@ -258,22 +259,9 @@ fn gpu_read_case(gpu: &Gpu, dir: &Path, case: &Case, cases: &HashMap<&str, &Case
     let reader = Reader::open(&path)?;
     let ck = if case.follow_hints { gpu.load_chain(&path)? } else { gpu_checkpoint(gpu, dir, case, cases, 0)? };
     let mut tensors = Vec::with_capacity(ck.tensors().len());
-    let mut digests = Vec::with_capacity(ck.tensors().len());
     for (t, d) in reader.tensors().iter().zip(ck.tensors()) {
-        let data = gpu.read_back(d)?;
+        let data = gpu.read_back_verified(d, t)?;
         tensors.push(ExpectedTensor::new(&t.name, t.dtype, &t.shape, &data));
-        digests.push(tensor_digest(&data));
-    }
-    for (t, digest) in reader.tensors().iter().zip(&digests) {
-        if *digest != t.digest {
-            return Err(ReadError::from(FormatError::ChecksumMismatch {
-                what: "tensor digest",
-                location: Location::tensor(&t.name),
-                stored: to_hex(&t.digest),
-                computed: to_hex(digest),
-            })
-            .into());
-        }
     }
     reader.verify_padding()?;
     let metadata = reader.directory().metadata.iter().map(|m| ExpectedMetadata::new(&m.key, &m.value)).collect();
@@ -291,16 +279,7 @@ fn gpu_checkpoint(
     let reader = Reader::open(dir.join(&case.file))?;
     let base = match &case.base {
         None => None,
-        Some(base) => {
-            let base_case =
-                cases.get(base.as_str()).copied().filter(|_| depth < tpde_read::MAX_CHAIN).ok_or_else(|| {
-                    ReadError::Io {
-                        path: PathBuf::from(base),
-                        source: std::io::Error::other("the manifest lists no such base, or its bases loop"),
-                    }
-                })?;
-            Some(gpu_checkpoint(gpu, dir, base_case, cases, depth + 1)?)
-        }
+        Some(base) => Some(gpu_checkpoint(gpu, dir, manifest_base(cases, base, depth)?, cases, depth + 1)?),
     };
     gpu.load(&reader, base.as_ref())
 }

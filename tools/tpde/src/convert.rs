@@ -364,17 +364,7 @@ pub fn unpack_gpu(
     let ck = gpu.load(&r, base_ck.as_ref())?;
     let mut tensors = Vec::with_capacity(r.tensors().len());
     for (t, d) in r.tensors().iter().zip(ck.tensors()) {
-        let data = gpu.read_back(d)?;
-        let digest = tpde_format::digest::tensor_digest(&data);
-        if digest != t.digest {
-            return Err(tpde_read::ReadError::from(tpde_format::FormatError::ChecksumMismatch {
-                what: "tensor digest",
-                location: tpde_format::Location::tensor(&t.name),
-                stored: tpde_format::digest::to_hex(&t.digest),
-                computed: tpde_format::digest::to_hex(&digest),
-            })
-            .into());
-        }
+        let data = gpu.read_back_verified(d, t)?;
         bar.inc(t.byte_length);
         tensors.push((t.name.clone(), safetensors_tensor(t, Cow::Owned(data))?));
     }
