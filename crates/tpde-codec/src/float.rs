@@ -32,7 +32,7 @@ impl ChunkCodec for Planes {
         if planes::rotates(ctx.dtype) {
             planes::rotate(&mut elements, w, true);
         }
-        planes::encode(&elements, w, self.0, out);
+        planes::encode(elements, w, self.0, out);
         Ok(Vec::new())
     }
 
@@ -125,7 +125,7 @@ impl ChunkCodec for Dense {
 
     fn encode(&self, ctx: ChunkContext, input: &[u8], out: &mut Vec<u8>) -> Result<Vec<u8>, CodecError> {
         let base = base_for(self.tag(), ctx, input.len())?;
-        planes::encode(&Dense::forward(self.0, ctx.dtype, input, base), width(ctx.dtype), self.1, out);
+        planes::encode(Dense::forward(self.0, ctx.dtype, input, base), width(ctx.dtype), self.1, out);
         Ok(Vec::new())
     }
 
@@ -180,21 +180,27 @@ impl SparseLayout {
 impl Sparse {
     /// The changed positions and their XOR values (rotated for floats), element by element.
     pub fn changes(dtype: DType, input: &[u8], base: &[u8]) -> (Vec<u32>, Vec<u8>) {
-        let w = width(dtype);
+        Sparse::changes_in(&Dense::forward(DenseOp::Xor, dtype, input, base), width(dtype))
+    }
+
+    /// The nonzero elements of `delta-xor` elements, and where they are.
+    pub fn changes_in(xor: &[u8], w: usize) -> (Vec<u32>, Vec<u8>) {
         let mut positions = Vec::new();
         let mut values = Vec::new();
         with_word!(w, T => {
-            for (i, (c, b)) in input.chunks_exact(w).zip(base.chunks_exact(w)).enumerate() {
-                let x = T::from_le_bytes(c.try_into().expect("w bytes"));
-                let y = T::from_le_bytes(b.try_into().expect("w bytes"));
-                if x != y {
+            for (i, c) in xor.chunks_exact(w).enumerate() {
+                if T::from_le_bytes(c.try_into().expect("w bytes")) != 0 {
                     positions.push(i as u32);
-                    let e = if dtype.is_float() { (x ^ y).rotate_left(1) } else { x ^ y };
-                    values.extend_from_slice(&e.to_le_bytes());
+                    values.extend_from_slice(c);
                 }
             }
         });
         (positions, values)
+    }
+
+    /// How many `delta-xor` elements are nonzero: the changed elements.
+    pub fn count_changed(xor: &[u8], w: usize) -> usize {
+        with_word!(w, T => xor.chunks_exact(w).filter(|c| T::from_le_bytes((*c).try_into().expect("w bytes")) != 0).count())
     }
 
     /// Appends the sparse payload of changes found by [`Sparse::changes`], the values split
@@ -223,7 +229,7 @@ impl ChunkCodec for Sparse {
     fn encode(&self, ctx: ChunkContext, input: &[u8], out: &mut Vec<u8>) -> Result<Vec<u8>, CodecError> {
         let base = base_for(self.tag(), ctx, input.len())?;
         let (positions, values) = Sparse::changes(ctx.dtype, input, base);
-        self.write_planed(&positions, &planes::Planed::new(&values, width(ctx.dtype)), out);
+        self.write_planed(&positions, &planes::Planed::new(values, width(ctx.dtype)), out);
         Ok(Vec::new())
     }
 

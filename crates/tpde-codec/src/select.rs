@@ -6,7 +6,7 @@ use tpde_format::CodecTag;
 use crate::float::{width, Dense, DenseOp, Planes, Sparse};
 use crate::planes::{self, PlaneForm, Planed};
 use crate::positions::PositionCoder;
-use crate::{decoder, ChunkCodec, ChunkContext, CodecError};
+use crate::{ChunkCodec, ChunkContext, CodecError};
 
 /// A candidate form and its estimated stored bytes.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -17,56 +17,68 @@ struct Choice {
     bytes: f64,
 }
 
-/// A chunk's changes against its base, and the estimated size of every candidate form.
+/// A chunk's estimated forms, and what encoding the best of them reuses.
 struct Estimate {
     choices: Vec<Choice>,
-    positions: Vec<u32>,
-    values: Planed,
-    /// The `delta-sub` planes, when computed.
-    sub: Option<Planed>,
+    /// The `delta-xor` elements (rotated for floats): the sparse forms' values too.
+    xor: Planed,
+    /// Changed positions and their values, when a sparse form was estimated.
+    sparse: Option<(Vec<u32>, Planed)>,
+    /// The `delta-sub` elements, when estimated.
+    sub: Option<Vec<u8>>,
+    /// The keyframe's rotated elements, when estimated.
+    key: Option<Vec<u8>>,
 }
 
 fn estimate_all(ctx: ChunkContext, input: &[u8], base: &[u8], form: PlaneForm) -> Estimate {
     let w = width(ctx.dtype);
     let n = (input.len() / w) as u64;
-    let (positions, values) = Sparse::changes(ctx.dtype, input, base);
-    let values = Planed::new(&values, w);
-    let values_cost = values.estimate();
-    let mut choices = Vec::new();
-    // The lane form has one position coder, the packed blocks a GPU decodes in parallel.
-    let coders: &[PositionCoder] = match form {
-        PlaneForm::Serial => &PositionCoder::ALL,
-        PlaneForm::Lanes => &[PositionCoder::Packed],
-    };
-    for &coder in coders {
-        let pos = coder.cost_bits(&positions).div_ceil(8) as f64;
-        choices.push(Choice { tag: Sparse(coder, form).tag(), bytes: 8.0 + pos + values_cost });
+    let xor = Planed::new(Dense::forward(DenseOp::Xor, ctx.dtype, input, base), w);
+    let xor_cost = xor.estimate();
+    let mut choices = vec![Choice { tag: Dense(DenseOp::Xor, form).tag(), bytes: xor_cost }];
+    // Sparse: the changed values are the nonzero XOR elements, so their histograms are the
+    // XOR's less the unchanged elements' zeros. Positions are only found and costed when a
+    // sparse form could win, with at least one bit per position.
+    let changed = Sparse::count_changed(xor.elements(), w) as u64;
+    let mut value_hists = xor.hists.clone();
+    for h in &mut value_hists {
+        h[0] -= n - changed;
     }
-    // Dense XOR: the changed values plus a zero for every unchanged element.
-    let mut dense_hist = values.hists.clone();
-    for h in &mut dense_hist {
-        h[0] += n - positions.len() as u64;
+    let values_cost = planes::estimate(&value_hists);
+    let mut sparse = None;
+    if 8.0 + values_cost + changed as f64 / 8.0 < xor_cost {
+        let (pos, values) = Sparse::changes_in(xor.elements(), w);
+        // The lane form has one position coder, the packed blocks a GPU decodes in parallel.
+        let coders: &[PositionCoder] = match form {
+            PlaneForm::Serial => &PositionCoder::ALL,
+            PlaneForm::Lanes => &[PositionCoder::Packed],
+        };
+        for &coder in coders {
+            let bytes = 8.0 + coder.cost_bits(&pos).div_ceil(8) as f64 + values_cost;
+            choices.push(Choice { tag: Sparse(coder, form).tag(), bytes });
+        }
+        sparse = Some((pos, Planed::with_hists(values, w, value_hists)));
     }
-    let xor = planes::estimate(&dense_hist);
-    choices.push(Choice { tag: Dense(DenseOp::Xor, form).tag(), bytes: xor });
     // Subtraction can only win when much has changed.
     let mut sub = None;
-    if positions.len() as u64 * 4 > n {
-        let d = Planed::new(&Dense::forward(DenseOp::Sub, ctx.dtype, input, base), w);
-        choices.push(Choice { tag: Dense(DenseOp::Sub, form).tag(), bytes: d.estimate() });
+    if changed * 4 > n {
+        let d = Dense::forward(DenseOp::Sub, ctx.dtype, input, base);
+        choices.push(Choice { tag: Dense(DenseOp::Sub, form).tag(), bytes: planes::sampled_estimate(&d, w) });
         sub = Some(d);
     }
     // A fresh keyframe, only when the delta saves little (a re-initialised tensor, or Adam's
     // first moment many steps apart, where planes measured 0.844 against delta-sub's 0.853).
-    if xor > input.len() as f64 * 0.75 {
-        let mut key = input.to_vec();
+    let mut key = None;
+    if xor_cost > input.len() as f64 * 0.75 {
+        let mut elements = input.to_vec();
         if planes::rotates(ctx.dtype) {
-            planes::rotate(&mut key, w, true);
+            planes::rotate(&mut elements, w, true);
         }
-        choices.push(Choice { tag: Planes(form).tag(), bytes: Planed::new(&key, w).estimate() });
+        choices.push(Choice { tag: Planes(form).tag(), bytes: planes::sampled_estimate(&elements, w) });
+        key = Some(elements);
     }
     choices.sort_by(|a, b| a.bytes.total_cmp(&b.bytes));
-    Estimate { choices, positions, values, sub }
+    Estimate { choices, xor, sparse, sub, key }
 }
 
 /// Encodes the chunk in its smallest estimated form.
@@ -83,14 +95,15 @@ pub fn encode_best(
     let est = estimate_all(ctx, input, base, form);
     let best = est.choices[0].tag;
     // What the estimate computed is reused: no second pass over the chunk.
-    if let Some(coder) = PositionCoder::of(best) {
-        Sparse(coder, form).write_planed(&est.positions, &est.values, out);
-        return Ok((best, Vec::new()));
+    if let (Some(coder), Some((positions, values))) = (PositionCoder::of(best), &est.sparse) {
+        Sparse(coder, form).write_planed(positions, values, out);
+    } else if best == Dense(DenseOp::Sub, form).tag() {
+        Planed::new(est.sub.expect("estimated"), width(ctx.dtype)).encode(form, out);
+    } else if best == keyframe.tag() {
+        Planed::new(est.key.expect("estimated"), width(ctx.dtype)).encode(form, out);
+    } else {
+        debug_assert_eq!(best, Dense(DenseOp::Xor, form).tag());
+        est.xor.encode(form, out);
     }
-    if let (true, Some(sub)) = (best == Dense(DenseOp::Sub, form).tag(), &est.sub) {
-        sub.encode(form, out);
-        return Ok((best, Vec::new()));
-    }
-    let ctx = if best == keyframe.tag() { ChunkContext { base: None, ..ctx } } else { ctx };
-    Ok((best, decoder(best).encode(ctx, input, out)?))
+    Ok((best, Vec::new()))
 }

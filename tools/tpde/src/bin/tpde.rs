@@ -178,7 +178,26 @@ impl CodecArgs {
     }
 }
 
+/// Keeps glibc from handing every large buffer back to the kernel when it is freed. The codecs
+/// allocate a few MiB per chunk; above glibc's default threshold each such buffer is a fresh
+/// `mmap` whose pages fault in and are zeroed again, chunk after chunk. (Measured on a 273 MB
+/// fp32 delta, one thread: pack 1.96 s → 1.41 s, system time 0.58 s → 0.15 s.)
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn keep_freed_memory() {
+    // SAFETY: mallopt only sets allocator parameters; it is called before any other thread
+    // exists, and both values are in the ranges glibc documents (the mmap threshold is at most
+    // 32 MiB on 64-bit targets).
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn keep_freed_memory() {}
+
 fn main() -> ExitCode {
+    keep_freed_memory();
     let cli = Cli::parse();
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
