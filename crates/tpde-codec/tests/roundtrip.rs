@@ -128,6 +128,32 @@ fn auto_picks_sparse_for_few_changes_and_dense_for_many() {
 }
 
 #[test]
+fn large_chunks_chosen_from_a_sample_round_trip() {
+    // 2^17 f32 elements: above the size where auto estimates delta-sub and the keyframe from a
+    // sample. Every element changes (so delta-sub and the keyframe are both estimated), by a
+    // small signed step, so the sampled choice has to rank close forms.
+    let n = 1usize << 17;
+    let base: Vec<u8> = (0..n).flat_map(|i| (0.01 * ((i as f32) * 0.37).sin()).to_le_bytes()).collect();
+    let cur: Vec<u8> = base
+        .chunks_exact(4)
+        .enumerate()
+        .flat_map(|(i, b)| {
+            let x = u32::from_le_bytes(b.try_into().unwrap());
+            x.wrapping_add((i as u32 % 7).wrapping_sub(3)).to_le_bytes()
+        })
+        .collect();
+    for with_base in [true, false] {
+        let ctx = ChunkContext { dtype: DType::F32, base: with_base.then_some(&base[..]) };
+        let mut stored = Vec::new();
+        let (tag, params) = Encoder::Auto.encode(ctx, &cur, &mut stored).unwrap();
+        assert!(stored.len() < cur.len(), "{tag}: {} of {}", stored.len(), cur.len());
+        let mut out = vec![0u8; cur.len()];
+        decode(tag, ctx, &params, &stored, &mut out).unwrap();
+        assert!(out == cur, "{tag} round trip");
+    }
+}
+
+#[test]
 fn planes_beat_raw_on_float_weights() {
     // Normal-ish weights: the exponent plane is low-entropy.
     let data: Vec<u8> = (0..50_000u32).flat_map(|i| ((i as f32 * 0.37).sin() * 0.05).to_le_bytes()).collect();
