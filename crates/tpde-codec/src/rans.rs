@@ -348,6 +348,37 @@ impl LaneLayout {
     }
 }
 
+/// One decode step before renormalisation: state `x`'s symbol and the state it leaves, which
+/// is at least 2^11 (x ≥ L, and every frequency is at least 1).
+#[inline(always)]
+fn pop(slots: &[u32], x: u32) -> (u8, u32) {
+    let e = slots[(x & (SCALE - 1)) as usize];
+    (e as u8, ((e >> 8) & 0xFFF) * (x >> SCALE_BITS) + (x & (SCALE - 1)) - (e >> 20))
+}
+
+/// Feeds `x` bytes from `bytes[*pos..]` until it is back in [L, 256·L); `None` if they run out.
+#[inline(always)]
+fn refill(mut x: u32, bytes: &[u8], pos: &mut usize) -> Option<u32> {
+    while x < L {
+        x = (x << 8) | u32::from(*bytes.get(*pos)?);
+        *pos += 1;
+    }
+    Some(x)
+}
+
+/// [`refill`] for a state left by [`pop`] when at least two bytes are left: two bytes always
+/// suffice, and both rounds are branchless (see [`branchless`]).
+#[inline(always)]
+fn refill_two(mut x: u32, bytes: &[u8], pos: &mut usize) -> u32 {
+    for _ in 0..2 {
+        let take = x < L;
+        let fed = (x << 8) | u32::from(bytes[*pos]);
+        x = if take { fed } else { x };
+        *pos += usize::from(take);
+    }
+    x
+}
+
 /// One lane's decoder: its state and its own renormalisation bytes.
 struct Lane<'a> {
     x: u32,
@@ -360,26 +391,13 @@ impl Lane<'_> {
     /// renormalisation is branchless (a symbol's byte count is data: a branch on it mispredicts).
     #[inline(always)]
     fn step<const FAST: bool>(&mut self, slots: &[u32], lane: usize) -> Result<u8, String> {
-        let e = slots[(self.x & (SCALE - 1)) as usize];
-        let mut x = ((e >> 8) & 0xFFF) * (self.x >> SCALE_BITS) + (self.x & (SCALE - 1)) - (e >> 20);
-        if FAST {
-            // A step leaves x ≥ 2^11, so two bytes always bring it back to [L, 256·L).
-            for _ in 0..2 {
-                let take = x < L;
-                let fed = (x << 8) | u32::from(self.own[self.pos]);
-                x = if take { fed } else { x };
-                self.pos += usize::from(take);
-            }
+        let (s, x) = pop(slots, self.x);
+        self.x = if FAST {
+            refill_two(x, self.own, &mut self.pos)
         } else {
-            while x < L {
-                let b =
-                    *self.own.get(self.pos).ok_or_else(|| format!("rANS lane {lane} ends before its symbols do"))?;
-                x = (x << 8) | u32::from(b);
-                self.pos += 1;
-            }
-        }
-        self.x = x;
-        Ok(e as u8)
+            refill(x, self.own, &mut self.pos).ok_or_else(|| format!("rANS lane {lane} ends before its symbols do"))?
+        };
+        Ok(s)
     }
 
     /// Decodes one word of up to four symbols into `out`.
@@ -474,9 +492,8 @@ pub fn decode<'a>(table: &Table, input: &'a [u8], out: &mut [u8]) -> Result<&'a 
     let bytes = &stream[4 * LANES..];
     let mut pos = 0usize;
     // Fast path, four symbols (one per state) per step while at least 8 renormalisation bytes
-    // are left: a decode step leaves x ≥ 2^11, so a symbol takes at most two bytes, and the
-    // two renormalisations are branchless (see [`branchless`]). The checked loop below
-    // finishes the stream and finds every error.
+    // are left (at most two per symbol). The checked loop below finishes the stream and finds
+    // every error.
     let mut quads = out.chunks_exact_mut(LANES);
     let mut done = 0;
     let fast = branchless(&table.freq);
@@ -485,34 +502,17 @@ pub fn decode<'a>(table: &Table, input: &'a [u8], out: &mut [u8]) -> Result<&'a 
             break;
         }
         for (o, xi) in q.iter_mut().zip(x.iter_mut()) {
-            let e = slots[(*xi & (SCALE - 1)) as usize];
-            *o = e as u8;
-            let mut y = ((e >> 8) & 0xFFF) * (*xi >> SCALE_BITS) + (*xi & (SCALE - 1)) - (e >> 20);
-            for _ in 0..2 {
-                let take = y < L;
-                let fed = (y << 8) | u32::from(bytes[pos]);
-                y = if take { fed } else { y };
-                pos += usize::from(take);
-            }
-            *xi = y;
+            let (s, y) = pop(&slots, *xi);
+            *o = s;
+            *xi = refill_two(y, bytes, &mut pos);
         }
         done += LANES;
     }
     let corrupt = || "rANS stream ends before its symbols do".to_string();
     for (i, o) in out.iter_mut().enumerate().skip(done) {
-        let lane = i % LANES;
-        let xi = x[lane];
-        let e = slots[(xi & (SCALE - 1)) as usize];
-        *o = e as u8;
-        let f = (e >> 8) & 0xFFF;
-        let st = e >> 20;
-        let mut xi = f * (xi >> SCALE_BITS) + (xi & (SCALE - 1)) - st;
-        while xi < L {
-            let b = *bytes.get(pos).ok_or_else(corrupt)?;
-            xi = (xi << 8) | u32::from(b);
-            pos += 1;
-        }
-        x[lane] = xi;
+        let (s, y) = pop(&slots, x[i % LANES]);
+        *o = s;
+        x[i % LANES] = refill(y, bytes, &mut pos).ok_or_else(corrupt)?;
     }
     if pos != bytes.len() || x.iter().any(|&xi| xi != L) {
         return Err("rANS stream does not end where its symbols do".into());
