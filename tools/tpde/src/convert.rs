@@ -3,12 +3,12 @@
 //! keys, and come back out on unpack.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::Instant;
 
 use indicatif::ProgressBar;
-use safetensors::{Dtype as StDtype, View};
+use safetensors::Dtype as StDtype;
 use tpde_codec::Encoder;
 use tpde_format::digest::{content_digest, Digest, DigestInput};
 use tpde_format::metadata::{KEY_MAX_ABS_ERROR, KEY_PRODUCER, KEY_SOURCE_FORMAT, RESERVED_PREFIX};
@@ -17,7 +17,7 @@ use tpde_read::{Base, Reader};
 use tpde_write::{lossy, FileWriter, WriteOptions};
 
 use crate::checkpoint::{self, open_tpde, MemoryCheckpoint, SafetensorsFile};
-use crate::CliError;
+use crate::{safetensors_out, CliError};
 
 /// The TPDE dtype of a safetensors dtype, if the registry has it.
 pub fn dtype_from_safetensors(d: StDtype) -> Option<DType> {
@@ -270,27 +270,6 @@ pub fn pack_series(
     Ok(done)
 }
 
-struct Tensor<'a> {
-    dtype: StDtype,
-    shape: Vec<usize>,
-    data: Cow<'a, [u8]>,
-}
-
-impl View for &Tensor<'_> {
-    fn dtype(&self) -> StDtype {
-        self.dtype
-    }
-    fn shape(&self) -> &[usize] {
-        &self.shape
-    }
-    fn data(&self) -> Cow<'_, [u8]> {
-        Cow::Borrowed(&self.data)
-    }
-    fn data_len(&self) -> usize {
-        self.data.len()
-    }
-}
-
 /// What an unpack did.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct UnpackReport {
@@ -304,34 +283,36 @@ pub struct UnpackReport {
 
 /// The safetensors `__metadata__` map a TPDE file carries: every non-reserved entry, strings
 /// as they are and other types in their text form.
-pub fn safetensors_metadata<S: tpde_read::Source>(r: &Reader<S>) -> Option<HashMap<String, String>> {
-    let map: HashMap<String, String> = r
-        .directory()
+pub fn safetensors_metadata<S: tpde_read::Source>(r: &Reader<S>) -> BTreeMap<String, String> {
+    r.directory()
         .metadata
         .iter()
         .filter(|m| !m.key.starts_with(RESERVED_PREFIX))
         .map(|m| (m.key.clone(), m.value.to_string()))
-        .collect();
-    (!map.is_empty()).then_some(map)
+        .collect()
 }
 
 /// Decodes every tensor of a TPDE file (CRCs checked) and writes a safetensors file,
-/// atomically (temporary file, then rename). A delta decodes against `base` if given, else
-/// against the chain its path hints name.
+/// atomically (temporary file, then rename), tensor by tensor (see [`safetensors_out`]). A delta
+/// decodes against `base` if given, else against the chain its path hints name.
 pub fn unpack(input: &Path, base: Option<&Path>, output: &Path, bar: &ProgressBar) -> Result<UnpackReport, CliError> {
     let start = Instant::now();
     let r = open_tpde(input, base)?;
-    bar.set_length(r.tensors().iter().map(|t| t.byte_length).sum());
-    let mut tensors = Vec::with_capacity(r.tensors().len());
-    for t in r.tensors() {
-        let data = r.read_tensor(t)?;
-        bar.inc(t.byte_length);
-        tensors.push((t.name.clone(), safetensors_tensor(t, data)?));
-    }
-    write_safetensors(&tensors, safetensors_metadata(&r), output)?;
-    bar.finish_and_clear();
-    let logical_bytes = tensors.iter().map(|(_, t)| t.data.len() as u64).sum();
-    Ok(UnpackReport { tensors: tensors.len() as u64, logical_bytes, seconds: start.elapsed().as_secs_f64() })
+    write_unpacked(&r, output, bar, |t, buf| {
+        if r.is_zero_copy(t) {
+            return Ok(match r.read_tensor(t)? {
+                Cow::Borrowed(bytes) => Some(bytes),
+                Cow::Owned(bytes) => {
+                    *buf = bytes;
+                    None
+                }
+            });
+        }
+        buf.resize(t.byte_length as usize, 0);
+        r.read_into(t, buf)?;
+        Ok(None)
+    })?;
+    Ok(unpack_report(&r, start))
 }
 
 /// [`unpack`] through the GPU decoder: the file (and, for a delta, its chain of bases, or a
@@ -360,43 +341,52 @@ pub fn unpack_gpu(
             Some(tpde_gpu::DeviceCheckpoint::new(tpde_read::Base::content_digest(&st)?, tensors))
         }
     };
-    bar.set_length(r.tensors().iter().map(|t| t.byte_length).sum());
     let ck = gpu.load(&r, base_ck.as_ref())?;
-    let mut tensors = Vec::with_capacity(r.tensors().len());
-    for (t, d) in r.tensors().iter().zip(ck.tensors()) {
-        let data = gpu.read_back_verified(d, t)?;
-        bar.inc(t.byte_length);
-        tensors.push((t.name.clone(), safetensors_tensor(t, Cow::Owned(data))?));
-    }
-    write_safetensors(&tensors, safetensors_metadata(&r), output)?;
-    bar.finish_and_clear();
-    let logical_bytes = tensors.iter().map(|(_, t)| t.data.len() as u64).sum();
-    Ok(UnpackReport { tensors: tensors.len() as u64, logical_bytes, seconds: start.elapsed().as_secs_f64() })
+    let on_device: HashMap<&str, _> = r.tensors().iter().map(|t| t.name.as_str()).zip(ck.tensors()).collect();
+    write_unpacked(&r, output, bar, |t, buf| {
+        *buf = gpu.read_back_verified(on_device[t.name.as_str()], t)?;
+        Ok(None)
+    })?;
+    Ok(unpack_report(&r, start))
 }
 
-fn safetensors_tensor<'a>(t: &TensorEntry, data: Cow<'a, [u8]>) -> Result<Tensor<'a>, CliError> {
-    let shape = t.shape.iter().map(|&d| usize::try_from(d)).collect::<Result<Vec<_>, _>>();
-    let shape =
-        shape.map_err(|_| CliError::failed(format!("tensor {:?}: shape does not fit this platform", t.name)))?;
-    Ok(Tensor { dtype: dtype_to_safetensors(t.dtype), shape, data })
-}
-
-/// Writes a safetensors file under a temporary name and renames it into place.
-fn write_safetensors(
-    tensors: &[(String, Tensor<'_>)],
-    metadata: Option<HashMap<String, String>>,
+/// Writes the tensors of `r` to a safetensors file, each produced by `decode` as
+/// [`safetensors_out::write`] asks.
+fn write_unpacked<'a>(
+    r: &'a Reader,
     output: &Path,
+    bar: &ProgressBar,
+    mut decode: impl FnMut(&'a TensorEntry, &mut Vec<u8>) -> Result<Option<&'a [u8]>, CliError>,
 ) -> Result<(), CliError> {
-    let dir = match output.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let tmp = tempfile::Builder::new().prefix(".tpde-unpack.").suffix(".partial").tempfile_in(dir)?;
-    safetensors::serialize_to_file(tensors.iter().map(|(n, t)| (n.as_str(), t)), metadata, tmp.path())
-        .map_err(|e| CliError::failed(format!("{}: writing safetensors failed: {e}", output.display())))?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(output).map_err(|e| CliError::from(e.error))?;
+    let entries = r
+        .tensors()
+        .iter()
+        .map(|t| {
+            let shape = t.shape.iter().map(|&d| usize::try_from(d)).collect::<Result<Vec<_>, _>>();
+            let shape = shape
+                .map_err(|_| CliError::failed(format!("tensor {:?}: shape does not fit this platform", t.name)))?;
+            let len = usize::try_from(t.byte_length)
+                .map_err(|_| CliError::failed(format!("tensor {:?}: too large for this platform", t.name)))?;
+            Ok(safetensors_out::Entry { name: t.name.clone(), dtype: dtype_to_safetensors(t.dtype), shape, len })
+        })
+        .collect::<Result<Vec<_>, CliError>>()?;
+    bar.set_length(r.tensors().iter().map(|t| t.byte_length).sum());
+    safetensors_out::write(output, &entries, &safetensors_metadata(r), |i, buf| {
+        let t = &r.tensors()[i];
+        let data = decode(t, buf)?;
+        bar.inc(t.byte_length);
+        Ok(data)
+    })?;
+    bar.finish_and_clear();
     Ok(())
+}
+
+fn unpack_report(r: &Reader, start: Instant) -> UnpackReport {
+    UnpackReport {
+        tensors: r.tensors().len() as u64,
+        logical_bytes: r.tensors().iter().map(|t| t.byte_length).sum(),
+        seconds: start.elapsed().as_secs_f64(),
+    }
 }
 
 /// Compares every tensor (name, dtype, shape, bytes) and the metadata map of two safetensors

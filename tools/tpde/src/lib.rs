@@ -9,6 +9,7 @@ pub mod convert;
 pub mod demo;
 pub mod gpu_bench;
 pub mod inspect;
+pub mod safetensors_out;
 
 use std::fmt;
 

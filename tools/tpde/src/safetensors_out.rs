@@ -1,0 +1,216 @@
+//! Writing a safetensors file one tensor at a time, for `tpde unpack`.
+//!
+//! Every tensor's length is known from the TPDE directory, so the header goes first and each
+//! tensor's bytes follow as they are decoded. Decoding runs on the calling thread and writing on
+//! a second one, so that the next tensor decodes while this one is written, as `zstd -d` overlaps
+//! its output. At most two decoded tensors are held, in two buffers reused from tensor to tensor:
+//! collecting the whole checkpoint before writing held all of it, in pages faulted in fresh.
+//!
+//! The header is built with the safetensors crate's own types, from sorted maps, so that two
+//! unpacks of one file write the same bytes.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::sync::mpsc;
+
+use safetensors::tensor::TensorInfo;
+use safetensors::Dtype;
+
+use crate::CliError;
+
+/// A tensor of the file being written: its bytes come later, from the caller's `decode`.
+pub struct Entry {
+    /// The tensor's name.
+    pub name: String,
+    /// Its safetensors dtype.
+    pub dtype: Dtype,
+    /// Its shape.
+    pub shape: Vec<usize>,
+    /// Its length in bytes.
+    pub len: usize,
+}
+
+/// The order tensors are laid out in: descending dtype alignment, then name, the safetensors
+/// crate's order, so that every tensor starts aligned to its element size.
+fn layout(entries: &[Entry]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..entries.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (a, b) = (&entries[a], &entries[b]);
+        b.dtype.cmp(&a.dtype).then_with(|| a.name.cmp(&b.name))
+    });
+    order
+}
+
+/// The header (its `u64` length, then JSON padded with spaces to a multiple of 8) for `entries`
+/// laid out in `order`.
+fn header(entries: &[Entry], order: &[usize], metadata: &BTreeMap<String, String>) -> Result<Vec<u8>, CliError> {
+    let json_err = |e: serde_json::Error| CliError::failed(format!("safetensors header: {e}"));
+    let mut map = serde_json::Map::new();
+    if !metadata.is_empty() {
+        map.insert("__metadata__".into(), serde_json::to_value(metadata).map_err(json_err)?);
+    }
+    let mut offset = 0usize;
+    for &i in order {
+        let e = &entries[i];
+        let info = TensorInfo { dtype: e.dtype, shape: e.shape.clone(), data_offsets: (offset, offset + e.len) };
+        offset += e.len;
+        if map.insert(e.name.clone(), serde_json::to_value(info).map_err(json_err)?).is_some() {
+            return Err(CliError::failed(format!("tensor {:?} appears twice", e.name)));
+        }
+    }
+    let mut json = serde_json::to_vec(&map).map_err(json_err)?;
+    json.resize(json.len().next_multiple_of(8), b' ');
+    let mut out = (json.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&json);
+    Ok(out)
+}
+
+/// Writes `entries` to `output` atomically (a temporary file in the same folder, renamed into
+/// place once complete and synced). `decode(i, buf)` produces the bytes of `entries[i]`: either
+/// it returns them borrowed, or it fills `buf` (a reused buffer of any length and content) with
+/// exactly them and returns `None`. The first error, from `decode` or from writing, stops the
+/// write and leaves nothing under `output`.
+pub fn write<'a>(
+    output: &Path,
+    entries: &[Entry],
+    metadata: &BTreeMap<String, String>,
+    mut decode: impl FnMut(usize, &mut Vec<u8>) -> Result<Option<&'a [u8]>, CliError>,
+) -> Result<(), CliError> {
+    let order = layout(entries);
+    let header = header(entries, &order, metadata)?;
+    let dir = match output.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let tmp = tempfile::Builder::new().prefix(".tpde-unpack.").suffix(".partial").tempfile_in(dir)?;
+    let mut file = tmp.as_file();
+    file.write_all(&header)?;
+    std::thread::scope(|s| -> Result<(), CliError> {
+        // One tensor queued while one is written; buffers come back to be decoded into again.
+        let (full, to_write) = mpsc::sync_channel::<Cow<'a, [u8]>>(1);
+        let (give_back, spare) = mpsc::channel::<Vec<u8>>();
+        let writer = s.spawn(move || -> std::io::Result<()> {
+            for data in to_write {
+                file.write_all(&data)?;
+                if let Cow::Owned(buf) = data {
+                    // The decoder may have finished; then the buffer is simply dropped.
+                    let _ = give_back.send(buf);
+                }
+            }
+            Ok(())
+        });
+        let mut free = vec![Vec::new(), Vec::new()];
+        let mut decoded = Ok(());
+        for &i in &order {
+            // With both buffers out, wait for the writer to return one; if it has stopped
+            // (an error it reports below), decode into a new one.
+            let mut buf = free.pop().or_else(|| spare.recv().ok()).unwrap_or_default();
+            let data = match decode(i, &mut buf) {
+                Ok(Some(borrowed)) => {
+                    free.push(buf);
+                    Cow::Borrowed(borrowed)
+                }
+                Ok(None) if buf.len() == entries[i].len => Cow::Owned(buf),
+                Ok(None) => {
+                    let e = &entries[i];
+                    decoded = Err(CliError::failed(format!(
+                        "tensor {:?}: {} bytes decoded, {} expected",
+                        e.name,
+                        buf.len(),
+                        e.len
+                    )));
+                    break;
+                }
+                Err(e) => {
+                    decoded = Err(e);
+                    break;
+                }
+            };
+            if full.send(data).is_err() {
+                break; // The writer stopped on an error.
+            }
+        }
+        drop(full);
+        let written = writer.join().expect("the writer thread does not panic");
+        decoded?;
+        Ok(written?)
+    })?;
+    file.sync_all()?;
+    tmp.persist(output).map_err(|e| CliError::from(e.error))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(name: &str, dtype: Dtype, shape: &[usize], size: usize) -> Entry {
+        Entry { name: name.into(), dtype, shape: shape.to_vec(), len: shape.iter().product::<usize>() * size }
+    }
+
+    #[test]
+    fn written_file_reads_back_and_is_deterministic() {
+        let dir = tempfile::tempdir().unwrap();
+        let entries = vec![
+            entry("b", Dtype::U8, &[3], 1),
+            entry("a", Dtype::F32, &[2, 2], 4),
+            entry("c", Dtype::F16, &[0], 2),
+            entry("d", Dtype::I64, &[], 8),
+        ];
+        let data: Vec<Vec<u8>> =
+            entries.iter().enumerate().map(|(i, e)| (0..e.len).map(|j| (i * 31 + j) as u8).collect()).collect();
+        let meta: BTreeMap<String, String> = [("z".to_string(), "1".to_string()), ("a".into(), "2".into())].into();
+        let mut files = Vec::new();
+        for run in 0..2 {
+            let path = dir.path().join(format!("out{run}.safetensors"));
+            // Borrowed on one run, decoded into the reused buffer on the other.
+            write(&path, &entries, &meta, |i, buf| {
+                Ok(if run == 0 {
+                    Some(&data[i][..])
+                } else {
+                    buf.clear();
+                    buf.extend_from_slice(&data[i]);
+                    None
+                })
+            })
+            .unwrap();
+            files.push(std::fs::read(&path).unwrap());
+        }
+        assert_eq!(files[0], files[1]);
+        let st = safetensors::SafeTensors::deserialize(&files[0]).unwrap();
+        for (e, d) in entries.iter().zip(&data) {
+            let t = st.tensor(&e.name).unwrap();
+            assert_eq!((t.dtype(), t.shape(), t.data()), (e.dtype, &e.shape[..], &d[..]));
+        }
+        let (_, header) = safetensors::SafeTensors::read_metadata(&files[0]).unwrap();
+        let meta_back: BTreeMap<String, String> = header.metadata().clone().unwrap().into_iter().collect();
+        assert_eq!(meta_back, meta);
+        // Descending alignment: the I64 scalar first, the U8 tensor last.
+        assert_eq!(header.offset_keys(), ["d", "a", "c", "b"]);
+    }
+
+    #[test]
+    fn a_failed_decode_leaves_nothing_under_the_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.safetensors");
+        let entries = vec![entry("a", Dtype::U8, &[4], 1), entry("b", Dtype::U8, &[4], 1)];
+        let err = write(&path, &entries, &BTreeMap::new(), |i, buf| {
+            if i == 1 {
+                return Err(CliError::failed("chunk 0 of b is corrupt"));
+            }
+            buf.resize(4, 7);
+            Ok(None)
+        })
+        .unwrap_err();
+        assert!(err.message.contains("corrupt"), "{}", err.message);
+        let short = write(&path, &entries, &BTreeMap::new(), |_, buf| {
+            buf.resize(3, 0);
+            Ok(None)
+        })
+        .unwrap_err();
+        assert!(short.message.contains("3 bytes decoded, 4 expected"), "{}", short.message);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "no output and no temporary file");
+    }
+}
