@@ -24,6 +24,9 @@ pub struct BaseTensor<'a> {
     pub shape: Vec<u64>,
     /// Logical bytes.
     pub data: Cow<'a, [u8]>,
+    /// Its tensor digest (spec §7.1), when the base has it without hashing `data` (a TPDE
+    /// file's directory records it), so a writer need not hash the bytes again.
+    pub digest: Option<Digest>,
 }
 
 /// A checkpoint a delta file can decode against: another TPDE file (keyframe or delta, with its
@@ -45,7 +48,8 @@ impl<S: Source + Send> Base for Reader<S> {
         let Ok(t) = Reader::tensor(self, name) else {
             return Ok(None);
         };
-        Ok(Some(BaseTensor { dtype: t.dtype, shape: t.shape.clone(), data: self.read_tensor(t)? }))
+        let data = self.read_tensor(t)?;
+        Ok(Some(BaseTensor { dtype: t.dtype, shape: t.shape.clone(), data, digest: Some(t.digest) }))
     }
 }
 

@@ -30,11 +30,12 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 use tpde_codec::{ChunkContext, CodecError, Encoder};
-use tpde_format::digest::tensor_digest;
+use tpde_format::digest::{tensor_digest, Digest};
 use tpde_format::limits::{
     MAX_CHUNK_DECODED_LEN, MAX_KEY_LEN, MAX_NAME_LEN, MAX_PATH_HINT_LEN, MAX_RANK, MIN_ALIGNMENT,
 };
 use tpde_format::metadata::reserved_type;
+use tpde_format::CodecTag;
 use tpde_format::{
     BaseRef, ChunkEntry, DType, Directory, ErrorKind, Header, MetadataEntry, MetadataValue, RequiredFeatures,
     TensorEntry, Trailer,
@@ -198,7 +199,7 @@ impl<W: Write> Writer<W> {
         shape: &[u64],
         data: &[u8],
     ) -> Result<&TensorEntry, WriteError> {
-        self.add(name, dtype, shape, data, None)
+        self.add_one(TensorInput { name, dtype, shape, data, base: None })
     }
 
     /// Adds a tensor as a delta against the base tensor of the same name, whose logical bytes
@@ -212,50 +213,155 @@ impl<W: Write> Writer<W> {
         data: &[u8],
         base: &[u8],
     ) -> Result<&TensorEntry, WriteError> {
-        if self.directory.base.is_none() {
-            return Err(WriteError::invalid(format!("tensor {name:?}"), "a delta needs a file started with a base"));
-        }
-        if base.len() != data.len() {
-            return Err(WriteError::invalid(
-                format!("tensor {name:?}"),
-                format!("{} base bytes for {} tensor bytes", base.len(), data.len()),
-            ));
-        }
-        self.add(name, dtype, shape, data, Some(base))
+        self.add_tensor_delta_with_digest(name, dtype, shape, data, base, tensor_digest(base))
     }
 
-    fn add(
+    /// [`Writer::add_tensor_delta`] for a base tensor whose digest (spec §7.1) the caller
+    /// already has, from the base file's directory or an earlier pass, sparing a hash of the
+    /// base bytes. It must be the digest of `base`: tied tensors share chunks only when their
+    /// bytes and their bases' digests are equal (checked in debug builds).
+    pub fn add_tensor_delta_with_digest(
         &mut self,
         name: &str,
         dtype: DType,
         shape: &[u64],
         data: &[u8],
-        base: Option<&[u8]>,
+        base: &[u8],
+        base_digest: Digest,
     ) -> Result<&TensorEntry, WriteError> {
-        let expected = self.check_tensor(name, dtype, shape)?;
-        if data.len() as u64 != expected {
+        self.add_one(TensorInput { name, dtype, shape, data, base: Some((base, base_digest)) })
+    }
+
+    /// Adds several tensors, in order, encoding the chunks of all of them in parallel: a
+    /// checkpoint of many tensors of one chunk each keeps every core busy, where adding them one
+    /// at a time encodes each on one core. The result is the file that adding them one by one
+    /// writes. Every tensor is checked before any is written, so a batch that is refused
+    /// (a bad shape, a repeated name) writes nothing; the caller bounds the batch's memory, since
+    /// the encoded chunks of up to two chunks per thread are held at a time.
+    pub fn add_tensors(&mut self, tensors: &[TensorInput<'_>]) -> Result<(), WriteError> {
+        let mut batch_names = HashSet::new();
+        for t in tensors {
+            self.check_input(t)?;
+            if !batch_names.insert(t.name) {
+                return Err(WriteError::invalid(format!("tensor {:?}", t.name), "the batch names it twice"));
+            }
+        }
+        let digests: Vec<Digest> = tensors.par_iter().map(|t| tensor_digest(t.data)).collect();
+        // A tensor whose chunks an earlier one's already are (tied or duplicated, in an earlier
+        // call or this batch) points at them; the others are encoded.
+        let mut in_batch = HashMap::new();
+        let reuse: Vec<Option<Reuse>> = tensors
+            .iter()
+            .zip(&digests)
+            .enumerate()
+            .map(|(i, (t, &digest))| {
+                let key = DedupKey { digest, dtype: t.dtype, base: t.base.map(|(_, d)| d) };
+                let found = self.written.get(&key).map(|&e| Reuse::Written(e));
+                let found = found.or_else(|| in_batch.get(&key).map(|&j| Reuse::Batch(j)));
+                in_batch.entry(key).or_insert(i);
+                found
+            })
+            .collect();
+        let chunk = self.chunk_bytes as usize;
+        let jobs: Vec<(usize, usize)> = (0..tensors.len())
+            .filter(|&i| reuse[i].is_none())
+            .flat_map(|i| (0..tensors[i].data.len()).step_by(chunk).map(move |at| (i, at)))
+            .collect();
+        let mut entries: Vec<Option<TensorEntry>> = tensors
+            .iter()
+            .zip(&digests)
+            .map(|(t, &digest)| {
+                let mut e = self.begin_entry(t.name, t.dtype, t.shape, t.data.len() as u64);
+                e.digest = digest;
+                Some(e)
+            })
+            .collect();
+        // Where each tensor of the batch went in the directory, once pushed.
+        let mut pushed = vec![0usize; tensors.len()];
+        let mut next = 0;
+        let mut push_before = |w: &mut Self, end: usize, entries: &mut [Option<TensorEntry>]| {
+            for i in next..end {
+                let mut entry = entries[i].take().expect("pushed once");
+                match reuse[i] {
+                    Some(Reuse::Written(e)) => entry.chunks = w.directory.tensors[e].chunks.clone(),
+                    Some(Reuse::Batch(j)) => entry.chunks = w.directory.tensors[pushed[j]].chunks.clone(),
+                    None => {
+                        let t = &tensors[i];
+                        let key = DedupKey { digest: entry.digest, dtype: t.dtype, base: t.base.map(|(_, d)| d) };
+                        w.written.insert(key, w.directory.tensors.len());
+                    }
+                }
+                pushed[i] = w.directory.tensors.len();
+                w.push_entry(entry);
+            }
+            next = next.max(end);
+        };
+        // Windows of about two chunks' bytes per thread: small tensors' chunks are many to a
+        // window, so that every thread has about as much to do.
+        let batch = self.batch_bytes() as usize;
+        let mut windows = Vec::new();
+        let (mut start, mut bytes) = (0, 0);
+        for (k, &(i, at)) in jobs.iter().enumerate() {
+            bytes += chunk.min(tensors[i].data.len() - at);
+            if bytes >= batch || k + 1 == jobs.len() {
+                windows.push(&jobs[start..=k]);
+                (start, bytes) = (k + 1, 0);
+            }
+        }
+        for window in windows {
+            let parts: Vec<Part<'_>> = window
+                .iter()
+                .map(|&(i, at)| {
+                    let t = &tensors[i];
+                    let end = (at + chunk).min(t.data.len());
+                    Part { dtype: t.dtype, data: &t.data[at..end], base: t.base.map(|(b, _)| &b[at..end]) }
+                })
+                .collect();
+            for ((&(i, _), part), encoded) in window.iter().zip(&parts).zip(self.encode_parts(&parts)) {
+                push_before(self, i, &mut entries);
+                let entry = entries[i].as_mut().expect("not pushed before its chunks");
+                let written = encoded
+                    .map_err(|source| WriteError::Codec { tensor: entry.name.clone(), source })
+                    .and_then(|encoded| Ok(self.write_chunk(entry, part.data, encoded)?));
+                if let Err(e) = written {
+                    // Bytes of a tensor that will have no entry belong to no chunk.
+                    self.failed |= !entry.chunks.is_empty();
+                    return Err(e);
+                }
+            }
+        }
+        push_before(self, tensors.len(), &mut entries);
+        Ok(())
+    }
+
+    fn add_one(&mut self, tensor: TensorInput<'_>) -> Result<&TensorEntry, WriteError> {
+        self.add_tensors(&[tensor])?;
+        Ok(self.directory.tensors.last().expect("just pushed"))
+    }
+
+    /// Checks a tensor before anything of it is written.
+    fn check_input(&mut self, t: &TensorInput<'_>) -> Result<(), WriteError> {
+        let expected = self.check_tensor(t.name, t.dtype, t.shape)?;
+        let what = || format!("tensor {:?}", t.name);
+        if t.data.len() as u64 != expected {
             return Err(WriteError::invalid(
-                format!("tensor {name:?}"),
-                format!("{} bytes given, shape {shape:?} of {dtype} needs {expected}", data.len()),
+                what(),
+                format!("{} bytes given, shape {:?} of {} needs {expected}", t.data.len(), t.shape, t.dtype),
             ));
         }
-        let key = DedupKey { digest: tensor_digest(data), dtype, base: base.map(tensor_digest) };
-        if let Some(&first) = self.written.get(&key) {
-            let chunks = self.directory.tensors[first].chunks.clone();
-            let mut entry = self.begin_entry(name, dtype, shape, expected);
-            entry.digest = key.digest;
-            entry.chunks = chunks;
-            self.push_entry(entry);
-            return Ok(self.directory.tensors.last().expect("just pushed"));
+        if let Some((base, digest)) = t.base {
+            if self.directory.base.is_none() {
+                return Err(WriteError::invalid(what(), "a delta needs a file started with a base"));
+            }
+            if base.len() != t.data.len() {
+                return Err(WriteError::invalid(
+                    what(),
+                    format!("{} base bytes for {} tensor bytes", base.len(), t.data.len()),
+                ));
+            }
+            debug_assert_eq!(tensor_digest(base), digest, "the digest of tensor {:?}'s base", t.name);
         }
-        let mut entry = self.begin_entry(name, dtype, shape, expected);
-        entry.digest = key.digest;
-        let before = self.pos;
-        let result = self.write_tensor(entry, data, base);
-        if result.is_ok() {
-            self.written.insert(key, self.directory.tensors.len() - 1);
-        }
-        self.settle(before, result)
+        Ok(())
     }
 
     /// Adds a tensor whose logical bytes are read from `src`, one batch of chunks at a time, so
@@ -296,7 +402,12 @@ impl<W: Write> Writer<W> {
                 )
             })?;
             hasher.update(&buf[..n]);
-            self.write_batch(&mut entry, &buf[..n], None, done / dtype.size())?;
+            let parts: Vec<Part<'_>> =
+                buf[..n].chunks(self.chunk_bytes as usize).map(|data| Part { dtype, data, base: None }).collect();
+            for (part, encoded) in parts.iter().zip(self.encode_parts(&parts)) {
+                let encoded = encoded.map_err(|source| WriteError::Codec { tensor: name.to_owned(), source })?;
+                self.write_chunk(&mut entry, part.data, encoded)?;
+            }
             done += n as u64;
         }
         let mut probe = [0u8; 1];
@@ -395,73 +506,44 @@ impl<W: Write> Writer<W> {
         self.directory.tensors.push(entry);
     }
 
-    fn write_tensor(&mut self, mut entry: TensorEntry, data: &[u8], base: Option<&[u8]>) -> Result<(), WriteError> {
-        let dtype = entry.dtype;
-        let batch = self.batch_bytes() as usize;
-        for (i, part) in data.chunks(batch.max(1)).enumerate() {
-            let first_element = (i * batch) as u64 / dtype.size();
-            let base = base.map(|b| &b[i * batch..i * batch + part.len()]);
-            self.write_batch(&mut entry, part, base, first_element)?;
-        }
-        self.push_entry(entry);
-        Ok(())
+    /// Encodes `parts` in parallel.
+    fn encode_parts(&self, parts: &[Part<'_>]) -> Vec<Result<EncodedChunk, CodecError>> {
+        let encoder = self.encoder;
+        parts
+            .par_iter()
+            .map(|p| {
+                if encoder == Encoder::Raw {
+                    // Raw chunks are written straight from the input; only the CRC here.
+                    let crc32 = crc32fast::hash(p.data);
+                    return Ok(EncodedChunk { stored: None, tag: CodecTag::Raw, params: Vec::new(), crc32 });
+                }
+                let mut stored = Vec::with_capacity(p.data.len() / 2);
+                let (tag, params) =
+                    encoder.encode(ChunkContext { dtype: p.dtype, base: p.base }, p.data, &mut stored)?;
+                let crc32 = crc32fast::hash(&stored);
+                Ok(EncodedChunk { stored: Some(stored), tag, params, crc32 })
+            })
+            .collect()
     }
 
-    /// Encodes the chunks of `data` in parallel and writes them in order.
-    fn write_batch(
-        &mut self,
-        entry: &mut TensorEntry,
-        data: &[u8],
-        base: Option<&[u8]>,
-        first_element: u64,
-    ) -> Result<(), WriteError> {
-        let dtype = entry.dtype;
-        let size = dtype.size() as usize;
-        // chunk_bytes is a multiple of the alignment (>= 64), hence of every dtype size.
-        let chunk = self.chunk_bytes as usize;
-        let encoder = self.encoder;
-        let is_raw = encoder == Encoder::Raw;
-        let encoded: Vec<Result<EncodedChunk, CodecError>> = data
-            .par_chunks(chunk)
-            .enumerate()
-            .map(|(i, part)| {
-                if is_raw {
-                    // Raw chunks are written straight from the input below; only the CRC here.
-                    return Ok(EncodedChunk {
-                        stored: Vec::new(),
-                        tag: tpde_format::CodecTag::Raw,
-                        params: Vec::new(),
-                        crc32: crc32fast::hash(part),
-                    });
-                }
-                let ctx = ChunkContext { dtype, base: base.map(|b| &b[i * chunk..i * chunk + part.len()]) };
-                let mut stored = Vec::with_capacity(part.len() / 2);
-                let (tag, params) = encoder.encode(ctx, part, &mut stored)?;
-                let crc32 = crc32fast::hash(&stored);
-                Ok(EncodedChunk { stored, tag, params, crc32 })
-            })
-            .collect();
-        let mut element = first_element;
-        for (part, result) in data.chunks(chunk).zip(encoded) {
-            let EncodedChunk { stored, tag, params, crc32 } =
-                result.map_err(|source| WriteError::Codec { tensor: entry.name.clone(), source })?;
-            let stored: &[u8] = if is_raw { part } else { &stored };
-            self.pad_to_alignment()?;
-            let element_count = (part.len() / size) as u64;
-            entry.chunks.push(ChunkEntry {
-                element_start: element,
-                element_count,
-                offset: self.pos,
-                stored_length: stored.len() as u64,
-                decoded_length: part.len() as u64,
-                crc32,
-                codec: tag,
-                params,
-            });
-            self.out.write_all(stored)?;
-            self.pos += stored.len() as u64;
-            element += element_count;
-        }
+    /// Writes the next chunk of `entry`, whose logical bytes are `data`, aligned.
+    fn write_chunk(&mut self, entry: &mut TensorEntry, data: &[u8], encoded: EncodedChunk) -> io::Result<()> {
+        let EncodedChunk { stored, tag, params, crc32 } = encoded;
+        let stored = stored.as_deref().unwrap_or(data);
+        self.pad_to_alignment()?;
+        let element_count = data.len() as u64 / entry.dtype.size();
+        entry.chunks.push(ChunkEntry {
+            element_start: entry.chunks.last().map_or(0, |c| c.element_start + c.element_count),
+            element_count,
+            offset: self.pos,
+            stored_length: stored.len() as u64,
+            decoded_length: data.len() as u64,
+            crc32,
+            codec: tag,
+            params,
+        });
+        self.out.write_all(stored)?;
+        self.pos += stored.len() as u64;
         Ok(())
     }
 
@@ -479,9 +561,42 @@ impl<W: Write> Writer<W> {
     }
 }
 
+/// A tensor for [`Writer::add_tensors`].
+#[derive(Clone, Copy, Debug)]
+pub struct TensorInput<'a> {
+    /// Its name.
+    pub name: &'a str,
+    /// Its dtype.
+    pub dtype: DType,
+    /// Its shape.
+    pub shape: &'a [u64],
+    /// Its logical bytes (little-endian, row-major).
+    pub data: &'a [u8],
+    /// For a delta: the base tensor's logical bytes and their digest, as
+    /// [`Writer::add_tensor_delta_with_digest`] takes them. `None` for a keyframe.
+    pub base: Option<(&'a [u8], Digest)>,
+}
+
+/// Where a tensor's chunks already are.
+#[derive(Clone, Copy)]
+enum Reuse {
+    /// The directory's tensor at this index.
+    Written(usize),
+    /// The batch's tensor at this index (an earlier one).
+    Batch(usize),
+}
+
+/// One chunk to encode: its logical bytes and the base bytes it may decode against.
+struct Part<'a> {
+    dtype: DType,
+    data: &'a [u8],
+    base: Option<&'a [u8]>,
+}
+
 /// One chunk after encoding (for `raw`, only its CRC: the bytes are the input's).
 struct EncodedChunk {
-    stored: Vec<u8>,
+    /// `None` for the input's own bytes.
+    stored: Option<Vec<u8>>,
     tag: tpde_format::CodecTag,
     params: Vec<u8>,
     crc32: u32,

@@ -30,7 +30,13 @@ pub struct SafetensorsFile {
     entries: Vec<Entry>,
     index: HashMap<String, usize>,
     metadata: Option<HashMap<String, String>>,
-    digest: OnceLock<Digest>,
+    digests: OnceLock<Digests>,
+}
+
+/// A file's content digest and its tensors' digests, in file order.
+struct Digests {
+    content: Digest,
+    tensors: Vec<Digest>,
 }
 
 impl SafetensorsFile {
@@ -58,7 +64,7 @@ impl SafetensorsFile {
         }
         let index = entries.iter().enumerate().map(|(i, e)| (e.name.clone(), i)).collect();
         let metadata = header.metadata().clone();
-        Ok(SafetensorsFile { map, entries, index, metadata, digest: OnceLock::new() })
+        Ok(SafetensorsFile { map, entries, index, metadata, digests: OnceLock::new() })
     }
 
     /// Tensors in file order: name, dtype, shape, bytes.
@@ -71,31 +77,43 @@ impl SafetensorsFile {
         self.metadata.as_ref()
     }
 
-    /// Sets the content digest when it is already known (it is the content digest of a TPDE file
-    /// packed losslessly from this one), sparing a pass over the data.
-    pub fn set_digest(&self, digest: Digest) {
-        let _ = self.digest.set(digest);
+    /// Sets the content digest and the tensors' digests (in file order) when they are already
+    /// known, from a TPDE file packed losslessly from this one, sparing a pass over the data.
+    pub fn set_digests(&self, content: Digest, tensors: Vec<Digest>) {
+        assert_eq!(tensors.len(), self.entries.len(), "one digest per tensor");
+        let _ = self.digests.set(Digests { content, tensors });
+    }
+
+    fn digests(&self) -> &Digests {
+        self.digests.get_or_init(|| {
+            let tensors: Vec<Digest> =
+                self.entries.par_iter().map(|e| tensor_digest(&self.map[e.range.clone()])).collect();
+            let content = content_digest(self.entries.iter().zip(&tensors).map(|(e, d)| DigestInput {
+                name: &e.name,
+                dtype: e.dtype,
+                shape: &e.shape,
+                digest: d,
+            }));
+            Digests { content, tensors }
+        })
     }
 }
 
 impl Base for SafetensorsFile {
     fn content_digest(&self) -> Result<Digest, ReadError> {
-        Ok(*self.digest.get_or_init(|| {
-            let digests: Vec<Digest> =
-                self.entries.par_iter().map(|e| tensor_digest(&self.map[e.range.clone()])).collect();
-            content_digest(self.entries.iter().zip(&digests).map(|(e, d)| DigestInput {
-                name: &e.name,
-                dtype: e.dtype,
-                shape: &e.shape,
-                digest: d,
-            }))
-        }))
+        Ok(self.digests().content)
     }
 
     fn tensor(&self, name: &str) -> Result<Option<BaseTensor<'_>>, ReadError> {
         Ok(self.index.get(name).map(|&i| {
             let e = &self.entries[i];
-            BaseTensor { dtype: e.dtype, shape: e.shape.clone(), data: Cow::Borrowed(&self.map[e.range.clone()]) }
+            BaseTensor {
+                dtype: e.dtype,
+                shape: e.shape.clone(),
+                data: Cow::Borrowed(&self.map[e.range.clone()]),
+                // Known once the content digest is, which a delta's base reference needs first.
+                digest: self.digests.get().map(|d| d.tensors[i]),
+            }
         }))
     }
 }
@@ -131,6 +149,7 @@ impl Base for MemoryCheckpoint {
             dtype: *dtype,
             shape: shape.clone(),
             data: Cow::Borrowed(data),
+            digest: None,
         }))
     }
 }

@@ -8,13 +8,14 @@ use std::path::Path;
 use std::time::Instant;
 
 use indicatif::ProgressBar;
+use rayon::prelude::*;
 use safetensors::Dtype as StDtype;
 use tpde_codec::Encoder;
-use tpde_format::digest::{content_digest, Digest, DigestInput};
+use tpde_format::digest::{content_digest, tensor_digest, Digest, DigestInput};
 use tpde_format::metadata::{KEY_MAX_ABS_ERROR, KEY_PRODUCER, KEY_SOURCE_FORMAT, RESERVED_PREFIX};
 use tpde_format::{BaseRef, CodecTag, DType, MetadataValue, TensorEntry};
 use tpde_read::{Base, Reader};
-use tpde_write::{lossy, FileWriter, WriteOptions};
+use tpde_write::{lossy, FileWriter, TensorInput, WriteOptions};
 
 use crate::checkpoint::{self, open_tpde, MemoryCheckpoint, SafetensorsFile};
 use crate::{safetensors_out, CliError};
@@ -145,7 +146,10 @@ pub fn pack_file(
     bar.set_length(src.tensors().map(|t| t.3.len() as u64).sum());
     let mut report = PackReport::default();
     let mut kept = job.keep_reconstruction.then(MemoryCheckpoint::default);
-    for (name, dtype, shape, data) in src.tensors() {
+    // Tensors go to the writer in batches, whose chunks it encodes in parallel.
+    let tensors: Vec<_> = src.tensors().collect();
+    let mut batch: Vec<Pending<'_>> = Vec::new();
+    for (k, &(name, dtype, shape, data)) in tensors.iter().enumerate() {
         // A tensor whose base counterpart has its name, dtype and shape is a delta; any other
         // (new, reshaped, retyped) is a keyframe inside the delta file.
         let base = match &job.base {
@@ -159,17 +163,12 @@ pub fn pack_file(
         if let Some(k) = &mut kept {
             k.insert(name, dtype, shape, data.to_vec());
         }
-        let entry = match &base {
-            Some(b) => {
-                report.delta_tensors += 1;
-                w.add_tensor_delta(name, dtype, shape, &data, &b.data)?
-            }
-            None => w.add_tensor(name, dtype, shape, &data)?,
-        };
-        report.tensors += 1;
-        report.logical_bytes += entry.byte_length;
-        report.stored_bytes += entry.stored_length();
-        bar.inc(entry.byte_length);
+        batch.push(Pending { name, dtype, shape, data, base });
+        if batch.iter().map(|p| p.data.len()).sum::<usize>() >= PACK_BATCH_BYTES || k + 1 == tensors.len() {
+            add_batch(&mut w, &batch, &mut report)?;
+            bar.inc(batch.iter().map(|p| p.data.len() as u64).sum());
+            batch.clear();
+        }
     }
     report.content_digest = content_digest(w.tensors().iter().map(|t| DigestInput {
         name: &t.name,
@@ -177,11 +176,55 @@ pub fn pack_file(
         shape: &t.shape,
         digest: &t.digest,
     }));
+    if job.max_abs_error.is_none() {
+        // Lossless: the file decodes to `src`, so its digests are `src`'s, for the next delta of
+        // a series.
+        src.set_digests(report.content_digest, w.tensors().iter().map(|t| t.digest).collect());
+    }
     let file = w.finish()?;
     report.file_bytes = file.metadata()?.len();
     report.seconds = start.elapsed().as_secs_f64();
     bar.finish_and_clear();
     Ok((report, kept))
+}
+
+/// Logical bytes [`pack_file`] gives the writer at a time: enough tensors to keep every core
+/// busy, few enough that a chain base's decoded tensors (and a lossy pack's snapped ones) stay
+/// a small part of memory.
+const PACK_BATCH_BYTES: usize = 64 << 20;
+
+/// A tensor on its way to the writer, with its base counterpart if it is a delta.
+struct Pending<'a> {
+    name: &'a str,
+    dtype: DType,
+    shape: &'a [u64],
+    data: Cow<'a, [u8]>,
+    base: Option<tpde_read::BaseTensor<'a>>,
+}
+
+fn add_batch(w: &mut FileWriter, batch: &[Pending<'_>], report: &mut PackReport) -> Result<(), CliError> {
+    // Base digests the base does not know are computed here, in parallel.
+    let base_digests: Vec<Option<Digest>> =
+        batch.par_iter().map(|p| p.base.as_ref().map(|b| b.digest.unwrap_or_else(|| tensor_digest(&b.data)))).collect();
+    let inputs: Vec<TensorInput<'_>> = batch
+        .iter()
+        .zip(base_digests)
+        .map(|(p, digest)| TensorInput {
+            name: p.name,
+            dtype: p.dtype,
+            shape: p.shape,
+            data: &p.data,
+            base: p.base.as_ref().zip(digest).map(|(b, d)| (&b.data[..], d)),
+        })
+        .collect();
+    w.add_tensors(&inputs)?;
+    for entry in &w.tensors()[w.tensors().len() - batch.len()..] {
+        report.tensors += 1;
+        report.logical_bytes += entry.byte_length;
+        report.stored_bytes += entry.stored_length();
+    }
+    report.delta_tensors += batch.iter().filter(|p| p.base.is_some()).count() as u64;
+    Ok(())
 }
 
 /// The path hint to record for `base` in a file written at `output`: the base's file name when
@@ -260,10 +303,6 @@ pub fn pack_series(
             base,
         };
         let (report, recon) = pack_file(&src, input, &output, job, bar)?;
-        if recon.is_none() {
-            // Lossless: the file decodes to this checkpoint, so its digest is the file's.
-            src.set_digest(report.content_digest);
-        }
         done.push(SeriesEntry { input: input.clone(), output: output.clone(), keyframe, report });
         prev = Some((src, recon, output));
     }
@@ -356,7 +395,7 @@ fn write_unpacked<'a>(
     r: &'a Reader,
     output: &Path,
     bar: &ProgressBar,
-    mut decode: impl FnMut(&'a TensorEntry, &mut Vec<u8>) -> Result<Option<&'a [u8]>, CliError>,
+    decode: impl Fn(&'a TensorEntry, &mut Vec<u8>) -> Result<Option<&'a [u8]>, CliError> + Sync,
 ) -> Result<(), CliError> {
     let entries = r
         .tensors()

@@ -1,0 +1,87 @@
+//! `add_tensors` writes the file that adding the same tensors one by one writes, and a batch
+//! that is refused writes nothing.
+
+use tpde_codec::Encoder;
+use tpde_format::digest::tensor_digest;
+use tpde_format::{BaseRef, DType};
+use tpde_write::{TensorInput, WriteOptions, Writer};
+
+fn bytes(n: usize, seed: u32) -> Vec<u8> {
+    let mut s = seed.wrapping_mul(2_654_435_761) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s >> 24) as u8 & 0x3f
+        })
+        .collect()
+}
+
+fn options(encoder: Encoder) -> WriteOptions {
+    WriteOptions {
+        encoder,
+        chunk_bytes: 1024,
+        base: Some(BaseRef { digest: [7; 32], path_hint: "base.tpde".into() }),
+        ..WriteOptions::default()
+    }
+}
+
+#[test]
+fn a_batch_writes_what_one_by_one_writes() {
+    // Several chunks, one chunk, no bytes, a tie inside the batch, a keyframe among deltas.
+    let (a, b, c) = (bytes(5000, 1), bytes(512, 2), Vec::new());
+    let (base_a, base_b) = (bytes(5000, 3), bytes(512, 4));
+    let d = |x: &[u8]| tensor_digest(x);
+    let tensors = [
+        TensorInput { name: "a", dtype: DType::F32, shape: &[1250], data: &a, base: Some((&base_a, d(&base_a))) },
+        TensorInput { name: "b", dtype: DType::BF16, shape: &[256], data: &b, base: Some((&base_b, d(&base_b))) },
+        TensorInput { name: "empty", dtype: DType::F16, shape: &[0, 3], data: &c, base: None },
+        TensorInput { name: "a.tied", dtype: DType::F32, shape: &[1250], data: &a, base: Some((&base_a, d(&base_a))) },
+        TensorInput { name: "key", dtype: DType::U8, shape: &[5000], data: &a, base: None },
+        TensorInput { name: "b.tied", dtype: DType::BF16, shape: &[256], data: &b, base: Some((&base_b, d(&base_b))) },
+    ];
+    for encoder in [Encoder::Auto, Encoder::Raw, Encoder::Zstd { level: 1 }] {
+        let mut one = Writer::new(Vec::new(), options(encoder)).unwrap();
+        for t in &tensors {
+            match t.base {
+                Some((base, _)) => one.add_tensor_delta(t.name, t.dtype, t.shape, t.data, base).unwrap(),
+                None => one.add_tensor(t.name, t.dtype, t.shape, t.data).unwrap(),
+            };
+        }
+        let mut batch = Writer::new(Vec::new(), options(encoder)).unwrap();
+        batch.add_tensors(&tensors[..2]).unwrap();
+        batch.add_tensors(&tensors[2..]).unwrap();
+        assert_eq!(batch.tensors(), one.tensors(), "{encoder:?}");
+        let tied = &batch.tensors()[3];
+        assert_eq!(tied.chunks, batch.tensors()[0].chunks, "the tie shares the first one's chunks");
+        assert_eq!(batch.tensors()[5].chunks, batch.tensors()[1].chunks);
+        assert_eq!(batch.finish().unwrap(), one.finish().unwrap(), "{encoder:?}");
+    }
+}
+
+#[test]
+fn a_refused_batch_writes_nothing() {
+    let a = bytes(4096, 1);
+    let mut w = Writer::new(Vec::new(), options(Encoder::Auto)).unwrap();
+    w.add_tensor("first", DType::U8, &[16], &a[..16]).unwrap();
+    let before = w.tensors().to_vec();
+    let ok = TensorInput { name: "x", dtype: DType::U8, shape: &[4096], data: &a, base: None };
+    let cases = [
+        (vec![ok, TensorInput { name: "y", shape: &[4095], ..ok }], "needs 4095"),
+        (vec![ok, TensorInput { name: "x", ..ok }], "the batch names it twice"),
+        (vec![ok, TensorInput { name: "first", ..ok }], "already written"),
+        (vec![ok, TensorInput { name: "z", base: Some((&a[..8], [0; 32])), ..ok }], "8 base bytes"),
+    ];
+    for (batch, why) in cases {
+        let e = w.add_tensors(&batch).unwrap_err().to_string();
+        assert!(e.contains(why), "{e}");
+        assert_eq!(w.tensors(), &before[..]);
+    }
+    // Still usable, and the file holds only what was accepted.
+    w.add_tensors(&[ok]).unwrap();
+    assert_eq!(w.tensors().len(), 2);
+    let file = w.finish().unwrap();
+    let r = tpde_read::Reader::from_source(file).unwrap();
+    assert_eq!(r.read("x").unwrap().as_ref(), &a[..]);
+}
