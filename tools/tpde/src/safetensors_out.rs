@@ -1,10 +1,11 @@
 //! Writing a safetensors file one tensor at a time, for `tpde unpack`.
 //!
 //! Every tensor's length is known from the TPDE directory, so the header goes first and each
-//! tensor's bytes follow as they are decoded. Decoding runs on the calling thread and writing on
-//! a second one, so that the next tensor decodes while this one is written, as `zstd -d` overlaps
-//! its output. At most two decoded tensors are held, in two buffers reused from tensor to tensor:
-//! collecting the whole checkpoint before writing held all of it, in pages faulted in fresh.
+//! tensor's bytes follow as they are decoded. Tensors are decoded in groups, side by side on
+//! every core, and written on a thread of their own, so that the next group decodes while this
+//! one is written, as `zstd -d` overlaps its output. A few groups are held at a time, in buffers
+//! reused from group to group: collecting the whole checkpoint before writing held all of it, in
+//! pages faulted in fresh.
 //!
 //! The header is built with the safetensors crate's own types, from sorted maps, so that two
 //! unpacks of one file write the same bytes.
@@ -14,6 +15,8 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 use std::sync::mpsc;
+
+use rayon::prelude::*;
 
 use safetensors::tensor::TensorInfo;
 use safetensors::Dtype;
@@ -41,6 +44,24 @@ fn layout(entries: &[Entry]) -> Vec<usize> {
         b.dtype.cmp(&a.dtype).then_with(|| a.name.cmp(&b.name))
     });
     order
+}
+
+/// Logical bytes decoded as one group, tensors side by side: enough to keep every core busy,
+/// and at most three groups (one decoding, one queued, one being written) are held.
+const GROUP_BYTES: usize = 32 << 20;
+
+/// `order` cut into runs of about [`GROUP_BYTES`] (a larger tensor is a group of its own).
+fn groups<'o>(entries: &[Entry], order: &'o [usize]) -> Vec<&'o [usize]> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (k, &i) in order.iter().enumerate() {
+        bytes += entries[i].len;
+        if bytes >= GROUP_BYTES || k + 1 == order.len() {
+            out.push(&order[start..=k]);
+            (start, bytes) = (k + 1, 0);
+        }
+    }
+    out
 }
 
 /// The header (its `u64` length, then JSON padded with spaces to a multiple of 8) for `entries`
@@ -76,7 +97,7 @@ pub fn write<'a>(
     output: &Path,
     entries: &[Entry],
     metadata: &BTreeMap<String, String>,
-    mut decode: impl FnMut(usize, &mut Vec<u8>) -> Result<Option<&'a [u8]>, CliError>,
+    decode: impl Fn(usize, &mut Vec<u8>) -> Result<Option<&'a [u8]>, CliError> + Sync,
 ) -> Result<(), CliError> {
     let order = layout(entries);
     let header = header(entries, &order, metadata)?;
@@ -88,47 +109,53 @@ pub fn write<'a>(
     let mut file = tmp.as_file();
     file.write_all(&header)?;
     std::thread::scope(|s| -> Result<(), CliError> {
-        // One tensor queued while one is written; buffers come back to be decoded into again.
-        let (full, to_write) = mpsc::sync_channel::<Cow<'a, [u8]>>(1);
+        // One group queued while one is written; buffers come back to be decoded into again.
+        let (full, to_write) = mpsc::sync_channel::<Vec<Cow<'a, [u8]>>>(1);
         let (give_back, spare) = mpsc::channel::<Vec<u8>>();
         let writer = s.spawn(move || -> std::io::Result<()> {
-            for data in to_write {
-                file.write_all(&data)?;
-                if let Cow::Owned(buf) = data {
-                    // The decoder may have finished; then the buffer is simply dropped.
-                    let _ = give_back.send(buf);
+            for group in to_write {
+                for data in group {
+                    file.write_all(&data)?;
+                    if let Cow::Owned(buf) = data {
+                        // The decoder may have finished; then the buffer is simply dropped.
+                        let _ = give_back.send(buf);
+                    }
                 }
             }
             Ok(())
         });
-        let mut free = vec![Vec::new(), Vec::new()];
+        let mut free: Vec<Vec<u8>> = Vec::new();
         let mut decoded = Ok(());
-        for &i in &order {
-            // With both buffers out, wait for the writer to return one; if it has stopped
-            // (an error it reports below), decode into a new one.
-            let mut buf = free.pop().or_else(|| spare.recv().ok()).unwrap_or_default();
-            let data = match decode(i, &mut buf) {
-                Ok(Some(borrowed)) => {
-                    free.push(buf);
-                    Cow::Borrowed(borrowed)
+        'groups: for group in groups(entries, &order) {
+            free.extend(spare.try_iter());
+            let mut bufs: Vec<Vec<u8>> = group.iter().map(|_| free.pop().unwrap_or_default()).collect();
+            // The group's tensors side by side: most are one chunk, which decodes on one core.
+            let results: Vec<_> = group.par_iter().zip(bufs.par_iter_mut()).map(|(&i, buf)| decode(i, buf)).collect();
+            let mut out = Vec::with_capacity(group.len());
+            for ((&i, buf), result) in group.iter().zip(bufs).zip(results) {
+                match result {
+                    Ok(Some(borrowed)) => {
+                        free.push(buf);
+                        out.push(Cow::Borrowed(borrowed));
+                    }
+                    Ok(None) if buf.len() == entries[i].len => out.push(Cow::Owned(buf)),
+                    Ok(None) => {
+                        let e = &entries[i];
+                        decoded = Err(CliError::failed(format!(
+                            "tensor {:?}: {} bytes decoded, {} expected",
+                            e.name,
+                            buf.len(),
+                            e.len
+                        )));
+                        break 'groups;
+                    }
+                    Err(e) => {
+                        decoded = Err(e);
+                        break 'groups;
+                    }
                 }
-                Ok(None) if buf.len() == entries[i].len => Cow::Owned(buf),
-                Ok(None) => {
-                    let e = &entries[i];
-                    decoded = Err(CliError::failed(format!(
-                        "tensor {:?}: {} bytes decoded, {} expected",
-                        e.name,
-                        buf.len(),
-                        e.len
-                    )));
-                    break;
-                }
-                Err(e) => {
-                    decoded = Err(e);
-                    break;
-                }
-            };
-            if full.send(data).is_err() {
+            }
+            if full.send(out).is_err() {
                 break; // The writer stopped on an error.
             }
         }
