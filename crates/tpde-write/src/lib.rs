@@ -308,6 +308,8 @@ impl<W: Write> Writer<W> {
                 (start, bytes) = (k + 1, 0);
             }
         }
+        // Where the tensor being written began, with its padding.
+        let mut open_from = self.pos;
         for window in windows {
             let parts: Vec<Part<'_>> = window
                 .iter()
@@ -320,12 +322,15 @@ impl<W: Write> Writer<W> {
             for ((&(i, _), part), encoded) in window.iter().zip(&parts).zip(self.encode_parts(&parts)) {
                 push_before(self, i, &mut entries);
                 let entry = entries[i].as_mut().expect("not pushed before its chunks");
+                if entry.chunks.is_empty() {
+                    open_from = self.pos;
+                }
                 let written = encoded
                     .map_err(|source| WriteError::Codec { tensor: entry.name.clone(), source })
                     .and_then(|encoded| Ok(self.write_chunk(entry, part.data, encoded)?));
                 if let Err(e) = written {
                     // Bytes of a tensor that will have no entry belong to no chunk.
-                    self.failed |= !entry.chunks.is_empty();
+                    self.failed |= self.pos != open_from;
                     return Err(e);
                 }
             }
