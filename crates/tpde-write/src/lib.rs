@@ -249,16 +249,19 @@ impl<W: Write> Writer<W> {
         let digests: Vec<Digest> = tensors.par_iter().map(|t| tensor_digest(t.data)).collect();
         // A tensor whose chunks an earlier one's already are (tied or duplicated, in an earlier
         // call or this batch) points at them; the others are encoded.
-        let mut in_batch = HashMap::new();
-        let reuse: Vec<Option<Reuse>> = tensors
+        let keys: Vec<DedupKey> = tensors
             .iter()
             .zip(&digests)
+            .map(|(t, &digest)| DedupKey { digest, dtype: t.dtype, base: t.base.map(|(_, d)| d) })
+            .collect();
+        let mut in_batch = HashMap::new();
+        let reuse: Vec<Option<Reuse>> = keys
+            .iter()
             .enumerate()
-            .map(|(i, (t, &digest))| {
-                let key = DedupKey { digest, dtype: t.dtype, base: t.base.map(|(_, d)| d) };
-                let found = self.written.get(&key).map(|&e| Reuse::Written(e));
-                let found = found.or_else(|| in_batch.get(&key).map(|&j| Reuse::Batch(j)));
-                in_batch.entry(key).or_insert(i);
+            .map(|(i, key)| {
+                let found = self.written.get(key).map(|&e| Reuse::Written(e));
+                let found = found.or_else(|| in_batch.get(key).map(|&j| Reuse::Batch(j)));
+                in_batch.entry(*key).or_insert(i);
                 found
             })
             .collect();
@@ -286,9 +289,7 @@ impl<W: Write> Writer<W> {
                     Some(Reuse::Written(e)) => entry.chunks = w.directory.tensors[e].chunks.clone(),
                     Some(Reuse::Batch(j)) => entry.chunks = w.directory.tensors[pushed[j]].chunks.clone(),
                     None => {
-                        let t = &tensors[i];
-                        let key = DedupKey { digest: entry.digest, dtype: t.dtype, base: t.base.map(|(_, d)| d) };
-                        w.written.insert(key, w.directory.tensors.len());
+                        w.written.insert(keys[i], w.directory.tensors.len());
                     }
                 }
                 pushed[i] = w.directory.tensors.len();

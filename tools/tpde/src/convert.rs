@@ -149,6 +149,7 @@ pub fn pack_file(
     // Tensors go to the writer in batches, whose chunks it encodes in parallel.
     let tensors: Vec<_> = src.tensors().collect();
     let mut batch: Vec<Pending<'_>> = Vec::new();
+    let mut batch_bytes = 0;
     for (k, &(name, dtype, shape, data)) in tensors.iter().enumerate() {
         // A tensor whose base counterpart has its name, dtype and shape is a delta; any other
         // (new, reshaped, retyped) is a keyframe inside the delta file.
@@ -163,11 +164,13 @@ pub fn pack_file(
         if let Some(k) = &mut kept {
             k.insert(name, dtype, shape, data.to_vec());
         }
+        batch_bytes += data.len();
         batch.push(Pending { name, dtype, shape, data, base });
-        if batch.iter().map(|p| p.data.len()).sum::<usize>() >= PACK_BATCH_BYTES || k + 1 == tensors.len() {
+        if batch_bytes >= PACK_BATCH_BYTES || k + 1 == tensors.len() {
             add_batch(&mut w, &batch, &mut report)?;
-            bar.inc(batch.iter().map(|p| p.data.len() as u64).sum());
+            bar.inc(batch_bytes as u64);
             batch.clear();
+            batch_bytes = 0;
         }
     }
     report.content_digest = content_digest(w.tensors().iter().map(|t| DigestInput {
