@@ -11,7 +11,7 @@ const DTYPES: [DType; 8] =
     [DType::U8, DType::BF16, DType::F16, DType::F32, DType::F64, DType::I64, DType::F8E4M3, DType::Bool];
 
 fn encoders() -> Vec<Encoder> {
-    let mut e = vec![Encoder::Raw, Encoder::Zstd { level: 1 }, Encoder::Zstd { level: 19 }, Encoder::Auto];
+    let mut e = vec![Encoder::Raw, Encoder::Zstd { level: 1 }, Encoder::Zstd { level: 19 }, Encoder::AutoSerial];
     e.extend(CodecTag::ALL.into_iter().filter(|t| !matches!(t, CodecTag::Raw | CodecTag::Zstd)).map(Encoder::Codec));
     e
 }
@@ -120,7 +120,7 @@ fn auto_picks_sparse_for_few_changes_and_dense_for_many() {
     let pick = |cur: &[u8]| {
         let mut stored = Vec::new();
         let ctx = ChunkContext { dtype: DType::F32, base: Some(&base) };
-        Encoder::Auto.encode(ctx, cur, &mut stored).unwrap().0
+        Encoder::AutoSerial.encode(ctx, cur, &mut stored).unwrap().0
     };
     assert!(pick(&few).to_u16() >= CodecTag::SparseEliasDelta.to_u16(), "{}", pick(&few));
     assert!(matches!(pick(&many), CodecTag::DeltaXor | CodecTag::DeltaSub), "{}", pick(&many));
@@ -145,7 +145,7 @@ fn large_chunks_chosen_from_a_sample_round_trip() {
     for with_base in [true, false] {
         let ctx = ChunkContext { dtype: DType::F32, base: with_base.then_some(&base[..]) };
         let mut stored = Vec::new();
-        let (tag, params) = Encoder::Auto.encode(ctx, &cur, &mut stored).unwrap();
+        let (tag, params) = Encoder::AutoSerial.encode(ctx, &cur, &mut stored).unwrap();
         assert!(stored.len() < cur.len(), "{tag}: {} of {}", stored.len(), cur.len());
         let mut out = vec![0u8; cur.len()];
         decode(tag, ctx, &params, &stored, &mut out).unwrap();

@@ -61,13 +61,13 @@ fn assert_same(gpu: &Gpu, ck: &tpde_gpu::DeviceCheckpoint, cpu: &Reader<Vec<u8>>
 }
 
 fn keyframe_encoders() -> Vec<Encoder> {
-    let mut e = vec![Encoder::Raw, Encoder::Zstd { level: 1 }, Encoder::Auto, Encoder::AutoGpu];
+    let mut e = vec![Encoder::Raw, Encoder::Zstd { level: 1 }, Encoder::AutoSerial, Encoder::Auto];
     e.extend(CodecTag::ALL.into_iter().filter(|t| !t.needs_base() && *t != CodecTag::Raw).map(Encoder::Codec));
     e
 }
 
 fn delta_encoders() -> Vec<Encoder> {
-    let mut e = vec![Encoder::Auto, Encoder::AutoGpu, Encoder::Raw];
+    let mut e = vec![Encoder::AutoSerial, Encoder::Auto, Encoder::Raw];
     e.extend(CodecTag::ALL.into_iter().filter(|t| t.needs_base()).map(Encoder::Codec));
     e
 }
@@ -159,12 +159,10 @@ fn a_tensor_split_over_many_batches_decodes_the_same() {
             *b ^= 0x10;
         }
     }
-    for (encoder, chunk) in [
-        (Encoder::AutoGpu, 4096),
-        (Encoder::Codec(CodecTag::SparsePackedLanes), 2048),
-        (Encoder::Zstd { level: 1 }, 1024),
-    ] {
-        let key = Reader::from_source(write(&base, None, Encoder::AutoGpu, chunk)).unwrap();
+    for (encoder, chunk) in
+        [(Encoder::Auto, 4096), (Encoder::Codec(CodecTag::SparsePackedLanes), 2048), (Encoder::Zstd { level: 1 }, 1024)]
+    {
+        let key = Reader::from_source(write(&base, None, Encoder::Auto, chunk)).unwrap();
         let delta = Reader::from_source(write(&cur, Some((&base, "b")), encoder, chunk)).unwrap();
         for g in [gpu, &small] {
             let b = g.load(&key, None).unwrap();
@@ -186,7 +184,7 @@ fn the_layer_loader_gives_each_layer_in_order() {
         }
     }
     ck.push(("lm_head.weight".into(), DType::F16, vec![128], tensor_bytes(DType::F16, 128, 9, true)));
-    let reader = Reader::from_source(write(&ck, None, Encoder::AutoGpu, 256)).unwrap();
+    let reader = Reader::from_source(write(&ck, None, Encoder::Auto, 256)).unwrap();
     let mut loader = LayerLoader::new(gpu, &reader, None).unwrap();
     let keys: Vec<String> = loader.keys().map(String::from).collect();
     assert_eq!(keys, ["embed", "model.layers.0", "model.layers.1", "model.layers.2", "lm_head"]);
@@ -217,9 +215,9 @@ fn chains_follow_hints_and_wrong_bases_are_rejected() {
         std::fs::write(&path, bytes).unwrap();
         path
     };
-    save("a.tpde", write(&a, None, Encoder::AutoGpu, 1024));
-    save("b.tpde", write(&b, Some((&a, "a.tpde")), Encoder::AutoGpu, 1024));
-    let c_path = save("c.tpde", write(&c, Some((&b, "b.tpde")), Encoder::Auto, 1024));
+    save("a.tpde", write(&a, None, Encoder::Auto, 1024));
+    save("b.tpde", write(&b, Some((&a, "a.tpde")), Encoder::Auto, 1024));
+    let c_path = save("c.tpde", write(&c, Some((&b, "b.tpde")), Encoder::AutoSerial, 1024));
     let ck = gpu.load_chain(&c_path).unwrap();
     assert_eq!(gpu.read_back(&ck.tensors()[0]).unwrap(), c[0].3);
     assert_eq!(*ck.content_digest(), open_chain(&c_path).unwrap().content_digest());

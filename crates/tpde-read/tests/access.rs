@@ -58,7 +58,7 @@ fn open_and_read_touch_only_what_they_need() {
 
 #[test]
 fn a_stream_reads_what_the_map_reads() {
-    for encoder in [Encoder::Raw, Encoder::Zstd { level: 3 }, Encoder::Auto] {
+    for encoder in [Encoder::Raw, Encoder::Zstd { level: 3 }, Encoder::Auto, Encoder::AutoSerial] {
         let bytes = common::small_file(encoder);
         let in_memory = Reader::from_source(bytes.as_slice()).unwrap();
         let stream = Reader::from_source(StreamSource::new(std::io::Cursor::new(bytes.clone())).unwrap()).unwrap();

@@ -81,8 +81,8 @@ fn assert_decodes_to<S: tpde_read::Source + Send>(r: &Reader<S>, ck: &Checkpoint
 fn every_delta_codec_round_trips_through_its_base() {
     let a = first();
     let b = step(&a, 1);
-    let base = Arc::new(Reader::from_source(write(&a, None, Encoder::Auto, 1024)).unwrap());
-    let mut encoders = vec![Encoder::Auto, Encoder::AutoGpu];
+    let base = Arc::new(Reader::from_source(write(&a, None, Encoder::AutoSerial, 1024)).unwrap());
+    let mut encoders = vec![Encoder::AutoSerial, Encoder::Auto];
     encoders.extend(CodecTag::ALL.into_iter().filter(|t| t.needs_base()).map(Encoder::Codec));
     for enc in encoders {
         let file = write(&b, Some((&a, "a.tpde")), enc, 1024);
@@ -104,14 +104,14 @@ fn wrong_base_is_rejected_naming_both_digests() {
     let a = first();
     let b = step(&a, 1);
     let c = step(&b, 2);
-    let delta = Reader::from_source(write(&c, Some((&b, "")), Encoder::Auto, 1024)).unwrap();
-    let wrong = Arc::new(Reader::from_source(write(&a, None, Encoder::Auto, 1024)).unwrap());
+    let delta = Reader::from_source(write(&c, Some((&b, "")), Encoder::AutoSerial, 1024)).unwrap();
+    let wrong = Arc::new(Reader::from_source(write(&a, None, Encoder::AutoSerial, 1024)).unwrap());
     let e = delta.with_base(wrong).err().unwrap();
     assert_eq!(e.kind(), ErrorKind::BaseMismatch);
     let msg = e.to_string();
     assert!(msg.contains(&to_hex(&digest_of(&b))) && msg.contains(&to_hex(&digest_of(&a))), "{msg}");
     // A keyframe takes no base.
-    let key = Reader::from_source(write(&a, None, Encoder::Auto, 1024)).unwrap();
+    let key = Reader::from_source(write(&a, None, Encoder::AutoSerial, 1024)).unwrap();
     let e = key.with_base(Arc::new(Reader::from_source(write(&a, None, Encoder::Raw, 1024)).unwrap()));
     assert_eq!(e.err().unwrap().kind(), ErrorKind::InvalidArgument);
 }
@@ -124,7 +124,7 @@ fn added_removed_reshaped_and_retyped_tensors() {
     b.push(("new".into(), DType::F32, vec![3], f32s([1.0, 2.0, 3.0]))); // added
     b[0].2 = vec![50, 40]; // reshaped
     b[1].1 = DType::U64; // retyped
-    let file = write(&b, Some((&a, "")), Encoder::Auto, 1024);
+    let file = write(&b, Some((&a, "")), Encoder::AutoSerial, 1024);
     let r = Reader::from_source(file).unwrap();
     // Nothing in the file uses the base: every tensor is a keyframe inside the delta.
     assert!(!r.uses_base());
@@ -136,13 +136,13 @@ fn tied_tensors_are_stored_once() {
     let a = first();
     let mut tied = a.clone();
     tied.push(("w_tied".into(), DType::F32, vec![2000], a[0].3.clone()));
-    let file = write(&tied, None, Encoder::Auto, 1024);
+    let file = write(&tied, None, Encoder::AutoSerial, 1024);
     let r = Reader::from_source(file).unwrap();
     let (w, t) = (r.tensor("w").unwrap(), r.tensor("w_tied").unwrap());
     let offsets = |e: &tpde_format::TensorEntry| e.chunks.iter().map(|c| c.offset).collect::<Vec<_>>();
     assert_eq!(offsets(w), offsets(t));
     assert_decodes_to(&r, &tied);
-    let untied = Reader::from_source(write(&a, None, Encoder::Auto, 1024)).unwrap();
+    let untied = Reader::from_source(write(&a, None, Encoder::AutoSerial, 1024)).unwrap();
     let stored = w.stored_length();
     assert!(r.file_len() - untied.file_len() < stored / 2, "the copy costs only its directory entry");
 }
@@ -157,7 +157,7 @@ fn chains_follow_path_hints_and_loops_are_caught() {
     });
     for (i, ck) in cks.iter().enumerate() {
         let base = (i > 0).then(|| (&cks[i - 1], format!("{}.tpde", i - 1)));
-        let bytes = write(ck, base.as_ref().map(|(b, h)| (*b, h.as_str())), Encoder::Auto, 1024);
+        let bytes = write(ck, base.as_ref().map(|(b, h)| (*b, h.as_str())), Encoder::AutoSerial, 1024);
         std::fs::write(dir.path().join(format!("{i}.tpde")), bytes).unwrap();
     }
     let last = open_chain(dir.path().join("4.tpde")).unwrap();
@@ -179,7 +179,7 @@ fn file_writer_records_the_base_flag_and_hint() {
     let dir = tempfile::tempdir().unwrap();
     let a = first();
     let opts = WriteOptions {
-        encoder: Encoder::Auto,
+        encoder: Encoder::AutoSerial,
         base: Some(BaseRef { digest: digest_of(&a), path_hint: "a.tpde".into() }),
         ..WriteOptions::default()
     };
@@ -222,11 +222,11 @@ proptest! {
                 }
             }
         }
-        let mut encoders = vec![Encoder::Auto];
+        let mut encoders = vec![Encoder::AutoSerial];
         encoders.extend(CodecTag::ALL.into_iter().filter(|t| t.needs_base()).map(Encoder::Codec));
         let enc = encoders[which % encoders.len()];
         let file = write(&b, Some((&a, "")), enc, 1 << chunk_pow);
-        let base = Arc::new(Reader::from_source(write(&a, None, Encoder::Auto, 1 << chunk_pow)).unwrap());
+        let base = Arc::new(Reader::from_source(write(&a, None, Encoder::AutoSerial, 1 << chunk_pow)).unwrap());
         let r = Reader::from_source(file).unwrap().with_base(base).unwrap();
         for (name, _, _, bytes) in &b {
             prop_assert_eq!(&*r.read(name).unwrap(), &bytes[..]);

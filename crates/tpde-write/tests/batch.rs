@@ -41,7 +41,7 @@ fn a_batch_writes_what_one_by_one_writes() {
         TensorInput { name: "key", dtype: DType::U8, shape: &[5000], data: &a, base: None },
         TensorInput { name: "b.tied", dtype: DType::BF16, shape: &[256], data: &b, base: Some((&base_b, d(&base_b))) },
     ];
-    for encoder in [Encoder::Auto, Encoder::Raw, Encoder::Zstd { level: 1 }] {
+    for encoder in [Encoder::Auto, Encoder::AutoSerial, Encoder::Raw, Encoder::Zstd { level: 1 }] {
         let mut one = Writer::new(Vec::new(), options(encoder)).unwrap();
         for t in &tensors {
             match t.base {
@@ -63,7 +63,7 @@ fn a_batch_writes_what_one_by_one_writes() {
 #[test]
 fn a_refused_batch_writes_nothing() {
     let a = bytes(4096, 1);
-    let mut w = Writer::new(Vec::new(), options(Encoder::Auto)).unwrap();
+    let mut w = Writer::new(Vec::new(), options(Encoder::AutoSerial)).unwrap();
     w.add_tensor("first", DType::U8, &[16], &a[..16]).unwrap();
     let before = w.tensors().to_vec();
     let ok = TensorInput { name: "x", dtype: DType::U8, shape: &[4096], data: &a, base: None };

@@ -220,14 +220,15 @@ fn codecs(g: &mut Gen) {
     }
     let mut mixed =
         Spec::new("valid/codec-mixed.tpde", "§6", "raw, zstd and planes chunks in one file").chunk_bytes(256);
-    for (i, encoder) in [Encoder::Raw, Encoder::Zstd { level: 1 }, Encoder::Codec(CodecTag::Planes), Encoder::Auto]
-        .into_iter()
-        .enumerate()
+    for (i, encoder) in
+        [Encoder::Raw, Encoder::Zstd { level: 1 }, Encoder::Codec(CodecTag::Planes), Encoder::AutoSerial]
+            .into_iter()
+            .enumerate()
     {
         mixed = mixed
             .tensor(T::new(&format!("t{i}"), DType::BF16, &[300], weights(DType::BF16, 300, &mut rng)).with(encoder));
     }
-    mixed.options.encoder = Encoder::Auto;
+    mixed.options.encoder = Encoder::AutoSerial;
     g.valid(mixed);
 }
 
@@ -335,7 +336,7 @@ fn deltas(g: &mut Gen) {
             "§6.3",
             "the writer's choice per chunk among every codec (what `tpde pack --base` writes)",
         )
-        .encoder(Encoder::Auto)
+        .encoder(Encoder::AutoSerial)
         .chunk_bytes(1024)
         .tensors(auto)
         .base(DELTA_BASE),
@@ -361,7 +362,7 @@ fn deltas(g: &mut Gen) {
     changed.push(T::new("added", DType::F32, &[7, 3], weights(DType::F32, 21, &mut rng)));
     g.valid(
         Spec::new("valid/delta-tensor-changes.tpde", "§6.3", "a delta whose tensors differ from the base's: one added, two removed, one reshaped, one retyped (those are keyframes)")
-            .encoder(Encoder::Auto)
+            .encoder(Encoder::AutoSerial)
             .tensors(changed)
             .base(DELTA_BASE),
     );
@@ -375,7 +376,7 @@ fn deltas(g: &mut Gen) {
             "§7.3",
             "a delta against valid/delta-xor.tpde, itself a delta: a chain of two",
         )
-        .encoder(Encoder::Auto)
+        .encoder(Encoder::AutoSerial)
         .tensors(next)
         .base(DELTA_XOR),
     );
@@ -392,7 +393,7 @@ fn deltas(g: &mut Gen) {
             "§6.6",
             "lossy delta: float changes under 1e-3 dropped against the base; tpde.max_abs_error records the bound",
         )
-        .encoder(Encoder::Auto)
+        .encoder(Encoder::AutoSerial)
         .meta(KEY_MAX_ABS_ERROR, MetadataValue::F64(tau))
         .tensors(lossy)
         .base(DELTA_BASE),
@@ -406,7 +407,7 @@ fn deltas(g: &mut Gen) {
             "§7.3",
             "a delta found through its path hint (\"delta-base.tpde\", next to it)",
         )
-        .encoder(Encoder::Auto)
+        .encoder(Encoder::AutoSerial)
         .tensors(hinted)
         .base(DELTA_BASE),
     );
@@ -427,7 +428,7 @@ fn structure(g: &mut Gen) {
             .tensor(T::new("one", DType::U16, &[1], vec![1, 2])),
     );
     let mut scalars = Spec::new("valid/scalars.tpde", "§5.3", "rank-0 tensors (one element) of several dtypes")
-        .encoder(Encoder::Auto);
+        .encoder(Encoder::AutoSerial);
     for dtype in [DType::F32, DType::BF16, DType::F64, DType::I64, DType::U8, DType::Bool, DType::F8E5M2] {
         scalars = scalars.tensor(T::new(&format!("scalar.{dtype}"), dtype, &[], weights(dtype, 1, &mut rng)));
     }
@@ -613,10 +614,10 @@ fn lanes(g: &mut Gen) {
         ),
         (
             "valid/delta-gpu-profile.tpde",
-            Encoder::AutoGpu,
+            Encoder::Auto,
             0.2,
             6,
-            "the GPU profile's choice per chunk among the lane tags (what `tpde pack --profile gpu --base` writes)",
+            "the default choice per chunk among the lane tags (what `tpde pack --base` writes, under either profile)",
         ),
     ] {
         g.valid(

@@ -24,7 +24,7 @@ pub struct Input {
 fn encoder(selector: u8) -> Encoder {
     let deltas: Vec<CodecTag> = CodecTag::ALL.into_iter().filter(|t| t.needs_base()).collect();
     let i = selector as usize % (deltas.len() + 2);
-    deltas.get(i).map_or(if i == deltas.len() { Encoder::Auto } else { Encoder::AutoGpu }, |&t| Encoder::Codec(t))
+    deltas.get(i).map_or(if i == deltas.len() { Encoder::AutoSerial } else { Encoder::Auto }, |&t| Encoder::Codec(t))
 }
 
 pub fn run(data: &[u8]) {

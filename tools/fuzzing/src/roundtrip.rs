@@ -71,11 +71,12 @@ pub struct Input {
 
 /// The keyframe encoders: a delta one needs a base (see `delta_roundtrip`).
 pub fn keyframe_encoder(selector: u8, level: i8) -> Encoder {
-    match selector % 5 {
+    match selector % 6 {
         0 => Encoder::Raw,
         1 => Encoder::Zstd { level: i32::from(level % 8) },
         2 => Encoder::Codec(CodecTag::Planes),
         3 => Encoder::Codec(CodecTag::PlanesLanes),
+        4 => Encoder::AutoSerial,
         _ => Encoder::Auto,
     }
 }

@@ -454,7 +454,7 @@ pub fn compare_safetensors(a: &Path, b: &Path) -> Result<Option<String>, CliErro
 /// Which readers `pack` chooses codecs for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Profile {
-    /// Any codec: the smallest file.
+    /// Any codec.
     Cpu,
     /// Only codecs a GPU decodes in parallel (spec §6.7): `raw` and the lane forms.
     Gpu,
@@ -467,8 +467,8 @@ pub fn encoder(codec: &str, level: Option<i32>, profile: Profile) -> Result<Enco
         return Err(CliError::usage("--level applies to --codec zstd only"));
     }
     let encoder = match codec {
-        "auto" if profile == Profile::Gpu => Encoder::AutoGpu,
         "auto" => Encoder::Auto,
+        "auto-serial" => Encoder::AutoSerial,
         "raw" => Encoder::Raw,
         "zstd" => {
             let level = level.unwrap_or(3);
@@ -480,13 +480,13 @@ pub fn encoder(codec: &str, level: Option<i32>, profile: Profile) -> Result<Enco
         }
         other => CodecTag::from_name(other).map(Encoder::Codec).ok_or_else(|| {
             let names: Vec<&str> = CodecTag::ALL.iter().map(|t| t.name()).collect();
-            CliError::usage(format!("unknown codec {other:?}: expected auto, {}", names.join(", ")))
+            CliError::usage(format!("unknown codec {other:?}: expected auto, auto-serial, {}", names.join(", ")))
         })?,
     };
     let gpu_ok = match encoder {
-        Encoder::Raw | Encoder::AutoGpu => true,
+        Encoder::Raw | Encoder::Auto => true,
         Encoder::Codec(tag) => tag.gpu_parallel(),
-        Encoder::Zstd { .. } | Encoder::Auto => false,
+        Encoder::Zstd { .. } | Encoder::AutoSerial => false,
     };
     if profile == Profile::Gpu && !gpu_ok {
         let names: Vec<&str> = CodecTag::ALL.iter().filter(|t| t.gpu_parallel()).map(|t| t.name()).collect();

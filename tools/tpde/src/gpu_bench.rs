@@ -93,11 +93,11 @@ pub fn run(gpu: &Gpu, input: &Path, base: Option<&Path>, runs: usize) -> Result<
         ("raw".into(), Encoder::Raw, false),
         ("zstd -3 (CPU-decoded, uploaded)".into(), Encoder::Zstd { level: 3 }, false),
         ("planes (serial rANS on the CPU)".into(), Encoder::Codec(CodecTag::Planes), false),
-        ("planes-lanes (--profile gpu)".into(), Encoder::AutoGpu, false),
+        ("planes-lanes (auto)".into(), Encoder::Auto, false),
     ];
     if base_st.is_some() {
-        cases.push(("delta, --profile cpu (auto)".into(), Encoder::Auto, true));
-        cases.push(("delta, --profile gpu".into(), Encoder::AutoGpu, true));
+        cases.push(("delta, auto-serial".into(), Encoder::AutoSerial, true));
+        cases.push(("delta, auto".into(), Encoder::Auto, true));
         cases.push(("delta, sparse-packed-lanes".into(), Encoder::Codec(CodecTag::SparsePackedLanes), true));
     }
     for (label, encoder, delta) in cases {

@@ -68,9 +68,15 @@ fn inspect_text_and_json() {
     tpde().arg("pack").arg(&src).arg("-o").arg(&packed).assert().success();
     let text = inspect().arg(&packed).assert().success().get_output().stdout.clone();
     let text = String::from_utf8(text).unwrap();
-    for needle in
-        ["TPDE 1.1", "model.embed_tokens.weight", "bf16", "[64, 16]", "planes", "tpde.source_format", "none (keyframe)"]
-    {
+    for needle in [
+        "TPDE 1.2",
+        "model.embed_tokens.weight",
+        "bf16",
+        "[64, 16]",
+        "planes-lanes",
+        "tpde.source_format",
+        "none (keyframe)",
+    ] {
         assert!(text.contains(needle), "{needle} missing from:\n{text}");
     }
     let json = inspect().arg(&packed).args(["--json", "--chunks"]).assert().success().get_output().stdout.clone();
@@ -113,7 +119,7 @@ fn exit_codes_and_messages() {
     bytes[60..64].copy_from_slice(&crc.to_le_bytes());
     let v3 = dir.path().join("v3.tpde");
     std::fs::write(&v3, &bytes).unwrap();
-    inspect().arg(&v3).assert().code(1).stderr(predicates::str::contains("version 3.1"));
+    inspect().arg(&v3).assert().code(1).stderr(predicates::str::contains("version 3.2"));
 
     // A corrupted chunk: open succeeds, verify fails with exit 1 and says where.
     let mut bytes = std::fs::read(&packed).unwrap();
@@ -352,4 +358,46 @@ fn gpu_profile_and_gpu_unpack() {
         .assert()
         .code(2)
         .stderr(predicates::str::contains("--profile gpu writes only"));
+}
+
+#[test]
+fn auto_writes_lane_forms_and_auto_serial_the_1_1_codecs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let a = model(d, "a.safetensors", 5, 1);
+    let b = model(d, "b.safetensors", 6, 1);
+    let codecs = |f: &str| {
+        let out = inspect().args(["--json", "--chunks"]).arg(d.join(f)).assert().success().get_output().stdout.clone();
+        serde_json::from_slice::<serde_json::Value>(&out).unwrap().to_string()
+    };
+    for (codec, lanes) in [(None, true), (Some("auto-serial"), false)] {
+        let suffix = codec.unwrap_or("auto");
+        let (key, delta) = (format!("a.{suffix}.tpde"), format!("b.{suffix}.tpde"));
+        let pack = |input: &Path, output: &str, base: Option<&str>| {
+            let mut cmd = tpde();
+            cmd.args(["pack", "--chunk-size", "4096"]).arg(input).args(["-o", output]).current_dir(d);
+            if let Some(codec) = codec {
+                cmd.args(["--codec", codec]);
+            }
+            if let Some(base) = base {
+                cmd.args(["--base", base]);
+            }
+            cmd.assert().success();
+        };
+        pack(&a, &key, None);
+        pack(&b, &delta, Some(&key));
+        for f in [&key, &delta] {
+            let text = codecs(f);
+            // `auto` writes only lane tags; `auto-serial` only the 1.1 codecs.
+            for tag in tpde_format::CodecTag::ALL.into_iter().filter(|t| t.name() != "raw") {
+                let lane_tag = tag.name().ends_with("-lanes");
+                if text.contains(&format!("\"{}\"", tag.name())) {
+                    assert_eq!(lane_tag, lanes, "{f} uses {tag}");
+                }
+            }
+            assert_eq!(text.contains("-lanes\""), lanes, "{f}: {text}");
+        }
+        tpde().args(["unpack", &delta, "--base", &key, "-o", "b.out.safetensors"]).current_dir(d).assert().success();
+        assert_eq!(convert::compare_safetensors(&b, &d.join("b.out.safetensors")).unwrap(), None, "{suffix}");
+    }
 }
