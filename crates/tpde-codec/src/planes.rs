@@ -226,13 +226,18 @@ fn split(elements: &[u8], w: usize) -> Vec<u8> {
         4 => {
             let (p01, p23) = planes.split_at_mut(2 * n);
             let ((p0, p1), (p2, p3)) = (p01.split_at_mut(n), p23.split_at_mut(n));
-            let e = &elements[..4 * n];
-            for i in 0..n {
-                let x = u32::from_le_bytes([e[4 * i], e[4 * i + 1], e[4 * i + 2], e[4 * i + 3]]);
-                p0[i] = x as u8;
-                p1[i] = (x >> 8) as u8;
-                p2[i] = (x >> 16) as u8;
-                p3[i] = (x >> 24) as u8;
+            // Blocks of 16 elements, as in `merge`.
+            const B: usize = 16;
+            let (a, b) = (p0.chunks_exact_mut(B), p1.chunks_exact_mut(B));
+            let (c, d) = (p2.chunks_exact_mut(B), p3.chunks_exact_mut(B));
+            for ((((e, a), b), c), d) in elements.chunks_exact(4 * B).zip(a).zip(b).zip(c).zip(d) {
+                for i in 0..B {
+                    (a[i], b[i], c[i], d[i]) = (e[4 * i], e[4 * i + 1], e[4 * i + 2], e[4 * i + 3]);
+                }
+            }
+            for i in n / B * B..n {
+                (p0[i], p1[i], p2[i], p3[i]) =
+                    (elements[4 * i], elements[4 * i + 1], elements[4 * i + 2], elements[4 * i + 3]);
             }
         }
         _ => {
@@ -246,27 +251,44 @@ fn split(elements: &[u8], w: usize) -> Vec<u8> {
     planes
 }
 
-/// Interleaves `w` planes of `n` bytes (plane after plane) into elements.
-fn merge(planes: &[u8], w: usize, out: &mut [u8]) {
-    let n = out.len() / w;
-    match w {
-        1 => out.copy_from_slice(planes),
-        2 => {
-            let (p0, p1) = planes.split_at(n);
-            for ((c, a), b) in out.chunks_exact_mut(2).zip(p0).zip(p1) {
-                (c[0], c[1]) = (*a, *b);
+/// Interleaves planes of `n` bytes each into elements of `planes.len()` bytes.
+fn merge(planes: &[&[u8]], out: &mut [u8]) {
+    // Blocks of 16 elements, so the compiler can turn each into byte shuffles. (Measured on a
+    // 4 MiB chunk of real f32 weights, one core: with stored planes merged in place instead
+    // of copied, `planes-lanes` decodes at 1911 MB/s, was 1756.)
+    const B: usize = 16;
+    match planes {
+        [p0] => out.copy_from_slice(p0),
+        [p0, p1] => {
+            let mut blocks = out.chunks_exact_mut(2 * B);
+            let (a, b) = (p0.chunks_exact(B), p1.chunks_exact(B));
+            for ((o, a), b) in blocks.by_ref().zip(a).zip(b) {
+                for i in 0..B {
+                    (o[2 * i], o[2 * i + 1]) = (a[i], b[i]);
+                }
+            }
+            let k = out.len() / (2 * B) * B;
+            for (i, o) in out[2 * k..].chunks_exact_mut(2).enumerate() {
+                (o[0], o[1]) = (p0[k + i], p1[k + i]);
             }
         }
-        4 => {
-            let (p01, p23) = planes.split_at(2 * n);
-            let ((p0, p1), (p2, p3)) = (p01.split_at(n), p23.split_at(n));
-            for ((((c, a), b), d), e) in out.chunks_exact_mut(4).zip(p0).zip(p1).zip(p2).zip(p3) {
-                (c[0], c[1], c[2], c[3]) = (*a, *b, *d, *e);
+        [p0, p1, p2, p3] => {
+            let (a, b) = (p0.chunks_exact(B), p1.chunks_exact(B));
+            let (c, d) = (p2.chunks_exact(B), p3.chunks_exact(B));
+            for ((((o, a), b), c), d) in out.chunks_exact_mut(4 * B).zip(a).zip(b).zip(c).zip(d) {
+                for i in 0..B {
+                    (o[4 * i], o[4 * i + 1], o[4 * i + 2], o[4 * i + 3]) = (a[i], b[i], c[i], d[i]);
+                }
+            }
+            let k = out.len() / (4 * B) * B;
+            for (i, o) in out[4 * k..].chunks_exact_mut(4).enumerate() {
+                (o[0], o[1], o[2], o[3]) = (p0[k + i], p1[k + i], p2[k + i], p3[k + i]);
             }
         }
         _ => {
-            for (j, plane) in planes.chunks_exact(n.max(1)).enumerate() {
-                for (c, p) in out.chunks_exact_mut(w).zip(plane) {
+            let w = planes.len();
+            for (j, plane) in planes.iter().enumerate() {
+                for (c, p) in out.chunks_exact_mut(w).zip(plane.iter()) {
                     c[j] = *p;
                 }
             }
@@ -376,18 +398,30 @@ pub fn decode(codec: CodecTag, stored: &[u8], at: usize, w: usize, out: &mut [u8
     let n = out.len() / w;
     let corrupt = rans::corrupt(codec);
     let (records, end) = parse(codec, stored, at, w, n)?;
-    let mut planes = vec![0u8; n * w];
-    for (j, record) in records.iter().enumerate() {
-        let plane = &mut planes[j * n..(j + 1) * n];
+    if n == 0 {
+        return Ok(end);
+    }
+    // Stored planes merge straight from the chunk; only coded ones are decoded to a buffer.
+    let coded: Vec<&PlaneRecord> = records.iter().filter(|r| !matches!(r, PlaneRecord::Stored(_))).collect();
+    let mut decoded = vec![0u8; n * coded.len()];
+    for (record, plane) in coded.into_iter().zip(decoded.chunks_exact_mut(n)) {
         match record {
-            PlaneRecord::Stored(at) => plane.copy_from_slice(&stored[*at..*at + n]),
+            PlaneRecord::Stored(_) => unreachable!("filtered out"),
             PlaneRecord::Serial(table, stream) => {
                 rans::decode(table, &stored[stream.clone()], plane).map_err(&corrupt)?;
             }
             PlaneRecord::Lanes(table, layout) => rans::decode_lanes(table, stored, layout, plane).map_err(&corrupt)?,
         }
     }
-    merge(&planes, w, out);
+    let mut decoded = decoded.chunks_exact(n);
+    let planes: Vec<&[u8]> = records
+        .iter()
+        .map(|r| match r {
+            PlaneRecord::Stored(at) => &stored[*at..*at + n],
+            _ => decoded.next().expect("one decoded plane per coded record"),
+        })
+        .collect();
+    merge(&planes, out);
     Ok(end)
 }
 
