@@ -213,6 +213,11 @@ struct Encoder {
     freq: [u32; 256],
     start: [u32; 256],
     rcp: [u64; 256],
+    /// For the vector loop: `freq | start << 12`, and 1/freq as a double (0 where absent).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    info: [u32; 256],
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    inverse: [f64; 256],
 }
 
 impl Encoder {
@@ -227,7 +232,10 @@ impl Encoder {
                 *r = (1u64 << 44) / u64::from(f) + 1;
             }
         }
-        Encoder { freq, start: table.starts(), rcp }
+        let start = table.starts();
+        let info = std::array::from_fn(|s| freq[s] | start[s] << SCALE_BITS);
+        let inverse = freq.map(|f| if f > 0 { 1.0 / f64::from(f) } else { 0.0 });
+        Encoder { freq, start, rcp, info, inverse }
     }
 
     /// Encodes `symbols` as one serial stream, returning the final states.
@@ -246,17 +254,18 @@ impl Encoder {
         x
     }
 
-    /// Encodes lanes `k0..k0 + CPU_LANES` (those below `lanes`) of the lane form side by side,
+    /// Encodes lanes `k0..k0 + G` (those below `lanes`) of the lane form side by side,
     /// each into its own spill buffer, returning their final states: independent states keep
     /// the core's pipelines full where one lane is a chain of dependent steps.
-    fn lanes<const BRANCHLESS: bool>(
+    fn lanes<const BRANCHLESS: bool, const G: usize>(
         &self,
         symbols: &[u8],
         k0: usize,
         lanes: usize,
-        spills: &mut [Spill; CPU_LANES],
-    ) -> [u32; CPU_LANES] {
-        let mut x = [L; CPU_LANES];
+        spills: &mut [Spill; G],
+        vector: bool,
+    ) -> [u32; G] {
+        let mut x = [L; G];
         for spill in spills.iter_mut() {
             spill.at = spill.buf.len();
         }
@@ -264,7 +273,7 @@ impl Encoder {
         // Lane k has words k, k + lanes, ...; the rounds every lane of the group has in full
         // run side by side, the rest (a last round, a partial word) one lane at a time.
         let whole = symbols.len() / 4;
-        let full = if k0 + CPU_LANES <= lanes { (whole - (k0 + CPU_LANES - 1).min(whole)).div_ceil(lanes) } else { 0 };
+        let full = if k0 + G <= lanes { (whole - (k0 + G - 1).min(whole)).div_ceil(lanes) } else { 0 };
         for (j, (xj, spill)) in x.iter_mut().zip(spills.iter_mut()).enumerate().take(lanes.saturating_sub(k0)) {
             for q in (k0 + j + full * lanes..words).step_by(lanes).rev() {
                 for &s in symbols[4 * q..(4 * q + 4).min(symbols.len())].iter().rev() {
@@ -272,9 +281,23 @@ impl Encoder {
                 }
             }
         }
+        #[cfg(target_arch = "x86_64")]
+        if vector && full > 0 {
+            let (x32, spills32) = ((&mut x[..]).try_into(), (&mut spills[..]).try_into());
+            if let (Ok(x32), Ok(spills32)) = (x32, spills32) {
+                // SAFETY: the caller asks for the vector loop only where the CPU has AVX2.
+                #[allow(unsafe_code)]
+                unsafe {
+                    avx2::encode_rounds(self, symbols, k0, lanes, full, x32, spills32)
+                };
+                return x;
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = vector;
         for t in (0..full).rev() {
             let q0 = k0 + t * lanes;
-            let word = &symbols[4 * q0..4 * (q0 + CPU_LANES)];
+            let word = &symbols[4 * q0..4 * (q0 + G)];
             for i in (0..4).rev() {
                 for (j, (xj, spill)) in x.iter_mut().zip(spills.iter_mut()).enumerate() {
                     *xj = self.put::<BRANCHLESS>(*xj, word[4 * j + i], spill);
@@ -319,25 +342,54 @@ pub fn lane_count(n: usize) -> usize {
 
 /// Encodes `symbols` in the lane form (spec §6.2.3) and appends it.
 pub fn encode_lanes(table: &Table, symbols: &[u8], out: &mut Vec<u8>) {
+    encode_lanes_with(table, symbols, out, true);
+}
+
+/// [`encode_lanes`], with or without the vector loop (the tests compare the two).
+fn encode_lanes_with(table: &Table, symbols: &[u8], out: &mut Vec<u8>, vectors: bool) {
     let enc = Encoder::new(table);
     let lanes = lane_count(symbols.len());
     let words = symbols.len().div_ceil(4);
     let mut states = Vec::with_capacity(lanes);
     let mut bytes: Vec<u8> = Vec::with_capacity(symbols.len() / 2 + 16);
     let mut ends = Vec::with_capacity(lanes);
-    let mut spills: [Spill; CPU_LANES] = std::array::from_fn(|_| Spill::new(4 * words.div_ceil(lanes)));
+    let spill = || Spill::new(4 * words.div_ceil(lanes));
     let fast = branchless(&table.freq);
-    for k0 in (0..lanes).step_by(CPU_LANES) {
-        let x = if fast {
-            enc.lanes::<true>(symbols, k0, lanes, &mut spills)
-        } else {
-            enc.lanes::<false>(symbols, k0, lanes, &mut spills)
-        };
-        for (xj, spill) in x.into_iter().zip(&spills).take(lanes - k0) {
+    let mut push = |x: &[u32], spills: &[Spill]| {
+        for (&xj, spill) in x.iter().zip(spills) {
             states.push(xj);
             bytes.extend_from_slice(spill.bytes());
             ends.push(bytes.len() as u32);
         }
+    };
+    let mut k0 = 0;
+    // Groups of 32 lanes in vector registers where the CPU has AVX2, the rest four at a time.
+    // Not for planes under a bit per symbol, where the scalar loop's branches predict well.
+    // (Measured on one Zen 3 core: 3.3 bits per symbol 322 -> 437 MB/s; 0.1 bits 678 -> 491.)
+    #[cfg(target_arch = "x86_64")]
+    if vectors && fast && avx2::available() && lanes >= avx2::ENCODE_WIDTH {
+        let mut spills: [Spill; avx2::ENCODE_WIDTH] = std::array::from_fn(|_| spill());
+        while k0 + avx2::ENCODE_WIDTH <= lanes {
+            let x = if fast {
+                enc.lanes::<true, { avx2::ENCODE_WIDTH }>(symbols, k0, lanes, &mut spills, true)
+            } else {
+                enc.lanes::<false, { avx2::ENCODE_WIDTH }>(symbols, k0, lanes, &mut spills, true)
+            };
+            push(&x, &spills);
+            k0 += avx2::ENCODE_WIDTH;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = vectors;
+    let mut spills: [Spill; CPU_LANES] = std::array::from_fn(|_| spill());
+    for k0 in (k0..lanes).step_by(CPU_LANES) {
+        let x = if fast {
+            enc.lanes::<true, CPU_LANES>(symbols, k0, lanes, &mut spills, false)
+        } else {
+            enc.lanes::<false, CPU_LANES>(symbols, k0, lanes, &mut spills, false)
+        };
+        let n = CPU_LANES.min(lanes - k0);
+        push(&x[..n], &spills[..n]);
     }
     out.extend_from_slice(&(lanes as u32).to_le_bytes());
     for x in states.into_iter().chain(ends) {
@@ -720,7 +772,7 @@ mod tests {
     }
 
     #[test]
-    fn vector_and_scalar_lanes_agree_on_valid_and_damaged_records() {
+    fn vector_and_scalar_lanes_agree_on_encoding_and_on_valid_and_damaged_records() {
         // Enough lanes for groups of 32 and of 8 and a scalar rest (n / 4096 lanes), at
         // entropies under and over a bit per symbol; then every kind of damage the loops can
         // meet: changed and cut bytes, states out of the normalised range, lanes with no bytes.
@@ -737,6 +789,9 @@ mod tests {
                 let table = Table::from_histogram(&histogram(&data));
                 let mut lanes = Vec::new();
                 encode_lanes(&table, &data, &mut lanes);
+                let mut scalar = Vec::new();
+                encode_lanes_with(&table, &data, &mut scalar, false);
+                assert!(lanes == scalar, "vector and scalar encoders differ, p {p} n {n}");
                 let layout = LaneLayout::read(&lanes, 0, n).unwrap();
                 assert_eq!(both_paths(&table, &lanes, &layout, n).unwrap(), data, "p {p} n {n}");
                 let l = layout.lanes as usize;

@@ -9,7 +9,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{Lane, L, SCALE_BITS};
+use super::{Encoder, Lane, Spill, L, SCALE_BITS};
 
 /// Lanes per register.
 pub(super) const REG: usize = 8;
@@ -151,4 +151,104 @@ pub(super) unsafe fn rounds<const REGS: usize>(
         lane.pos = offs[j / 8][j % 8] as usize - begin;
     }
     done
+}
+
+/// Lanes the vector encoder runs side by side: four registers of eight.
+pub(super) const ENCODE_WIDTH: usize = 32;
+
+/// Encodes rounds `full - 1` down to 0 of the 32 lanes `k0..k0 + 32` (their words
+/// `k0 + j + t·stride`, all whole), continuing from states `x` and the spill buffers, exactly
+/// as the scalar loop of `Encoder::lanes` does.
+///
+/// # Safety
+/// The CPU must have AVX2 ([`available`]).
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn encode_rounds(
+    enc: &Encoder,
+    symbols: &[u8],
+    k0: usize,
+    stride: usize,
+    full: usize,
+    x: &mut [u32; ENCODE_WIDTH],
+    spills: &mut [Spill; ENCODE_WIDTH],
+) {
+    const REGS: usize = ENCODE_WIDTH / REG;
+    let mask8 = _mm256_set1_epi32(0xFF);
+    let mask12 = _mm256_set1_epi32((1 << SCALE_BITS) - 1);
+    let scale = _mm256_set1_epi32(1 << SCALE_BITS);
+    // Below 1/freq: x/f is within 2^-33 of the double product, and at least 1/4095 from the
+    // next integer when it is not one, so adding 2^-20 makes the floor exact.
+    let nudge = _mm256_set1_pd(1.0 / f64::from(1u32 << 20));
+    let swap2 = _mm256_setr_epi8(
+        1, 0, -1, -1, 5, 4, -1, -1, 9, 8, -1, -1, 13, 12, -1, -1, 1, 0, -1, -1, 5, 4, -1, -1, 9, 8, -1, -1, 13, 12, -1,
+        -1,
+    );
+    let mut xs = [_mm256_setzero_si256(); REGS];
+    let mut at = [[0i32; REG]; REGS];
+    for r in 0..REGS {
+        // SAFETY: a load of 32 bytes from eight u32.
+        xs[r] = unsafe { _mm256_loadu_si256(x[REG * r..].as_ptr().cast()) };
+        for j in 0..REG {
+            // Spill buffers hold two bytes per symbol of a lane (~32 KiB): far below i32.
+            at[r][j] = spills[REG * r + j].at as i32;
+        }
+    }
+    // SAFETY (gathers): symbols index 256-entry tables.
+    let step = |x: &mut __m256i, s: __m256i, at: &mut [i32; REG], spills: &mut [Spill]| {
+        let info = unsafe { _mm256_i32gather_epi32::<4>(enc.info.as_ptr().cast(), s) };
+        let f = _mm256_and_si256(info, mask12);
+        let start = _mm256_srli_epi32::<{ SCALE_BITS as i32 }>(info);
+        // x ≥ x_max = 2^19·f spills a byte, at most twice (x < 2^31, so signed compares do).
+        let x_max_less1 = _mm256_sub_epi32(_mm256_slli_epi32::<19>(f), _mm256_set1_epi32(1));
+        let one = _mm256_cmpgt_epi32(*x, x_max_less1);
+        let x1 = _mm256_blendv_epi8(*x, _mm256_srli_epi32::<8>(*x), one);
+        let two = _mm256_cmpgt_epi32(x1, x_max_less1);
+        let x2 = _mm256_blendv_epi8(x1, _mm256_srli_epi32::<8>(x1), two);
+        // Each lane writes its low two bytes, in the order the decoder reads them, just below
+        // its position, then moves down by the bytes it spilled (0, 1 or 2): a byte not
+        // spilled lies below the lane's bytes until a later spill overwrites it.
+        let mut pair = [0u32; REG];
+        // SAFETY: a store of 32 bytes into eight u32.
+        unsafe { _mm256_storeu_si256(pair.as_mut_ptr().cast(), _mm256_shuffle_epi8(*x, swap2)) };
+        let mut taken = [0i32; REG];
+        // SAFETY: as above.
+        unsafe { _mm256_storeu_si256(taken.as_mut_ptr().cast(), _mm256_add_epi32(one, two)) };
+        for j in 0..REG {
+            let a = at[j] as usize;
+            spills[j].buf[a - 2..a].copy_from_slice(&(pair[j] as u16).to_le_bytes());
+            at[j] += taken[j];
+        }
+        // q = x2 / f, through doubles: x2 < 2^31 is exact in one.
+        let half = |v: __m128i, idx: __m128i| {
+            let inv = unsafe { _mm256_i32gather_pd::<8>(enc.inverse.as_ptr(), idx) };
+            _mm256_cvttpd_epi32(_mm256_floor_pd(_mm256_add_pd(_mm256_mul_pd(_mm256_cvtepi32_pd(v), inv), nudge)))
+        };
+        let lo = half(_mm256_castsi256_si128(x2), _mm256_castsi256_si128(s));
+        let hi = half(_mm256_extracti128_si256::<1>(x2), _mm256_extracti128_si256::<1>(s));
+        let q = _mm256_set_m128i(hi, lo);
+        *x = _mm256_add_epi32(_mm256_add_epi32(x2, start), _mm256_mullo_epi32(q, _mm256_sub_epi32(scale, f)));
+    };
+    for t in (0..full).rev() {
+        let q0 = k0 + t * stride;
+        let words = &symbols[4 * q0..4 * (q0 + ENCODE_WIDTH)];
+        let mut w = [_mm256_setzero_si256(); REGS];
+        for (r, wr) in w.iter_mut().enumerate() {
+            // SAFETY: a load of 32 bytes from the 128 bytes of `words`.
+            *wr = unsafe { _mm256_loadu_si256(words[32 * r..].as_ptr().cast()) };
+        }
+        for i in (0..4).rev() {
+            let shift = _mm_cvtsi32_si128(8 * i);
+            for r in 0..REGS {
+                let s = _mm256_and_si256(_mm256_srl_epi32(w[r], shift), mask8);
+                step(&mut xs[r], s, &mut at[r], &mut spills[REG * r..REG * (r + 1)]);
+            }
+        }
+    }
+    for r in 0..REGS {
+        // SAFETY: a store of 32 bytes into eight u32.
+        unsafe { _mm256_storeu_si256(x[REG * r..].as_mut_ptr().cast(), xs[r]) };
+        for j in 0..REG {
+            spills[REG * r + j].at = at[r][j] as usize;
+        }
+    }
 }
