@@ -370,11 +370,7 @@ fn encode_lanes_with(table: &Table, symbols: &[u8], out: &mut Vec<u8>, vectors: 
     if vectors && fast && avx2::available() && lanes >= avx2::ENCODE_WIDTH {
         let mut spills: [Spill; avx2::ENCODE_WIDTH] = std::array::from_fn(|_| spill());
         while k0 + avx2::ENCODE_WIDTH <= lanes {
-            let x = if fast {
-                enc.lanes::<true, { avx2::ENCODE_WIDTH }>(symbols, k0, lanes, &mut spills, true)
-            } else {
-                enc.lanes::<false, { avx2::ENCODE_WIDTH }>(symbols, k0, lanes, &mut spills, true)
-            };
+            let x = enc.lanes::<true, { avx2::ENCODE_WIDTH }>(symbols, k0, lanes, &mut spills, true);
             push(&x, &spills);
             k0 += avx2::ENCODE_WIDTH;
         }
