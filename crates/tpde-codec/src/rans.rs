@@ -472,6 +472,9 @@ fn refill_two(mut x: u32, bytes: &[u8], pos: &mut usize) -> u32 {
 struct Lane<'a> {
     x: u32,
     own: &'a [u8],
+    /// Where `own` starts in the record's renormalisation bytes.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    begin: usize,
     pos: usize,
 }
 
@@ -533,9 +536,9 @@ fn decode_lanes_with(
     let mut all: Vec<Lane<'_>> = (0..lanes)
         .map(|k| {
             let end = word(layout.ends + 4 * k) as usize;
-            let own = &bytes[begin..end];
+            let lane = Lane { x: word(layout.states + 4 * k), own: &bytes[begin..end], begin, pos: 0 };
             begin = end;
-            Lane { x: word(layout.states + 4 * k), own, pos: 0 }
+            lane
         })
         .collect();
     // Rounds of whole words that every lane has: lane k's t-th word is word k + t·L.
