@@ -267,7 +267,7 @@ impl<W: Write> Writer<W> {
             })
             .collect();
         let chunk = self.chunk_bytes as usize;
-        let jobs: Vec<(usize, usize)> = (0..tensors.len())
+        let jobs: Vec<Job> = (0..tensors.len())
             .filter(|&i| reuse[i].is_none())
             .flat_map(|i| (0..tensors[i].data.len()).step_by(chunk).map(move |at| (i, at)))
             .collect();
@@ -312,7 +312,7 @@ impl<W: Write> Writer<W> {
         }
         // Where the tensor being written began, with its padding.
         let mut open_from = self.pos;
-        let mut write_window = |w: &mut Self, window: &[(usize, usize)], encoded: Vec<Encoded>| {
+        let mut write_window = |w: &mut Self, window: &[Job], encoded: Vec<Encoded>| {
             for (&(i, at), encoded) in window.iter().zip(encoded) {
                 push_before(w, i, &mut entries);
                 let entry = entries[i].as_mut().expect("not pushed before its chunks");
@@ -333,7 +333,7 @@ impl<W: Write> Writer<W> {
         };
         // Each window is written while the next one encodes, so that no core waits on the
         // output (measured: writing was a sixth of a 2-core pack's wall time).
-        let parts_of = |window: &[(usize, usize)]| -> Vec<Part<'_>> {
+        let parts_of = |window: &[Job]| -> Vec<Part<'_>> {
             window
                 .iter()
                 .map(|&(i, at)| {
@@ -344,7 +344,7 @@ impl<W: Write> Writer<W> {
                 .collect()
         };
         let encoder = self.encoder;
-        let mut previous: Option<(&[(usize, usize)], Vec<Encoded>)> = None;
+        let mut previous: Option<(&[Job], Vec<Encoded>)> = None;
         for window in windows.into_iter().map(Some).chain([None]) {
             let mut encoded = None;
             rayon::in_place_scope(|s| {
@@ -618,6 +618,9 @@ fn encode_parts(encoder: Encoder, parts: &[Part<'_>]) -> Vec<Encoded> {
         })
         .collect()
 }
+
+/// A chunk to encode: its tensor's index in the batch and its first byte.
+type Job = (usize, usize);
 
 /// A chunk's encoding, or why it failed.
 type Encoded = Result<EncodedChunk, CodecError>;
