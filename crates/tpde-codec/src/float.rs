@@ -178,42 +178,39 @@ impl SparseLayout {
 }
 
 impl Sparse {
-    /// The changed positions and their XOR values (rotated for floats), element by element.
-    pub fn changes(dtype: DType, input: &[u8], base: &[u8]) -> (Vec<u32>, Vec<u8>) {
-        Sparse::changes_in(&Dense::forward(DenseOp::Xor, dtype, input, base), width(dtype))
-    }
-
-    /// The nonzero elements of `delta-xor` elements, and where they are.
-    pub fn changes_in(xor: &[u8], w: usize) -> (Vec<u32>, Vec<u8>) {
-        let mut positions = Vec::new();
-        let mut values = Vec::new();
+    /// How many elements of `w` bytes differ between `input` and `base`: the changed elements.
+    pub fn count_changed(input: &[u8], base: &[u8], w: usize) -> usize {
         with_word!(w, T => {
-            for (i, c) in xor.chunks_exact(w).enumerate() {
-                if T::from_le_bytes(c.try_into().expect("w bytes")) != 0 {
-                    positions.push(i as u32);
-                    values.extend_from_slice(c);
-                }
-            }
-        });
-        (positions, values)
+            let word = |c: &[u8]| T::from_le_bytes(c.try_into().expect("w bytes"));
+            input.chunks_exact(w).zip(base.chunks_exact(w)).filter(|(c, b)| word(c) != word(b)).count()
+        })
     }
 
-    /// How many `delta-xor` elements are nonzero: the changed elements.
-    pub fn count_changed(xor: &[u8], w: usize) -> usize {
-        with_word!(w, T => xor.chunks_exact(w).filter(|c| T::from_le_bytes((*c).try_into().expect("w bytes")) != 0).count())
+    /// Where `input` differs from `base`, element by element.
+    pub fn positions(input: &[u8], base: &[u8], w: usize) -> Vec<u32> {
+        with_word!(w, T => {
+            let word = |c: &[u8]| T::from_le_bytes(c.try_into().expect("w bytes"));
+            let pairs = input.chunks_exact(w).zip(base.chunks_exact(w));
+            pairs.enumerate().filter(|(_, (c, b))| word(c) != word(b)).map(|(i, _)| i as u32).collect()
+        })
     }
 
-    /// Appends the sparse payload of changes found by [`Sparse::changes`], the values split
-    /// into planes.
-    pub fn write_planed(self, positions: &[u32], values: &planes::Planed, out: &mut Vec<u8>) {
-        let coder = self.0;
+    /// Appends the sparse payload of the changes at `positions` (found by
+    /// [`Sparse::positions`]): the coded positions, then the changed elements' `delta-xor`
+    /// values split into planes.
+    pub fn write(self, dtype: DType, input: &[u8], base: &[u8], positions: &[u32], out: &mut Vec<u8>) {
+        let w = width(dtype);
+        let gather = |bytes: &[u8]| -> Vec<u8> {
+            positions.iter().flat_map(|&p| &bytes[p as usize * w..][..w]).copied().collect()
+        };
+        let values = Dense::forward(DenseOp::Xor, dtype, &gather(input), &gather(base));
         out.extend_from_slice(&(positions.len() as u32).to_le_bytes());
         let at = out.len();
         out.extend_from_slice(&[0; 4]);
-        coder.encode(positions, out);
+        self.0.encode(positions, out);
         let len = (out.len() - at - 4) as u32;
         out[at..at + 4].copy_from_slice(&len.to_le_bytes());
-        values.encode(self.1, out);
+        planes::Planed::new(values, w).encode(self.1, out);
     }
 }
 
@@ -228,8 +225,8 @@ impl ChunkCodec for Sparse {
 
     fn encode(&self, ctx: ChunkContext, input: &[u8], out: &mut Vec<u8>) -> Result<Vec<u8>, CodecError> {
         let base = base_for(self.tag(), ctx, input.len())?;
-        let (positions, values) = Sparse::changes(ctx.dtype, input, base);
-        self.write_planed(&positions, &planes::Planed::new(values, width(ctx.dtype)), out);
+        let positions = Sparse::positions(input, base, width(ctx.dtype));
+        self.write(ctx.dtype, input, base, &positions, out);
         Ok(Vec::new())
     }
 

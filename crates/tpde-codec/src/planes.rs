@@ -96,9 +96,8 @@ pub fn rotate(bytes: &mut [u8], w: usize, left: bool) {
     })
 }
 
-/// Elements (already transformed) with each plane's histogram: counted once, used both to
-/// estimate the size and to encode. The elements are split into planes only when encoded, so
-/// a form the writer estimates and rejects costs one counting pass.
+/// Elements (already transformed) with each plane's histogram, from which the plane's table
+/// is built and its record chosen (stored or rANS).
 pub struct Planed {
     elements: Vec<u8>,
     w: usize,
@@ -111,21 +110,6 @@ impl Planed {
     pub fn new(elements: Vec<u8>, w: usize) -> Planed {
         let hists = histograms(&elements, w);
         Planed { elements, w, hists }
-    }
-
-    /// Elements whose plane histograms the caller has already counted.
-    pub fn with_hists(elements: Vec<u8>, w: usize, hists: Vec<[u64; 256]>) -> Planed {
-        Planed { elements, w, hists }
-    }
-
-    /// Estimated stored bytes.
-    pub fn estimate(&self) -> f64 {
-        estimate(&self.hists)
-    }
-
-    /// The elements.
-    pub fn elements(&self) -> &[u8] {
-        &self.elements
     }
 
     /// Appends the coded planes in `form`.
@@ -151,32 +135,33 @@ impl Planed {
     }
 }
 
-/// Chunks of at least this many elements are estimated from a sample (see [`sampled_estimate`]).
+/// Chunks of at least this many elements are estimated from a sample (see
+/// [`sampled_histograms`]).
 const SAMPLE_FROM: usize = 1 << 16;
 /// The sample: one block of this many elements in every [`SAMPLE_STRIDE`].
 const SAMPLE_BLOCK: usize = 1024;
 const SAMPLE_STRIDE: usize = 8;
 
-/// Estimated stored bytes of the planes of elements of `w` bytes, for choosing a form: from
-/// every eighth block of 1024 elements when there are at least 65 536, which ranks the forms
-/// as the full count does on checkpoint data at an eighth of the cost; from all of them below.
-pub fn sampled_estimate(elements: &[u8], w: usize) -> f64 {
-    let n = elements.len() / w;
+/// The plane histograms of `n` elements of `w` bytes, for choosing a form: `elements(range)`
+/// gives the (transformed) elements of a byte range. Counted from every eighth block of 1024
+/// elements when there are at least 65 536, which ranks the forms as the full count does on
+/// checkpoint data at an eighth of the cost, and then scaled to `n`, so that the tables' cost
+/// weighs as it will; from all of them below.
+pub fn sampled_histograms(n: usize, w: usize, elements: impl Fn(Range<usize>) -> Vec<u8>) -> Vec<[u64; 256]> {
     if n < SAMPLE_FROM {
-        return estimate(&histograms(elements, w));
+        return histograms(&elements(0..n * w), w);
     }
     let mut hists = vec![[0u64; 256]; w];
     let mut sampled = 0u64;
-    for block in elements.chunks(SAMPLE_BLOCK * w).step_by(SAMPLE_STRIDE) {
-        for (h, b) in hists.iter_mut().zip(histograms(block, w)) {
+    for start in (0..n).step_by(SAMPLE_BLOCK * SAMPLE_STRIDE) {
+        let end = (start + SAMPLE_BLOCK).min(n);
+        for (h, b) in hists.iter_mut().zip(histograms(&elements(start * w..end * w), w)) {
             h.iter_mut().zip(b).for_each(|(x, y)| *x += y);
         }
-        sampled += (block.len() / w) as u64;
+        sampled += (end - start) as u64;
     }
-    // Scaled to the whole chunk, so the tables' cost weighs as it will.
     let scale = n as f64 / sampled as f64;
-    let scaled: Vec<[u64; 256]> = hists.iter().map(|h| h.map(|c| (c as f64 * scale).round() as u64)).collect();
-    estimate(&scaled)
+    hists.iter().map(|h| h.map(|c| (c as f64 * scale).round() as u64)).collect()
 }
 
 /// The histogram of every plane of elements of `w` bytes, counted in place.

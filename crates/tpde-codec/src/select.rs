@@ -1,10 +1,11 @@
 //! The writer's per-chunk choice among the lossless forms (spec §10): estimate every form's
-//! size from histograms and exact position-code lengths, then encode only the smallest.
+//! size from sampled histograms and exact position-code lengths, then transform and encode
+//! only the smallest.
 
 use tpde_format::CodecTag;
 
 use crate::float::{width, Dense, DenseOp, Planes, Sparse};
-use crate::planes::{self, PlaneForm, Planed};
+use crate::planes::{self, PlaneForm};
 use crate::positions::PositionCoder;
 use crate::{ChunkCodec, ChunkContext, CodecError};
 
@@ -17,37 +18,35 @@ struct Choice {
     bytes: f64,
 }
 
-/// A chunk's estimated forms, and what encoding the best of them reuses.
+/// A chunk's estimated forms, smallest first, and the changed positions when a sparse form
+/// was estimated (its encoding reuses them).
 struct Estimate {
     choices: Vec<Choice>,
-    /// The `delta-xor` elements (rotated for floats): the sparse forms' values too.
-    xor: Planed,
-    /// Changed positions and their values, when a sparse form was estimated.
-    sparse: Option<(Vec<u32>, Planed)>,
-    /// The `delta-sub` elements, when estimated.
-    sub: Option<Vec<u8>>,
-    /// The keyframe's rotated elements, when estimated.
-    key: Option<Vec<u8>>,
+    positions: Option<Vec<u32>>,
 }
 
 fn estimate_all(ctx: ChunkContext, input: &[u8], base: &[u8], form: PlaneForm) -> Estimate {
-    let w = width(ctx.dtype);
-    let n = (input.len() / w) as u64;
-    let xor = Planed::new(Dense::forward(DenseOp::Xor, ctx.dtype, input, base), w);
-    let xor_cost = xor.estimate();
+    let (dtype, w) = (ctx.dtype, width(ctx.dtype));
+    let n = input.len() / w;
+    // Each form is estimated from a sample of its elements: only the chosen one is computed
+    // whole (measured on real f32 deltas: the whole XOR and subtraction were both computed and
+    // counted, where one is kept).
+    let hists_of = |op| planes::sampled_histograms(n, w, |r| Dense::forward(op, dtype, &input[r.clone()], &base[r]));
+    let xor_hists = hists_of(DenseOp::Xor);
+    let xor_cost = planes::estimate(&xor_hists);
     let mut choices = vec![Choice { tag: Dense(DenseOp::Xor, form).tag(), bytes: xor_cost }];
     // Sparse: the changed values are the nonzero XOR elements, so their histograms are the
     // XOR's less the unchanged elements' zeros. Positions are only found and costed when a
     // sparse form could win, with at least one bit per position.
-    let changed = Sparse::count_changed(xor.elements(), w) as u64;
-    let mut value_hists = xor.hists.clone();
+    let changed = Sparse::count_changed(input, base, w);
+    let mut value_hists = xor_hists;
     for h in &mut value_hists {
-        h[0] -= n - changed;
+        h[0] = h[0].saturating_sub((n - changed) as u64);
     }
     let values_cost = planes::estimate(&value_hists);
-    let mut sparse = None;
+    let mut positions = None;
     if 8.0 + values_cost + changed as f64 / 8.0 < xor_cost {
-        let (pos, values) = Sparse::changes_in(xor.elements(), w);
+        let pos = Sparse::positions(input, base, w);
         // The lane form has one position coder, the packed blocks a GPU decodes in parallel.
         let coders: &[PositionCoder] = match form {
             PlaneForm::Serial => &PositionCoder::ALL,
@@ -57,28 +56,26 @@ fn estimate_all(ctx: ChunkContext, input: &[u8], base: &[u8], form: PlaneForm) -
             let bytes = 8.0 + coder.cost_bits(&pos).div_ceil(8) as f64 + values_cost;
             choices.push(Choice { tag: Sparse(coder, form).tag(), bytes });
         }
-        sparse = Some((pos, Planed::with_hists(values, w, value_hists)));
+        positions = Some(pos);
     }
     // Subtraction can only win when much has changed.
-    let mut sub = None;
     if changed * 4 > n {
-        let d = Dense::forward(DenseOp::Sub, ctx.dtype, input, base);
-        choices.push(Choice { tag: Dense(DenseOp::Sub, form).tag(), bytes: planes::sampled_estimate(&d, w) });
-        sub = Some(d);
+        choices.push(Choice { tag: Dense(DenseOp::Sub, form).tag(), bytes: planes::estimate(&hists_of(DenseOp::Sub)) });
     }
     // A fresh keyframe, only when the delta saves little (a re-initialised tensor, or Adam's
     // first moment many steps apart, where planes measured 0.844 against delta-sub's 0.853).
-    let mut key = None;
     if xor_cost > input.len() as f64 * 0.75 {
-        let mut elements = input.to_vec();
-        if planes::rotates(ctx.dtype) {
-            planes::rotate(&mut elements, w, true);
-        }
-        choices.push(Choice { tag: Planes(form).tag(), bytes: planes::sampled_estimate(&elements, w) });
-        key = Some(elements);
+        let key = planes::sampled_histograms(n, w, |r| {
+            let mut elements = input[r].to_vec();
+            if planes::rotates(dtype) {
+                planes::rotate(&mut elements, w, true);
+            }
+            elements
+        });
+        choices.push(Choice { tag: Planes(form).tag(), bytes: planes::estimate(&key) });
     }
     choices.sort_by(|a, b| a.bytes.total_cmp(&b.bytes));
-    Estimate { choices, xor, sparse, sub, key }
+    Estimate { choices, positions }
 }
 
 /// Encodes the chunk in its smallest estimated form.
@@ -94,16 +91,18 @@ pub fn encode_best(
     };
     let est = estimate_all(ctx, input, base, form);
     let best = est.choices[0].tag;
-    // What the estimate computed is reused: no second pass over the chunk.
-    if let (Some(coder), Some((positions, values))) = (PositionCoder::of(best), &est.sparse) {
-        Sparse(coder, form).write_planed(positions, values, out);
-    } else if best == Dense(DenseOp::Sub, form).tag() {
-        Planed::new(est.sub.expect("estimated"), width(ctx.dtype)).encode(form, out);
-    } else if best == keyframe.tag() {
-        Planed::new(est.key.expect("estimated"), width(ctx.dtype)).encode(form, out);
-    } else {
-        debug_assert_eq!(best, Dense(DenseOp::Xor, form).tag());
-        est.xor.encode(form, out);
-    }
-    Ok((best, Vec::new()))
+    let params = match (PositionCoder::of(best), &est.positions) {
+        // The positions the estimate found are reused.
+        (Some(coder), Some(positions)) => {
+            Sparse(coder, form).write(ctx.dtype, input, base, positions, out);
+            Vec::new()
+        }
+        _ if best == keyframe.tag() => keyframe.encode(ctx, input, out)?,
+        _ if best == Dense(DenseOp::Sub, form).tag() => Dense(DenseOp::Sub, form).encode(ctx, input, out)?,
+        _ => {
+            debug_assert_eq!(best, Dense(DenseOp::Xor, form).tag());
+            Dense(DenseOp::Xor, form).encode(ctx, input, out)?
+        }
+    };
+    Ok((best, params))
 }
