@@ -199,24 +199,23 @@ fn split(elements: &[u8], w: usize) -> Vec<u8> {
     let mut planes = vec![0u8; elements.len() / w * w];
     match w {
         1 => planes.copy_from_slice(elements),
-        2 => split_fixed::<2>(elements, &mut planes),
-        4 => split_fixed::<4>(elements, &mut planes),
-        8 => split_fixed::<8>(elements, &mut planes),
+        2 => split_fixed::<u16, 2>(elements, &mut planes),
+        4 => split_fixed::<u32, 4>(elements, &mut planes),
+        8 => split_fixed::<u64, 8>(elements, &mut planes),
         w => unreachable!("no dtype is {w} bytes wide"),
     }
     planes
 }
 
-fn split_fixed<const W: usize>(elements: &[u8], planes: &mut [u8]) {
+fn split_fixed<T: Word, const W: usize>(elements: &[u8], planes: &mut [u8]) {
     let n = planes.len() / W;
     let mut p: Vec<&mut [u8]> = planes.chunks_exact_mut(n.max(1)).collect();
-    let whole = n / BLOCK * BLOCK;
-    for (k, e) in elements[..W * whole].chunks_exact(W * BLOCK).enumerate() {
-        for (j, plane) in p.iter_mut().enumerate() {
-            let block: &mut [u8; BLOCK] = (&mut plane[k * BLOCK..][..BLOCK]).try_into().expect("a block");
-            for i in 0..BLOCK {
-                block[i] = e[W * i + j];
-            }
+    let whole = n / W * W;
+    for (k, e) in elements[..W * whole].chunks_exact(W * W).enumerate() {
+        let mut rows: [T; W] = std::array::from_fn(|i| T::load(&e[W * i..][..W]));
+        transpose(&mut rows);
+        for (row, plane) in rows.into_iter().zip(p.iter_mut()) {
+            row.store(&mut plane[W * k..][..W]);
         }
     }
     for i in whole..n {
@@ -226,30 +225,23 @@ fn split_fixed<const W: usize>(elements: &[u8], planes: &mut [u8]) {
     }
 }
 
-/// Elements per block in `merge` and `split`: fixed-size blocks let the compiler turn each
-/// into byte shuffles. (Measured on a 4 MiB chunk of real f32 weights, one core: with stored
-/// planes merged in place instead of copied, `planes-lanes` decodes at 1911 MB/s, was 1756.)
-const BLOCK: usize = 16;
-
 /// Interleaves planes of `n` bytes each into elements of `planes.len()` bytes.
 fn merge(planes: &[&[u8]], out: &mut [u8]) {
     match planes {
         [p0] => out.copy_from_slice(p0),
-        [p0, p1] => merge_fixed([p0, p1], out),
-        [p0, p1, p2, p3] => merge_fixed([p0, p1, p2, p3], out),
-        _ => merge_fixed::<8>(planes.try_into().expect("element widths are 1, 2, 4 or 8"), out),
+        [p0, p1] => merge_fixed::<u16, 2>([p0, p1], out),
+        [p0, p1, p2, p3] => merge_fixed::<u32, 4>([p0, p1, p2, p3], out),
+        _ => merge_fixed::<u64, 8>(planes.try_into().expect("element widths are 1, 2, 4 or 8"), out),
     }
 }
 
-fn merge_fixed<const W: usize>(planes: [&[u8]; W], out: &mut [u8]) {
-    let whole = out.len() / W / BLOCK * BLOCK;
-    for (k, o) in out.chunks_exact_mut(W * BLOCK).enumerate() {
-        let p: [&[u8; BLOCK]; W] =
-            std::array::from_fn(|j| planes[j][k * BLOCK..][..BLOCK].try_into().expect("a block"));
-        for i in 0..BLOCK {
-            for j in 0..W {
-                o[W * i + j] = p[j][i];
-            }
+fn merge_fixed<T: Word, const W: usize>(planes: [&[u8]; W], out: &mut [u8]) {
+    let whole = out.len() / W / W * W;
+    for (k, o) in out.chunks_exact_mut(W * W).enumerate() {
+        let mut rows: [T; W] = std::array::from_fn(|j| T::load(&planes[j][W * k..][..W]));
+        transpose(&mut rows);
+        for (i, row) in rows.into_iter().enumerate() {
+            row.store(&mut o[W * i..][..W]);
         }
     }
     for (i, o) in out[W * whole..].chunks_exact_mut(W).enumerate() {
@@ -258,6 +250,63 @@ fn merge_fixed<const W: usize>(planes: [&[u8]; W], out: &mut [u8]) {
         }
     }
 }
+
+/// Transposes the W×W bytes of `rows`, each a little-endian word of W bytes: byte j of row i
+/// becomes byte i of row j. W elements become W bytes of each of the W planes, and back (it is
+/// its own inverse). Done in log2(W) rounds of swapping half-blocks between rows with masks,
+/// which the compiler vectorises across blocks. (Measured on a 4 MiB chunk of real f32 XOR
+/// elements, one core: split 2.4 -> 15.7 GB/s and merge 4.0 -> 20.4 GB/s for 4-byte elements;
+/// split 2.0 -> 11.0 and 3.1 -> 13.7 GB/s for 2 and 8; the 16-element byte loop this replaces
+/// only vectorised merging 2-byte elements.)
+#[inline(always)]
+fn transpose<T: Word, const W: usize>(rows: &mut [T; W]) {
+    // The low `s` bytes of every 2·s-byte block, for s = 1, 2, 4.
+    const LOW: [u64; 5] = [0, 0x00FF_00FF_00FF_00FF, 0x0000_FFFF_0000_FFFF, 0, 0x0000_0000_FFFF_FFFF];
+    let mut s = W / 2;
+    while s > 0 {
+        let (mask, shift) = (T::truncate(LOW[s]), 8 * s as u32);
+        for a in (0..W).filter(|a| a & s == 0) {
+            let b = a + s;
+            let t = ((rows[a] >> shift) ^ rows[b]) & mask;
+            rows[b] = rows[b] ^ t;
+            rows[a] = rows[a] ^ (t << shift);
+        }
+        s /= 2;
+    }
+}
+
+/// The unsigned words [`transpose`] works on, one element wide.
+trait Word:
+    Copy
+    + std::ops::BitAnd<Output = Self>
+    + std::ops::BitXor<Output = Self>
+    + std::ops::Shl<u32, Output = Self>
+    + std::ops::Shr<u32, Output = Self>
+{
+    fn truncate(x: u64) -> Self;
+    fn load(bytes: &[u8]) -> Self;
+    fn store(self, bytes: &mut [u8]);
+}
+
+macro_rules! word {
+    ($($t:ty),*) => {$(
+        impl Word for $t {
+            #[inline(always)]
+            fn truncate(x: u64) -> Self {
+                x as $t
+            }
+            #[inline(always)]
+            fn load(bytes: &[u8]) -> Self {
+                <$t>::from_le_bytes(bytes.try_into().expect("one word"))
+            }
+            #[inline(always)]
+            fn store(self, bytes: &mut [u8]) {
+                bytes.copy_from_slice(&self.to_le_bytes())
+            }
+        }
+    )*};
+}
+word!(u16, u32, u64);
 
 /// Estimated stored bytes of planes with these histograms (entropy plus tables).
 pub fn estimate(hists: &[[u64; 256]]) -> f64 {
@@ -397,3 +446,35 @@ pub fn decode(codec: CodecTag, stored: &[u8], at: usize, w: usize, out: &mut [u8
 /// valid encoding because no rANS symbol is free: each costs at least log2(4096/4095) bits, one
 /// byte per 22 713 symbols (spec §6.2.2).
 pub const MAX_EXPANSION: u64 = 32768;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_and_merge_are_byte_planes_at_every_width_and_length() {
+        for w in [1, 2, 4, 8] {
+            for n in (0..80).chain([1021, 4096 + 3]) {
+                let mut x = 0x9E37_79B9u32 ^ (n * w) as u32;
+                let elements: Vec<u8> = (0..n * w)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 17;
+                        x ^= x << 5;
+                        (x >> 24) as u8
+                    })
+                    .collect();
+                let planes = split(&elements, w);
+                for i in 0..n {
+                    for j in 0..w {
+                        assert_eq!(planes[j * n + i], elements[w * i + j], "w {w}, n {n}, element {i}, byte {j}");
+                    }
+                }
+                let mut back = vec![0u8; n * w];
+                let parts: Vec<&[u8]> = (0..w).map(|j| &planes[j * n..(j + 1) * n]).collect();
+                merge(&parts, &mut back);
+                assert_eq!(back, elements, "w {w}, n {n}");
+            }
+        }
+    }
+}
