@@ -30,10 +30,14 @@ pub(super) fn available() -> bool {
 }
 
 /// Decodes whole words for the `REG·REGS` lanes `group`, starting at their next word, for as many
-/// of the `rounds` as every lane has at least ten bytes left when its round starts (a word
-/// takes at most eight, and each refill reads four). Lane `j`'s round-`t` word is word
-/// `k0 + j + t·stride` of `out`. Returns the rounds decoded; the lanes' states and positions
-/// are updated to match. `bytes` holds every lane's bytes (lane `j`'s from its `begin`).
+/// of the `rounds` as `bytes` has at least ten bytes left past every lane's position when the
+/// round starts (a word takes at most eight, and each refill reads four). Lane `j`'s round-`t`
+/// word is word `k0 + j + t·stride` of `out`. Returns the rounds decoded; the lanes' states and
+/// positions are updated to match. `bytes` holds every lane's bytes (lane `j`'s from its
+/// `begin`) and may go on past them. Only its end bounds the rounds, not each lane's, so that
+/// the lanes of a plane under a bit per symbol (a few dozen bytes each) decode here almost to
+/// their ends: a lane of a damaged record may then take bytes past its own, which the caller
+/// checks.
 ///
 /// # Safety
 /// The CPU must have AVX2 ([`available`]).
@@ -57,14 +61,9 @@ pub(super) unsafe fn rounds<const REGS: usize>(
     }
     let base = bytes.as_ptr();
     let lane_offsets = |part: &[Lane<'_>]| {
-        let mut off = [0i32; REG];
-        let mut end = [0i32; REG];
-        for (j, lane) in part.iter().enumerate() {
-            off[j] = (lane.begin + lane.pos) as i32;
-            end[j] = (lane.begin + lane.own.len()) as i32;
-        }
-        // SAFETY: loads of 32 bytes from arrays of eight i32.
-        unsafe { (_mm256_loadu_si256(off.as_ptr().cast()), _mm256_loadu_si256(end.as_ptr().cast())) }
+        let off: [i32; REG] = std::array::from_fn(|j| (part[j].begin + part[j].pos) as i32);
+        // SAFETY: a load of 32 bytes from an array of eight i32.
+        unsafe { _mm256_loadu_si256(off.as_ptr().cast()) }
     };
     let load_states = |part: &[Lane<'_>]| {
         let x: [u32; REG] = std::array::from_fn(|j| part[j].x);
@@ -72,12 +71,12 @@ pub(super) unsafe fn rounds<const REGS: usize>(
         unsafe { _mm256_loadu_si256(x.as_ptr().cast()) }
     };
     let mut off = [_mm256_setzero_si256(); REGS];
-    let mut end = [_mm256_setzero_si256(); REGS];
     let mut x = [_mm256_setzero_si256(); REGS];
     for (r, part) in group.chunks_exact(REG).enumerate() {
-        (off[r], end[r]) = lane_offsets(part);
+        off[r] = lane_offsets(part);
         x[r] = load_states(part);
     }
+    let end = _mm256_set1_epi32(bytes.len() as i32);
 
     let mask12 = _mm256_set1_epi32((1 << SCALE_BITS) - 1);
     let mask8 = _mm256_set1_epi32(0xFF);
@@ -113,10 +112,10 @@ pub(super) unsafe fn rounds<const REGS: usize>(
 
     let mut done = 0;
     while done < rounds {
-        // Every lane needs ten bytes left: end - off > 9.
+        // Ten bytes past every lane's position: end - off > 9.
         let mut short = _mm256_setzero_si256();
         for r in 0..REGS {
-            short = _mm256_or_si256(short, _mm256_cmpgt_epi32(nine, _mm256_sub_epi32(end[r], off[r])));
+            short = _mm256_or_si256(short, _mm256_cmpgt_epi32(nine, _mm256_sub_epi32(end, off[r])));
         }
         if _mm256_movemask_epi8(short) != 0 {
             break;
