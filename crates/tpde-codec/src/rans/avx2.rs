@@ -114,8 +114,8 @@ pub(super) unsafe fn rounds<const REGS: usize>(
     while done < rounds {
         // Ten bytes past every lane's position: end - off > 9.
         let mut short = _mm256_setzero_si256();
-        for r in 0..REGS {
-            short = _mm256_or_si256(short, _mm256_cmpgt_epi32(nine, _mm256_sub_epi32(end, off[r])));
+        for off in &off {
+            short = _mm256_or_si256(short, _mm256_cmpgt_epi32(nine, _mm256_sub_epi32(end, *off)));
         }
         if _mm256_movemask_epi8(short) != 0 {
             break;
