@@ -49,12 +49,8 @@ impl ChunkCodec for Planes {
     fn decode(&self, ctx: ChunkContext, params: &[u8], stored: &[u8], out: &mut [u8]) -> Result<(), CodecError> {
         no_params(self.tag(), params)?;
         let w = width(ctx.dtype);
-        let end = planes::decode(self.tag(), stored, 0, w, out)?;
-        trailing(self.tag(), stored, end)?;
-        if planes::rotates(ctx.dtype) {
-            planes::rotate(out, w, false);
-        }
-        Ok(())
+        let end = planes::decode(self.tag(), stored, 0, w, planes::rotates(ctx.dtype), out)?;
+        trailing(self.tag(), stored, end)
     }
 }
 
@@ -136,7 +132,7 @@ impl ChunkCodec for Dense {
     fn decode(&self, ctx: ChunkContext, params: &[u8], stored: &[u8], out: &mut [u8]) -> Result<(), CodecError> {
         no_params(self.tag(), params)?;
         let base = base_for(self.tag(), ctx, out.len())?;
-        let end = planes::decode(self.tag(), stored, 0, width(ctx.dtype), out)?;
+        let end = planes::decode(self.tag(), stored, 0, width(ctx.dtype), false, out)?;
         trailing(self.tag(), stored, end)?;
         Dense::inverse(self.0, ctx.dtype, out, base);
         Ok(())
@@ -249,7 +245,7 @@ impl ChunkCodec for Sparse {
         let mut positions = Vec::new();
         self.0.decode(&stored[layout.positions], count, n as u64, &mut positions).map_err(corrupt)?;
         let mut values = vec![0u8; count * w];
-        let end = planes::decode(tag, stored, layout.values, w, &mut values)?;
+        let end = planes::decode(tag, stored, layout.values, w, false, &mut values)?;
         trailing(tag, stored, end)?;
         out.copy_from_slice(base);
         with_word!(w, T => {
