@@ -228,19 +228,20 @@ fn split_fixed<T: Word, const W: usize>(elements: &[u8], planes: &mut [u8]) {
 /// Interleaves planes of `n` bytes each into elements of `planes.len()` bytes, rotating each
 /// element right by one bit if `unrotate` (undoing [`rotate`] in the same pass).
 fn merge(planes: &[&[u8]], out: &mut [u8], unrotate: bool) {
-    match (planes, unrotate) {
-        ([p0], _) => {
-            out.copy_from_slice(p0);
-            if unrotate {
-                rotate(out, 1, false);
-            }
-        }
-        ([p0, p1], false) => merge_fixed::<u16, 2, false>([p0, p1], out),
-        ([p0, p1], true) => merge_fixed::<u16, 2, true>([p0, p1], out),
-        ([p0, p1, p2, p3], false) => merge_fixed::<u32, 4, false>([p0, p1, p2, p3], out),
-        ([p0, p1, p2, p3], true) => merge_fixed::<u32, 4, true>([p0, p1, p2, p3], out),
-        (_, false) => merge_fixed::<u64, 8, false>(planes.try_into().expect("element widths are 1, 2, 4 or 8"), out),
-        (_, true) => merge_fixed::<u64, 8, true>(planes.try_into().expect("element widths are 1, 2, 4 or 8"), out),
+    if unrotate {
+        merge_width::<true>(planes, out)
+    } else {
+        merge_width::<false>(planes, out)
+    }
+}
+
+fn merge_width<const UNROTATE: bool>(planes: &[&[u8]], out: &mut [u8]) {
+    match planes {
+        [p0] if !UNROTATE => out.copy_from_slice(p0),
+        [p0] => merge_fixed::<u8, 1, UNROTATE>([p0], out),
+        [p0, p1] => merge_fixed::<u16, 2, UNROTATE>([p0, p1], out),
+        [p0, p1, p2, p3] => merge_fixed::<u32, 4, UNROTATE>([p0, p1, p2, p3], out),
+        _ => merge_fixed::<u64, 8, UNROTATE>(planes.try_into().expect("element widths are 1, 2, 4 or 8"), out),
     }
 }
 
@@ -324,7 +325,7 @@ macro_rules! word {
         }
     )*};
 }
-word!(u16, u32, u64);
+word!(u8, u16, u32, u64);
 
 /// Estimated stored bytes of planes with these histograms (entropy plus tables).
 pub fn estimate(hists: &[[u64; 256]]) -> f64 {
