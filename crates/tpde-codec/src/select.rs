@@ -91,18 +91,10 @@ pub fn encode_best(
     };
     let est = estimate_all(ctx, input, base, form);
     let best = est.choices[0].tag;
-    let params = match (PositionCoder::of(best), &est.positions) {
-        // The positions the estimate found are reused.
-        (Some(coder), Some(positions)) => {
-            Sparse(coder, form).write(ctx.dtype, input, base, positions, out);
-            Vec::new()
-        }
-        _ if best == keyframe.tag() => keyframe.encode(ctx, input, out)?,
-        _ if best == Dense(DenseOp::Sub, form).tag() => Dense(DenseOp::Sub, form).encode(ctx, input, out)?,
-        _ => {
-            debug_assert_eq!(best, Dense(DenseOp::Xor, form).tag());
-            Dense(DenseOp::Xor, form).encode(ctx, input, out)?
-        }
-    };
-    Ok((best, params))
+    // The positions the estimate found are reused; any other form is encoded by its codec.
+    if let (Some(coder), Some(positions)) = (PositionCoder::of(best), &est.positions) {
+        Sparse(coder, form).write(ctx.dtype, input, base, positions, out);
+        return Ok((best, Vec::new()));
+    }
+    Ok((best, crate::decoder(best).encode(ctx, input, out)?))
 }

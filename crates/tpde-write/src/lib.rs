@@ -298,13 +298,15 @@ impl<W: Write> Writer<W> {
             }
             next = next.max(end);
         };
+        // The bytes of tensor i's chunk at `at`.
+        let chunk_of = |i: usize, at: usize| at..(at + chunk).min(tensors[i].data.len());
         // Windows of about two chunks' bytes per thread: small tensors' chunks are many to a
         // window, so that every thread has about as much to do.
         let batch = self.batch_bytes() as usize;
         let mut windows = Vec::new();
         let (mut start, mut bytes) = (0, 0);
         for (k, &(i, at)) in jobs.iter().enumerate() {
-            bytes += chunk.min(tensors[i].data.len() - at);
+            bytes += chunk_of(i, at).len();
             if bytes >= batch || k + 1 == jobs.len() {
                 windows.push(&jobs[start..=k]);
                 (start, bytes) = (k + 1, 0);
@@ -319,7 +321,7 @@ impl<W: Write> Writer<W> {
                 if entry.chunks.is_empty() {
                     open_from = w.pos;
                 }
-                let data = &tensors[i].data[at..(at + chunk).min(tensors[i].data.len())];
+                let data = &tensors[i].data[chunk_of(i, at)];
                 let written = encoded
                     .map_err(|source| WriteError::Codec { tensor: entry.name.clone(), source })
                     .and_then(|encoded| Ok(w.write_chunk(entry, data, encoded)?));
@@ -337,9 +339,8 @@ impl<W: Write> Writer<W> {
             window
                 .iter()
                 .map(|&(i, at)| {
-                    let t = &tensors[i];
-                    let end = (at + chunk).min(t.data.len());
-                    Part { dtype: t.dtype, data: &t.data[at..end], base: t.base.map(|(b, _)| &b[at..end]) }
+                    let (t, range) = (&tensors[i], chunk_of(i, at));
+                    Part { dtype: t.dtype, data: &t.data[range.clone()], base: t.base.map(|(b, _)| &b[range]) }
                 })
                 .collect()
         };
