@@ -78,13 +78,13 @@ pub enum ReadError {
         detail: String,
     },
     /// A caller's buffer has the wrong length.
-    #[error("buffer for tensor {name:?} is {found} bytes, the tensor is {expected}")]
+    #[error("buffer for {name:?} is {found} bytes, {expected} expected")]
     BufferLength {
-        /// The tensor.
+        /// The tensor, or `tensor[chunk i]`.
         name: String,
         /// The buffer's length.
         found: u64,
-        /// The tensor's length.
+        /// The tensor's or the chunk's length.
         expected: u64,
     },
 }

@@ -285,6 +285,13 @@ impl<S: Source> Reader<S> {
         self.stored(t, i, c, self.options.checksums)
     }
 
+    /// The tensor `t`, ready to be decoded chunk by chunk into the caller's buffers (a chunk at
+    /// a time per core, written out as each is done, rather than a whole tensor held at once).
+    /// Its base tensor, if any chunk needs one, is fetched and checked here, once.
+    pub fn tensor_chunks<'r>(&'r self, t: &'r TensorEntry) -> Result<TensorChunks<'r, S>, ReadError> {
+        Ok(TensorChunks { reader: self, tensor: t, base: self.base_tensor(t)? })
+    }
+
     /// Whether [`Reader::read_tensor`] returns this tensor without copying.
     pub fn is_zero_copy(&self, t: &TensorEntry) -> bool {
         self.contiguous_raw(t).is_some()
@@ -426,20 +433,28 @@ impl<S: Source> Reader<S> {
             parts.push((i, c, part));
             rest = tail;
         }
-        let size = t.dtype.size();
-        let results: Vec<Result<(), ReadError>> = parts
-            .into_par_iter()
-            .map(|(i, c, part)| {
-                let from = (c.element_start * size) as usize;
-                let base = base.filter(|_| c.codec.needs_base()).map(|b| &b[from..from + part.len()]);
-                let ctx = ChunkContext { dtype: t.dtype, base };
-                let stored = self.stored(t, i, c, policy)?;
-                tpde_codec::decode(c.codec, ctx, &c.params, &stored, part)
-                    .map_err(|source| ReadError::Codec { location: chunk_location(t, i, c), source })
-            })
-            .collect();
+        let results: Vec<Result<(), ReadError>> =
+            parts.into_par_iter().map(|(i, c, part)| self.decode_chunk(t, i, c, base, policy, part)).collect();
         // The first failing chunk in file order, so the error does not depend on scheduling.
         results.into_iter().collect()
+    }
+
+    /// Decodes chunk `i` of `t` into `out`, its decoded length; `base` is the whole base tensor.
+    fn decode_chunk(
+        &self,
+        t: &TensorEntry,
+        i: usize,
+        c: &ChunkEntry,
+        base: Option<&[u8]>,
+        policy: ChecksumPolicy,
+        out: &mut [u8],
+    ) -> Result<(), ReadError> {
+        let from = (c.element_start * t.dtype.size()) as usize;
+        let base = base.filter(|_| c.codec.needs_base()).map(|b| &b[from..from + out.len()]);
+        let ctx = ChunkContext { dtype: t.dtype, base };
+        let stored = self.stored(t, i, c, policy)?;
+        tpde_codec::decode(c.codec, ctx, &c.params, &stored, out)
+            .map_err(|source| ReadError::Codec { location: chunk_location(t, i, c), source })
     }
 
     /// A chunk's stored bytes, CRC-checked under `policy`.
@@ -464,6 +479,35 @@ impl<S: Source> Reader<S> {
             }
         }
         Ok(bytes)
+    }
+}
+
+/// A tensor being decoded chunk by chunk: see [`Reader::tensor_chunks`].
+pub struct TensorChunks<'r, S: Source> {
+    reader: &'r Reader<S>,
+    tensor: &'r TensorEntry,
+    base: Option<Cow<'r, [u8]>>,
+}
+
+impl<S: Source> TensorChunks<'_, S> {
+    /// The tensor.
+    pub fn tensor(&self) -> &TensorEntry {
+        self.tensor
+    }
+
+    /// Decodes chunk `i` (CRC-checked under the reader's policy) into `out`, which must be
+    /// exactly its decoded length.
+    pub fn decode_into(&self, i: usize, out: &mut [u8]) -> Result<(), ReadError> {
+        let t = self.tensor;
+        let c = t.chunks.get(i).ok_or_else(|| ReadError::NotFound { name: format!("{}[chunk {i}]", t.name) })?;
+        if out.len() as u64 != c.decoded_length {
+            return Err(ReadError::BufferLength {
+                name: format!("{}[chunk {i}]", t.name),
+                found: out.len() as u64,
+                expected: c.decoded_length,
+            });
+        }
+        self.reader.decode_chunk(t, i, c, self.base.as_deref(), self.reader.options.checksums, out)
     }
 }
 

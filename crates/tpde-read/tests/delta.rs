@@ -73,6 +73,19 @@ fn assert_decodes_to<S: tpde_read::Source + Send>(r: &Reader<S>, ck: &Checkpoint
         let t = r.tensor(name).unwrap();
         assert_eq!((t.dtype, &t.shape), (*dtype, shape));
         assert_eq!(&*r.read(name).unwrap(), &bytes[..], "{name}");
+        // Chunk by chunk, each into a buffer of its own length, the same bytes.
+        let chunks = r.tensor_chunks(t).unwrap();
+        let mut joined = Vec::new();
+        for (i, c) in t.chunks.iter().enumerate() {
+            let mut part = vec![0xA5; c.decoded_length as usize];
+            chunks.decode_into(i, &mut part).unwrap();
+            joined.extend_from_slice(&part);
+        }
+        assert_eq!(joined, *bytes, "{name}, chunk by chunk");
+        let e = chunks.decode_into(0, &mut vec![0; t.chunks[0].decoded_length as usize + 1]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+        let e = chunks.decode_into(t.chunks.len(), &mut []).unwrap_err();
+        assert!(e.to_string().contains(&format!("{name}[chunk {}]", t.chunks.len())), "{e}");
     }
     r.verify().unwrap();
 }

@@ -14,7 +14,7 @@ use tpde_codec::Encoder;
 use tpde_format::digest::{content_digest, tensor_digest, Digest, DigestInput};
 use tpde_format::metadata::{KEY_MAX_ABS_ERROR, KEY_PRODUCER, KEY_SOURCE_FORMAT, RESERVED_PREFIX};
 use tpde_format::{BaseRef, CodecTag, DType, MetadataValue, TensorEntry};
-use tpde_read::{Base, Reader};
+use tpde_read::{Base, Reader, TensorChunks};
 use tpde_write::{lossy, FileWriter, TensorInput, WriteOptions};
 
 use crate::checkpoint::{self, open_tpde, MemoryCheckpoint, SafetensorsFile};
@@ -335,25 +335,36 @@ pub fn safetensors_metadata<S: tpde_read::Source>(r: &Reader<S>) -> BTreeMap<Str
 }
 
 /// Decodes every tensor of a TPDE file (CRCs checked) and writes a safetensors file,
-/// atomically (temporary file, then rename), tensor by tensor (see [`safetensors_out`]). A delta
+/// atomically (temporary file, then rename), chunk by chunk (see [`safetensors_out`]). A delta
 /// decodes against `base` if given, else against the chain its path hints name.
 pub fn unpack(input: &Path, base: Option<&Path>, output: &Path, bar: &ProgressBar) -> Result<UnpackReport, CliError> {
     let start = Instant::now();
     let r = open_tpde(input, base)?;
-    write_unpacked(&r, output, bar, |t, buf| {
-        if r.is_zero_copy(t) {
-            return Ok(match r.read_tensor(t)? {
-                Cow::Borrowed(bytes) => Some(bytes),
-                Cow::Owned(bytes) => {
-                    *buf = bytes;
-                    None
-                }
-            });
-        }
-        buf.resize(t.byte_length as usize, 0);
-        r.read_into(t, buf)?;
-        Ok(None)
-    })?;
+    // A tensor stored `raw` in one run is written straight from the map, in one piece.
+    enum Opened<'r> {
+        Whole(Cow<'r, [u8]>),
+        Chunks(TensorChunks<'r, memmap2::Mmap>),
+    }
+    let pieces = |t: &TensorEntry| match r.is_zero_copy(t) {
+        true => vec![t.byte_length],
+        false => t.chunks.iter().map(|c| c.decoded_length).collect(),
+    };
+    write_unpacked(
+        &r,
+        output,
+        bar,
+        pieces,
+        |t| Ok(if r.is_zero_copy(t) { Opened::Whole(r.read_tensor(t)?) } else { Opened::Chunks(r.tensor_chunks(t)?) }),
+        |opened, i, buf| match opened {
+            Opened::Whole(bytes) => Ok(bytes),
+            Opened::Chunks(chunks) => {
+                // Validation bounds a chunk's decoded length (MAX_CHUNK_DECODED_LEN, 1 GiB).
+                buf.resize(chunks.tensor().chunks[i].decoded_length as usize, 0);
+                chunks.decode_into(i, buf)?;
+                Ok(buf)
+            }
+        },
+    )?;
     Ok(unpack_report(&r, start))
 }
 
@@ -385,21 +396,28 @@ pub fn unpack_gpu(
     };
     let ck = gpu.load(&r, base_ck.as_ref())?;
     let on_device: HashMap<&str, _> = r.tensors().iter().map(|t| t.name.as_str()).zip(ck.tensors()).collect();
-    write_unpacked(&r, output, bar, |t, buf| {
-        *buf = gpu.read_back_verified(on_device[t.name.as_str()], t)?;
-        Ok(None)
-    })?;
+    write_unpacked(
+        &r,
+        output,
+        bar,
+        |t| vec![t.byte_length],
+        |t| Ok(gpu.read_back_verified(on_device[t.name.as_str()], t)?),
+        |bytes, _, _| Ok(bytes),
+    )?;
     Ok(unpack_report(&r, start))
 }
 
-/// Writes the tensors of `r` to a safetensors file, each produced by `decode` as
-/// [`safetensors_out::write`] asks.
-fn write_unpacked<'a>(
-    r: &'a Reader,
+/// Writes the tensors of `r` to a safetensors file, as [`safetensors_out::write`] does: each
+/// tensor in the pieces of `pieces(t)`, readied by `open` and produced by `piece`.
+fn write_unpacked<'r, T: Send + Sync>(
+    r: &'r Reader,
     output: &Path,
     bar: &ProgressBar,
-    decode: impl Fn(&'a TensorEntry, &mut Vec<u8>) -> Result<Option<&'a [u8]>, CliError> + Sync,
+    pieces: impl Fn(&TensorEntry) -> Vec<u64>,
+    open: impl Fn(&'r TensorEntry) -> Result<T, CliError> + Sync,
+    piece: impl for<'p> Fn(&'p T, usize, &'p mut Vec<u8>) -> Result<&'p [u8], CliError> + Sync,
 ) -> Result<(), CliError> {
+    let too_large = |t: &TensorEntry| CliError::failed(format!("tensor {:?}: too large for this platform", t.name));
     let entries = r
         .tensors()
         .iter()
@@ -407,18 +425,30 @@ fn write_unpacked<'a>(
             let shape = t.shape.iter().map(|&d| usize::try_from(d)).collect::<Result<Vec<_>, _>>();
             let shape = shape
                 .map_err(|_| CliError::failed(format!("tensor {:?}: shape does not fit this platform", t.name)))?;
-            let len = usize::try_from(t.byte_length)
-                .map_err(|_| CliError::failed(format!("tensor {:?}: too large for this platform", t.name)))?;
-            Ok(safetensors_out::Entry { name: t.name.clone(), dtype: dtype_to_safetensors(t.dtype), shape, len })
+            let len = usize::try_from(t.byte_length).map_err(|_| too_large(t))?;
+            let pieces =
+                pieces(t).into_iter().map(usize::try_from).collect::<Result<_, _>>().map_err(|_| too_large(t))?;
+            Ok(safetensors_out::Entry {
+                name: t.name.clone(),
+                dtype: dtype_to_safetensors(t.dtype),
+                shape,
+                len,
+                pieces,
+            })
         })
         .collect::<Result<Vec<_>, CliError>>()?;
     bar.set_length(r.tensors().iter().map(|t| t.byte_length).sum());
-    safetensors_out::write(output, &entries, &safetensors_metadata(r), |i, buf| {
-        let t = &r.tensors()[i];
-        let data = decode(t, buf)?;
-        bar.inc(t.byte_length);
-        Ok(data)
-    })?;
+    safetensors_out::write(
+        output,
+        &entries,
+        &safetensors_metadata(r),
+        |i| open(&r.tensors()[i]),
+        |opened, j, buf| {
+            let bytes = piece(opened, j, buf)?;
+            bar.inc(bytes.len() as u64);
+            Ok(bytes)
+        },
+    )?;
     bar.finish_and_clear();
     Ok(())
 }

@@ -17,7 +17,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// A failure of a command, with the exit code the tools promise: 1 for a corrupt file, a
 /// failed verification or any other error, 2 for usage errors (clap's own code).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct CliError {
     /// Process exit code.
     pub code: u8,

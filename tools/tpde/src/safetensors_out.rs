@@ -1,20 +1,20 @@
-//! Writing a safetensors file one tensor at a time, for `tpde unpack`.
+//! Writing a safetensors file piece by piece, for `tpde unpack`.
 //!
-//! Every tensor's length is known from the TPDE directory, so the header goes first and each
-//! tensor's bytes follow as they are decoded. Tensors are decoded in groups, side by side on
-//! every core, and written on a thread of their own, so that the next group decodes while this
-//! one is written, as `zstd -d` overlaps its output. A few groups are held at a time, in buffers
-//! reused from group to group: collecting the whole checkpoint before writing held all of it, in
-//! pages faulted in fresh.
+//! Every tensor's length is known from the TPDE directory, so the header goes first and every
+//! tensor's place in the file is known before any is decoded. Each tensor comes in pieces (a
+//! TPDE tensor's chunks) that decode side by side on every core, each into a small buffer
+//! reused from piece to piece, and each is written at its own offset as soon as it is done.
+//! Decoding whole tensors into buffers of their own and writing them from another thread spent
+//! a fifth of a one-thread unpack faulting in and zeroing fresh pages, and more unmapping them.
 //!
 //! The header is built with the safetensors crate's own types, from sorted maps, so that two
 //! unpacks of one file write the same bytes.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::io::Write;
+use std::fs::File;
 use std::path::Path;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use rayon::prelude::*;
 
@@ -23,7 +23,7 @@ use safetensors::Dtype;
 
 use crate::CliError;
 
-/// A tensor of the file being written: its bytes come later, from the caller's `decode`.
+/// A tensor of the file being written: its bytes come later, piece by piece, from the caller.
 pub struct Entry {
     /// The tensor's name.
     pub name: String,
@@ -33,6 +33,8 @@ pub struct Entry {
     pub shape: Vec<usize>,
     /// Its length in bytes.
     pub len: usize,
+    /// The lengths of the pieces its bytes come in, in order; they sum to `len`.
+    pub pieces: Vec<usize>,
 }
 
 /// The order tensors are laid out in: descending dtype alignment, then name, the safetensors
@@ -46,9 +48,9 @@ fn layout(entries: &[Entry]) -> Vec<usize> {
     order
 }
 
-/// Logical bytes decoded as one group, tensors side by side: enough to keep every core busy,
-/// and at most three groups (one decoding, one queued, one being written) are held.
-const GROUP_BYTES: usize = 32 << 20;
+/// Logical bytes of the tensors open at a time: whatever the caller's `open` holds for a tensor
+/// (a base tensor decoded from a chain of deltas) is held for one group at a time.
+const GROUP_BYTES: usize = 64 << 20;
 
 /// `order` cut into runs of about [`GROUP_BYTES`] (a larger tensor is a group of its own).
 fn groups<'o>(entries: &[Entry], order: &'o [usize]) -> Vec<&'o [usize]> {
@@ -88,16 +90,27 @@ fn header(entries: &[Entry], order: &[usize], metadata: &BTreeMap<String, String
     Ok(out)
 }
 
+/// One piece to produce: `entries[tensor]`'s piece `piece`, of `len` bytes at `offset` in the
+/// file; `slot` is the tensor's place in its group.
+struct Job {
+    tensor: usize,
+    slot: usize,
+    piece: usize,
+    offset: u64,
+    len: usize,
+}
+
 /// Writes `entries` to `output` atomically (a temporary file in the same folder, renamed into
-/// place once complete and synced). `decode(i, buf)` produces the bytes of `entries[i]`: either
-/// it returns them borrowed, or it fills `buf` (a reused buffer of any length and content) with
-/// exactly them and returns `None`. The first error, from `decode` or from writing, stops the
-/// write and leaves nothing under `output`.
-pub fn write<'a>(
+/// place once complete and synced). `open(i)` readies `entries[i]` once (a group of tensors at a
+/// time); `piece(opened, j, buf)` then produces its piece `j`: bytes borrowed from what `open`
+/// returned, or written into `buf` (a reused buffer of any length and content). The first error
+/// in file order, from either or from writing, is returned, and nothing is left under `output`.
+pub fn write<T: Send + Sync>(
     output: &Path,
     entries: &[Entry],
     metadata: &BTreeMap<String, String>,
-    decode: impl Fn(usize, &mut Vec<u8>) -> Result<Option<&'a [u8]>, CliError> + Sync,
+    open: impl Fn(usize) -> Result<T, CliError> + Sync,
+    piece: impl for<'p> Fn(&'p T, usize, &'p mut Vec<u8>) -> Result<&'p [u8], CliError> + Sync,
 ) -> Result<(), CliError> {
     let order = layout(entries);
     let header = header(entries, &order, metadata)?;
@@ -106,72 +119,79 @@ pub fn write<'a>(
         _ => Path::new("."),
     };
     let tmp = tempfile::Builder::new().prefix(".tpde-unpack.").suffix(".partial").tempfile_in(dir)?;
-    let mut file = tmp.as_file();
-    file.write_all(&header)?;
-    std::thread::scope(|s| -> Result<(), CliError> {
-        // One group queued while one is written; buffers come back to be decoded into again.
-        let (full, to_write) = mpsc::sync_channel::<Vec<Cow<'a, [u8]>>>(1);
-        let (give_back, spare) = mpsc::channel::<Vec<u8>>();
-        let writer = s.spawn(move || -> std::io::Result<()> {
-            for group in to_write {
-                for data in group {
-                    file.write_all(&data)?;
-                    if let Cow::Owned(buf) = data {
-                        // The decoder may have finished; then the buffer is simply dropped.
-                        let _ = give_back.send(buf);
-                    }
-                }
-            }
-            Ok(())
-        });
-        let mut free: Vec<Vec<u8>> = Vec::new();
-        let mut decoded = Ok(());
-        'groups: for group in groups(entries, &order) {
-            free.extend(spare.try_iter());
-            let mut bufs: Vec<Vec<u8>> = group.iter().map(|&i| take_buffer(&mut free, entries[i].len)).collect();
-            // The group's tensors side by side: most are one chunk, which decodes on one core.
-            let results: Vec<_> = group.par_iter().zip(bufs.par_iter_mut()).map(|(&i, buf)| decode(i, buf)).collect();
-            let mut out = Vec::with_capacity(group.len());
-            for ((&i, buf), result) in group.iter().zip(bufs).zip(results) {
-                match result {
-                    Ok(Some(borrowed)) => {
-                        free.push(buf);
-                        out.push(Cow::Borrowed(borrowed));
-                    }
-                    Ok(None) if buf.len() == entries[i].len => out.push(Cow::Owned(buf)),
-                    Ok(None) => {
-                        let e = &entries[i];
-                        decoded = Err(CliError::failed(format!(
-                            "tensor {:?}: {} bytes decoded, {} expected",
-                            e.name,
-                            buf.len(),
-                            e.len
-                        )));
-                        break 'groups;
-                    }
-                    Err(e) => {
-                        decoded = Err(e);
-                        break 'groups;
-                    }
-                }
-            }
-            if full.send(out).is_err() {
-                break; // The writer stopped on an error.
+    let file = tmp.as_file();
+    write_at(file, &header, 0)?;
+    let spare = Mutex::new(Vec::new());
+    let mut offset = header.len() as u64;
+    for group in groups(entries, &order) {
+        let mut jobs = Vec::new();
+        for (slot, &tensor) in group.iter().enumerate() {
+            for (piece, &len) in entries[tensor].pieces.iter().enumerate() {
+                jobs.push(Job { tensor, slot, piece, offset, len });
+                offset += len as u64;
             }
         }
-        drop(full);
-        let written = writer.join().expect("the writer thread does not panic");
-        decoded?;
-        Ok(written?)
-    })?;
+        let opened: Vec<OnceLock<Result<T, CliError>>> = group.iter().map(|_| OnceLock::new()).collect();
+        // Pieces after a failed one are skipped; those before it still run, so the error
+        // reported is the first in file order whatever the scheduling.
+        let failed = AtomicUsize::new(usize::MAX);
+        let errors = Mutex::new(Vec::new());
+        jobs.par_iter().enumerate().for_each(|(n, job)| {
+            if n > failed.load(Ordering::Relaxed) {
+                return;
+            }
+            let mut buf = take_buffer(&mut spare.lock().expect("no panics while held"), job.len);
+            let done = (|| {
+                let t = opened[job.slot].get_or_init(|| open(job.tensor)).as_ref().map_err(Clone::clone)?;
+                let bytes = piece(t, job.piece, &mut buf)?;
+                if bytes.len() != job.len {
+                    let e = &entries[job.tensor];
+                    return Err(CliError::failed(format!(
+                        "tensor {:?}: {} bytes decoded for piece {}, {} expected",
+                        e.name,
+                        bytes.len(),
+                        job.piece,
+                        job.len
+                    )));
+                }
+                Ok(write_at(file, bytes, job.offset)?)
+            })();
+            spare.lock().expect("no panics while held").push(buf);
+            if let Err(e) = done {
+                failed.fetch_min(n, Ordering::Relaxed);
+                errors.lock().expect("no panics while held").push((n, e));
+            }
+        });
+        if let Some((_, e)) = errors.into_inner().expect("no panics while held").into_iter().min_by_key(|(n, _)| *n) {
+            return Err(e);
+        }
+    }
     file.sync_all()?;
     tmp.persist(output).map_err(|e| CliError::from(e.error))?;
     Ok(())
 }
 
+/// Writes all of `data` at `offset` in `file`, from any thread.
+#[cfg(unix)]
+fn write_at(file: &File, data: &[u8], offset: u64) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::write_all_at(file, data, offset)
+}
+
+/// Writes all of `data` at `offset` in `file`, from any thread.
+#[cfg(windows)]
+fn write_at(file: &File, mut data: &[u8], mut offset: u64) -> std::io::Result<()> {
+    use std::os::windows::fs::FileExt;
+    while !data.is_empty() {
+        match file.seek_write(data, offset)? {
+            0 => return Err(std::io::ErrorKind::WriteZero.into()),
+            n => (data, offset) = (&data[n..], offset + n as u64),
+        }
+    }
+    Ok(())
+}
+
 /// The spare buffer to decode `len` bytes into: the smallest that holds them, else the largest.
-/// A buffer that must grow faults in fresh pages and zeroes them, which measured a tenth of an
-/// unpack's time when each tensor took whichever buffer came back first.
+/// A buffer that must grow faults in fresh pages and zeroes them.
 fn take_buffer(free: &mut Vec<Vec<u8>>, len: usize) -> Vec<u8> {
     let fits = (0..free.len()).filter(|&k| free[k].capacity() >= len).min_by_key(|&k| free[k].capacity());
     match fits.or_else(|| (0..free.len()).max_by_key(|&k| free[k].capacity())) {
@@ -184,8 +204,11 @@ fn take_buffer(free: &mut Vec<Vec<u8>>, len: usize) -> Vec<u8> {
 mod tests {
     use super::*;
 
+    /// An entry in pieces of at most 3 bytes.
     fn entry(name: &str, dtype: Dtype, shape: &[usize], size: usize) -> Entry {
-        Entry { name: name.into(), dtype, shape: shape.to_vec(), len: shape.iter().product::<usize>() * size }
+        let len = shape.iter().product::<usize>() * size;
+        let pieces = (0..len).step_by(3).map(|at| (len - at).min(3)).collect();
+        Entry { name: name.into(), dtype, shape: shape.to_vec(), len, pieces }
     }
 
     #[test]
@@ -205,6 +228,7 @@ mod tests {
             entry("a", Dtype::F32, &[2, 2], 4),
             entry("c", Dtype::F16, &[0], 2),
             entry("d", Dtype::I64, &[], 8),
+            entry("e", Dtype::U16, &[1000], 2),
         ];
         let data: Vec<Vec<u8>> =
             entries.iter().enumerate().map(|(i, e)| (0..e.len).map(|j| (i * 31 + j) as u8).collect()).collect();
@@ -212,16 +236,23 @@ mod tests {
         let mut files = Vec::new();
         for run in 0..2 {
             let path = dir.path().join(format!("out{run}.safetensors"));
-            // Borrowed on one run, decoded into the reused buffer on the other.
-            write(&path, &entries, &meta, |i, buf| {
-                Ok(if run == 0 {
-                    Some(&data[i][..])
-                } else {
+            // Borrowed from what `open` gave on one run, written into the reused buffer on the
+            // other.
+            write(
+                &path,
+                &entries,
+                &meta,
+                |i| Ok(&data[i][..]),
+                |bytes, j, buf| {
+                    let piece = &bytes[j * 3..(j * 3 + 3).min(bytes.len())];
+                    if run == 0 {
+                        return Ok(piece);
+                    }
                     buf.clear();
-                    buf.extend_from_slice(&data[i]);
-                    None
-                })
-            })
+                    buf.extend_from_slice(piece);
+                    Ok(buf)
+                },
+            )
             .unwrap();
             files.push(std::fs::read(&path).unwrap());
         }
@@ -235,29 +266,39 @@ mod tests {
         let meta_back: BTreeMap<String, String> = header.metadata().clone().unwrap().into_iter().collect();
         assert_eq!(meta_back, meta);
         // Descending alignment: the I64 scalar first, the U8 tensor last.
-        assert_eq!(header.offset_keys(), ["d", "a", "c", "b"]);
+        assert_eq!(header.offset_keys(), ["d", "a", "c", "e", "b"]);
     }
 
     #[test]
-    fn a_failed_decode_leaves_nothing_under_the_name() {
+    fn the_first_error_in_file_order_is_returned_and_nothing_is_left_under_the_name() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out.safetensors");
-        let entries = vec![entry("a", Dtype::U8, &[4], 1), entry("b", Dtype::U8, &[4], 1)];
-        let err = write(&path, &entries, &BTreeMap::new(), |i, buf| {
-            if i == 1 {
-                return Err(CliError::failed("chunk 0 of b is corrupt"));
-            }
-            buf.resize(4, 7);
-            Ok(None)
-        })
+        // Many pieces, so that the failing ones are decoded side by side, in any order.
+        let entries = vec![entry("a", Dtype::U8, &[3000], 1), entry("b", Dtype::U8, &[4], 1)];
+        let ok = |_: usize| Ok(());
+        fn fill(buf: &mut Vec<u8>, len: usize) -> &[u8] {
+            buf.resize(len, 7);
+            buf
+        }
+        for _ in 0..20 {
+            let err = write(&path, &entries, &BTreeMap::new(), ok, |_, j, buf| match j {
+                300 | 600 | 900 => Err(CliError::failed(format!("piece {j} is corrupt"))),
+                _ => Ok(fill(buf, 3)),
+            })
+            .unwrap_err();
+            assert_eq!(err.message, "piece 300 is corrupt");
+        }
+        let open_err = write(
+            &path,
+            &entries,
+            &BTreeMap::new(),
+            |i| if i == 1 { Err(CliError::failed("the base has no b")) } else { Ok(()) },
+            |_, j, buf| Ok(fill(buf, entries[0].pieces[j])),
+        )
         .unwrap_err();
-        assert!(err.message.contains("corrupt"), "{}", err.message);
-        let short = write(&path, &entries, &BTreeMap::new(), |_, buf| {
-            buf.resize(3, 0);
-            Ok(None)
-        })
-        .unwrap_err();
-        assert!(short.message.contains("3 bytes decoded, 4 expected"), "{}", short.message);
+        assert_eq!(open_err.message, "the base has no b");
+        let short = write(&path, &entries, &BTreeMap::new(), ok, |_, _, buf| Ok(fill(buf, 2))).unwrap_err();
+        assert!(short.message.contains("\"a\": 2 bytes decoded for piece 0, 3 expected"), "{}", short.message);
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "no output and no temporary file");
     }
 }
