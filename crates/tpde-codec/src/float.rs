@@ -28,11 +28,16 @@ impl ChunkCodec for Planes {
 
     fn encode(&self, ctx: ChunkContext, input: &[u8], out: &mut Vec<u8>) -> Result<Vec<u8>, CodecError> {
         let w = width(ctx.dtype);
-        let mut elements = input.to_vec();
-        if planes::rotates(ctx.dtype) {
-            planes::rotate(&mut elements, w, true);
+        if !planes::rotates(ctx.dtype) {
+            planes::encode(input, w, self.0, out);
+            return Ok(Vec::new());
         }
-        planes::encode(elements, w, self.0, out);
+        ELEMENTS.with_borrow_mut(|elements| {
+            elements.clear();
+            elements.extend_from_slice(input);
+            planes::rotate(elements, w, true);
+            planes::encode(elements, w, self.0, out);
+        });
         Ok(Vec::new())
     }
 
@@ -54,6 +59,12 @@ impl ChunkCodec for Planes {
     }
 }
 
+thread_local! {
+    /// This thread's buffer for a chunk's transformed elements, reused from chunk to chunk
+    /// (one allocated per chunk faulted in fresh pages every time).
+    static ELEMENTS: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// How a dense delta combines an element with the base's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DenseOp {
@@ -71,8 +82,16 @@ pub struct Dense(pub DenseOp, pub PlaneForm);
 impl Dense {
     /// The delta elements of `input` against `base`.
     pub fn forward(op: DenseOp, dtype: DType, input: &[u8], base: &[u8]) -> Vec<u8> {
+        let mut d = Vec::new();
+        Dense::forward_into(op, dtype, input, base, &mut d);
+        d
+    }
+
+    /// [`Dense::forward`] into `d`, a buffer of any length and content.
+    pub fn forward_into(op: DenseOp, dtype: DType, input: &[u8], base: &[u8], d: &mut Vec<u8>) {
         let w = width(dtype);
-        let mut d = input.to_vec();
+        d.clear();
+        d.extend_from_slice(input);
         with_word!(w, T => {
             for (c, b) in d.chunks_exact_mut(w).zip(base.chunks_exact(w)) {
                 let x = T::from_le_bytes((&*c).try_into().expect("w bytes"));
@@ -88,7 +107,6 @@ impl Dense {
                 c.copy_from_slice(&e.to_le_bytes());
             }
         });
-        d
     }
 
     /// Undoes [`Dense::forward`] in place: `out` holds the delta elements on entry.
@@ -121,7 +139,10 @@ impl ChunkCodec for Dense {
 
     fn encode(&self, ctx: ChunkContext, input: &[u8], out: &mut Vec<u8>) -> Result<Vec<u8>, CodecError> {
         let base = base_for(self.tag(), ctx, input.len())?;
-        planes::encode(Dense::forward(self.0, ctx.dtype, input, base), width(ctx.dtype), self.1, out);
+        ELEMENTS.with_borrow_mut(|d| {
+            Dense::forward_into(self.0, ctx.dtype, input, base, d);
+            planes::encode(d, width(ctx.dtype), self.1, out);
+        });
         Ok(Vec::new())
     }
 
@@ -206,7 +227,7 @@ impl Sparse {
         self.0.encode(positions, out);
         let len = (out.len() - at - 4) as u32;
         out[at..at + 4].copy_from_slice(&len.to_le_bytes());
-        planes::Planed::new(values, w).encode(self.1, out);
+        planes::encode(&values, w, self.1, out);
     }
 }
 

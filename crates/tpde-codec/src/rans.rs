@@ -350,16 +350,20 @@ fn encode_lanes_with(table: &Table, symbols: &[u8], out: &mut Vec<u8>, vectors: 
     let enc = Encoder::new(table);
     let lanes = lane_count(symbols.len());
     let words = symbols.len().div_ceil(4);
+    // The lane count, the states and the ends, filled in once known; the lanes' bytes go
+    // straight after them (a buffer of their own cost a copy, and growing it another).
+    let header = out.len();
+    out.resize(header + 4 + 8 * lanes, 0);
+    let bytes_start = out.len();
     let mut states = Vec::with_capacity(lanes);
-    let mut bytes: Vec<u8> = Vec::with_capacity(symbols.len() / 2 + 16);
     let mut ends = Vec::with_capacity(lanes);
     let spill = || Spill::new(4 * words.div_ceil(lanes));
     let fast = branchless(&table.freq);
     let mut push = |x: &[u32], spills: &[Spill]| {
         for (&xj, spill) in x.iter().zip(spills) {
             states.push(xj);
-            bytes.extend_from_slice(spill.bytes());
-            ends.push(bytes.len() as u32);
+            out.extend_from_slice(spill.bytes());
+            ends.push((out.len() - bytes_start) as u32);
         }
     };
     let mut k0 = 0;
@@ -387,11 +391,10 @@ fn encode_lanes_with(table: &Table, symbols: &[u8], out: &mut Vec<u8>, vectors: 
         let n = CPU_LANES.min(lanes - k0);
         push(&x[..n], &spills[..n]);
     }
-    out.extend_from_slice(&(lanes as u32).to_le_bytes());
-    for x in states.into_iter().chain(ends) {
-        out.extend_from_slice(&x.to_le_bytes());
+    let words = std::iter::once(lanes as u32).chain(states).chain(ends);
+    for (x, at) in words.zip((header..bytes_start).step_by(4)) {
+        out[at..at + 4].copy_from_slice(&x.to_le_bytes());
     }
-    out.extend_from_slice(&bytes);
 }
 
 /// Where a lane-form record's parts lie, as offsets into the chunk's stored bytes.

@@ -612,7 +612,9 @@ fn encode_parts(encoder: Encoder, parts: &[Part<'_>]) -> Vec<Encoded> {
                 let crc32 = crc32fast::hash(p.data);
                 return Ok(EncodedChunk { stored: None, tag: CodecTag::Raw, params: Vec::new(), crc32 });
             }
-            let mut stored = Vec::with_capacity(p.data.len() / 2);
+            // Room for the chunk stored whole and its plane headers: growing the buffer copies
+            // what is already coded.
+            let mut stored = Vec::with_capacity(p.data.len() + 4096);
             let (tag, params) = encoder.encode(ChunkContext { dtype: p.dtype, base: p.base }, p.data, &mut stored)?;
             let crc32 = crc32fast::hash(&stored);
             Ok(EncodedChunk { stored: Some(stored), tag, params, crc32 })

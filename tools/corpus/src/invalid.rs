@@ -656,7 +656,7 @@ fn codecs(g: &mut Gen) {
         out.extend((positions.len() as u32).to_le_bytes());
         out.extend_from_slice(positions);
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        tpde_codec::planes::encode(bytes, 4, tpde_codec::PlaneForm::Serial, &mut out);
+        tpde_codec::planes::encode(&bytes, 4, tpde_codec::PlaneForm::Serial, &mut out);
         out
     };
     let packed = g.get(DELTA_PACKED).bytes.clone();
