@@ -50,6 +50,20 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
+    fn sparse_positions_are_the_changed_elements((dtype, base, cur) in checkpoint_pair()) {
+        use tpde_codec::Sparse;
+        let w = dtype.size() as usize;
+        let changed: Vec<u32> = (0..cur.len() / w).filter(|&i| cur[i * w..][..w] != base[i * w..][..w]).map(|i| i as u32).collect();
+        // Twice, on the whole chunk and on its first half: the scratch the positions are found
+        // in keeps what a longer chunk left in it.
+        prop_assert_eq!(&Sparse::positions(&cur, &base, w), &changed);
+        let half = cur.len() / w / 2 * w;
+        let first: Vec<u32> = changed.iter().copied().filter(|&i| (i as usize) < half / w).collect();
+        prop_assert_eq!(Sparse::positions(&cur[..half], &base[..half], w), first);
+        prop_assert_eq!(Sparse::count_changed(&cur, &base, w), changed.len());
+    }
+
+    #[test]
     fn round_trip_is_bit_exact((dtype, base, cur) in checkpoint_pair(), which in 0usize..11, with_base: bool) {
         let enc = encoders()[which];
         let ctx = ChunkContext { dtype, base: with_base.then_some(&base[..]) };
