@@ -115,15 +115,15 @@ const SAMPLE_STRIDE: usize = 8;
 /// elements when there are at least 65 536, which ranks the forms as the full count does on
 /// checkpoint data at an eighth of the cost, and then scaled to `n`, so that the tables' cost
 /// weighs as it will; from all of them below.
-pub fn sampled_histograms(n: usize, w: usize, elements: impl Fn(Range<usize>) -> Vec<u8>) -> Vec<[u64; 256]> {
+pub fn sampled_histograms<E: AsRef<[u8]>>(n: usize, w: usize, elements: impl Fn(Range<usize>) -> E) -> Vec<[u64; 256]> {
     if n < SAMPLE_FROM {
-        return histograms(&elements(0..n * w), w);
+        return histograms(elements(0..n * w).as_ref(), w);
     }
     let mut hists = vec![[0u64; 256]; w];
     let mut sampled = 0u64;
     for start in (0..n).step_by(SAMPLE_BLOCK * SAMPLE_STRIDE) {
         let end = (start + SAMPLE_BLOCK).min(n);
-        for (h, b) in hists.iter_mut().zip(histograms(&elements(start * w..end * w), w)) {
+        for (h, b) in hists.iter_mut().zip(histograms(elements(start * w..end * w).as_ref(), w)) {
             h.iter_mut().zip(b).for_each(|(x, y)| *x += y);
         }
         sampled += (end - start) as u64;
@@ -350,7 +350,7 @@ pub fn encode(elements: &[u8], w: usize, form: PlaneForm, out: &mut Vec<u8>) {
     let n = elements.len() / w;
     // A plane that a sample shows to be near-random (the low mantissa bytes) is stored without
     // being counted in full: the full count of every plane was a tenth of a delta pack.
-    let sampled = (n >= SAMPLE_FROM).then(|| sampled_histograms(n, w, |r| elements[r].to_vec()));
+    let sampled = (n >= SAMPLE_FROM).then(|| sampled_histograms(n, w, |r| &elements[r]));
     SCRATCH.with_borrow_mut(|planes| {
         split_into(elements, w, planes);
         encode_planes(planes, n, w, sampled.as_deref(), form, out)
@@ -367,7 +367,6 @@ fn encode_planes(
 ) {
     for (j, plane) in planes.chunks_exact(n.max(1)).enumerate() {
         let near_random = sampled
-            .as_ref()
             .is_some_and(|s| coded_bytes(&Table::from_histogram(&s[j]), &s[j], n, form) >= n as f64 * NEAR_RANDOM);
         if n > 0 && !near_random {
             let hist = rans::histogram(plane);

@@ -90,10 +90,9 @@ fn header(entries: &[Entry], order: &[usize], metadata: &BTreeMap<String, String
     Ok(out)
 }
 
-/// One piece to produce: `entries[tensor]`'s piece `piece`, of `len` bytes at `offset` in the
-/// file; `slot` is the tensor's place in its group.
+/// One piece to produce: piece `piece` of the tensor at `slot` in its group, of `len` bytes at
+/// `offset` in the file.
 struct Job {
-    tensor: usize,
     slot: usize,
     piece: usize,
     offset: u64,
@@ -127,7 +126,7 @@ pub fn write<T: Send + Sync>(
         let mut jobs = Vec::new();
         for (slot, &tensor) in group.iter().enumerate() {
             for (piece, &len) in entries[tensor].pieces.iter().enumerate() {
-                jobs.push(Job { tensor, slot, piece, offset, len });
+                jobs.push(Job { slot, piece, offset, len });
                 offset += len as u64;
             }
         }
@@ -142,10 +141,10 @@ pub fn write<T: Send + Sync>(
             }
             let mut buf = take_buffer(&mut spare.lock().expect("no panics while held"), job.len);
             let done = (|| {
-                let t = opened[job.slot].get_or_init(|| open(job.tensor)).as_ref().map_err(Clone::clone)?;
+                let t = opened[job.slot].get_or_init(|| open(group[job.slot])).as_ref().map_err(Clone::clone)?;
                 let bytes = piece(t, job.piece, &mut buf)?;
                 if bytes.len() != job.len {
-                    let e = &entries[job.tensor];
+                    let e = &entries[group[job.slot]];
                     return Err(CliError::failed(format!(
                         "tensor {:?}: {} bytes decoded for piece {}, {} expected",
                         e.name,
