@@ -213,11 +213,9 @@ struct Encoder {
     freq: [u32; 256],
     start: [u32; 256],
     rcp: [u64; 256],
-    /// For the vector loop: `freq | start << 12`, and 1/freq as a double (0 where absent).
+    /// For the vector loop: `freq | start << 12`.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     info: [u32; 256],
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    inverse: [f64; 256],
 }
 
 impl Encoder {
@@ -234,8 +232,7 @@ impl Encoder {
         }
         let start = table.starts();
         let info = std::array::from_fn(|s| freq[s] | start[s] << SCALE_BITS);
-        let inverse = freq.map(|f| if f > 0 { 1.0 / f64::from(f) } else { 0.0 });
-        Encoder { freq, start, rcp, info, inverse }
+        Encoder { freq, start, rcp, info }
     }
 
     /// Encodes `symbols` as one serial stream, returning the final states.
