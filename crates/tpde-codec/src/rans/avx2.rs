@@ -3,7 +3,8 @@
 //!
 //! Written by hand because they are the format's hot loops: on one Zen 3 core the decoder runs
 //! about three times as fast as the scalar loop (see `decode_lanes`), which is instruction-bound
-//! at about seven cycles per symbol, and the encoder about 1.4 times. Both produce exactly what
+//! at about seven cycles per symbol, and the encoder about 2.3 times (real delta planes of 4 and
+//! 8 bits per symbol: 293 against 660-690 MB/s). Both produce exactly what
 //! the scalar loops do, which finish every lane (and, decoding, check how it ends).
 #![allow(unsafe_code)]
 
