@@ -142,8 +142,8 @@ const GROUP: usize = 16;
 
 /// Adds byte k of every 16 bytes of `elements` to table k. Elements are 1, 2, 4 or 8 bytes
 /// wide, so table k counts plane k mod w; many tables break the store-to-load dependency on
-/// runs of one byte value (an exponent plane's). (Measured on a real low-entropy plane, one
-/// core: 1.4x as fast as four tables read byte by byte.)
+/// runs of one byte value (an exponent plane's), as in [`rans::histogram`], whose eight tables
+/// read as words measured 1.4x as fast as four read byte by byte.
 fn count_planes(elements: &[u8], counts: &mut [[u32; 256]; GROUP]) {
     let mut groups = elements.chunks_exact(GROUP);
     for g in &mut groups {
