@@ -119,11 +119,11 @@ pub fn sampled_histograms<E: AsRef<[u8]>>(n: usize, w: usize, elements: impl Fn(
     if n < SAMPLE_FROM {
         return histograms(elements(0..n * w).as_ref(), w);
     }
-    let mut counts = [[0u32; 256]; GROUP];
+    let mut counts = [[0u32; 256]; rans::GROUP];
     let mut sampled = 0u64;
     for start in (0..n).step_by(SAMPLE_BLOCK * SAMPLE_STRIDE) {
         let end = (start + SAMPLE_BLOCK).min(n);
-        count_planes(elements(start * w..end * w).as_ref(), &mut counts);
+        rans::count(elements(start * w..end * w).as_ref(), &mut counts);
         sampled += (end - start) as u64;
     }
     let scale = n as f64 / sampled as f64;
@@ -132,36 +132,13 @@ pub fn sampled_histograms<E: AsRef<[u8]>>(n: usize, w: usize, elements: impl Fn(
 
 /// The histogram of every plane of elements of `w` bytes, counted in place.
 pub fn histograms(elements: &[u8], w: usize) -> Vec<[u64; 256]> {
-    let mut counts = [[0u32; 256]; GROUP];
-    count_planes(elements, &mut counts);
+    let mut counts = [[0u32; 256]; rans::GROUP];
+    rans::count(elements, &mut counts);
     fold(&counts, w)
 }
 
-/// Bytes [`count_planes`] reads at a time, one table each.
-const GROUP: usize = 16;
-
-/// Adds byte k of every 16 bytes of `elements` to table k. Elements are 1, 2, 4 or 8 bytes
-/// wide, so table k counts plane k mod w; many tables break the store-to-load dependency on
-/// runs of one byte value (an exponent plane's), as in [`rans::histogram`], whose eight tables
-/// read as words measured 1.4x as fast as four read byte by byte.
-fn count_planes(elements: &[u8], counts: &mut [[u32; 256]; GROUP]) {
-    let mut groups = elements.chunks_exact(GROUP);
-    for g in &mut groups {
-        let lo = u64::from_le_bytes(g[..8].try_into().expect("eight bytes"));
-        let hi = u64::from_le_bytes(g[8..].try_into().expect("eight bytes"));
-        let (low, high) = counts.split_at_mut(8);
-        for k in 0..8 {
-            low[k][((lo >> (8 * k)) & 0xFF) as usize] += 1;
-            high[k][((hi >> (8 * k)) & 0xFF) as usize] += 1;
-        }
-    }
-    for (k, &b) in groups.remainder().iter().enumerate() {
-        counts[k][usize::from(b)] += 1;
-    }
-}
-
-/// Each plane's histogram from [`count_planes`]' tables.
-fn fold(counts: &[[u32; 256]; GROUP], w: usize) -> Vec<[u64; 256]> {
+/// Each plane's histogram from [`rans::count`]'s tables: table k counts plane k mod w.
+fn fold(counts: &[[u32; 256]; rans::GROUP], w: usize) -> Vec<[u64; 256]> {
     (0..w).map(|j| std::array::from_fn(|s| counts[j..].iter().step_by(w).map(|t| u64::from(t[s])).sum())).collect()
 }
 

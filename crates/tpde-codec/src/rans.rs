@@ -658,21 +658,32 @@ pub fn decode<'a>(table: &Table, input: &'a [u8], out: &mut [u8]) -> Result<&'a 
 
 /// The histogram of `bytes`.
 pub fn histogram(bytes: &[u8]) -> [u64; 256] {
-    // Eight sub-histograms, one per byte of a word, break the store-to-load dependency on runs
-    // of one symbol. (Measured on a real 1 MiB delta plane of 0.16 bits per symbol, one core:
-    // 1740 MB/s with four sub-histograms read byte by byte, 2480 with these.)
-    let mut h = [[0u32; 256]; 8];
-    let mut words = bytes.chunks_exact(8);
-    for c in &mut words {
-        let w = u64::from_le_bytes(c.try_into().expect("eight bytes"));
-        for (k, h) in h.iter_mut().enumerate() {
-            h[((w >> (8 * k)) & 0xFF) as usize] += 1;
+    let mut counts = [[0u32; 256]; GROUP];
+    count(bytes, &mut counts);
+    std::array::from_fn(|s| counts.iter().map(|t| u64::from(t[s])).sum())
+}
+
+/// Bytes [`count`] reads at a time, one table each.
+pub(crate) const GROUP: usize = 16;
+
+/// Adds byte k of every 16 bytes of `bytes` to table k: many tables break the store-to-load
+/// dependency on runs of one byte value (an exponent plane's), and for elements of 1, 2, 4 or
+/// 8 bytes table k counts plane k mod w. (Measured on a real 1 MiB delta plane of 0.16 bits
+/// per symbol, one core: 1740 MB/s with four tables read byte by byte, 2420 with these.)
+pub(crate) fn count(bytes: &[u8], counts: &mut [[u32; 256]; GROUP]) {
+    let mut groups = bytes.chunks_exact(GROUP);
+    for g in &mut groups {
+        let lo = u64::from_le_bytes(g[..8].try_into().expect("eight bytes"));
+        let hi = u64::from_le_bytes(g[8..].try_into().expect("eight bytes"));
+        let (low, high) = counts.split_at_mut(8);
+        for k in 0..8 {
+            low[k][((lo >> (8 * k)) & 0xFF) as usize] += 1;
+            high[k][((hi >> (8 * k)) & 0xFF) as usize] += 1;
         }
     }
-    for &b in words.remainder() {
-        h[0][usize::from(b)] += 1;
+    for (k, &b) in groups.remainder().iter().enumerate() {
+        counts[k][usize::from(b)] += 1;
     }
-    std::array::from_fn(|s| h.iter().map(|x| u64::from(x[s])).sum())
 }
 
 /// Wraps a rANS failure as a corrupt-chunk error of `codec`.

@@ -217,13 +217,13 @@ pub(super) unsafe fn encode_rounds(
     let step = |xs: &mut [__m256i; REGS], ats: &mut [__m256i; REGS], s: [__m256i; REGS]| {
         let info: [__m256i; REGS] =
             std::array::from_fn(|r| unsafe { _mm256_i32gather_epi32::<4>(enc.info.as_ptr().cast(), s[r]) });
+        let f: [__m256i; REGS] = std::array::from_fn(|r| _mm256_and_si256(info[r], mask12));
         let mut pairs = [0u32; ENCODE_WIDTH];
         let mut at = [0i32; ENCODE_WIDTH];
         let mut x2 = [_mm256_setzero_si256(); REGS];
         for r in 0..REGS {
-            let f = _mm256_and_si256(info[r], mask12);
             // x ≥ x_max = 2^19·f spills a byte, at most twice (x < 2^31, so signed compares do).
-            let x_max_less1 = _mm256_sub_epi32(_mm256_slli_epi32::<19>(f), ones);
+            let x_max_less1 = _mm256_sub_epi32(_mm256_slli_epi32::<19>(f[r]), ones);
             let one = _mm256_cmpgt_epi32(xs[r], x_max_less1);
             let x1 = _mm256_blendv_epi8(xs[r], _mm256_srli_epi32::<8>(xs[r]), one);
             let two = _mm256_cmpgt_epi32(x1, x_max_less1);
@@ -244,9 +244,8 @@ pub(super) unsafe fn encode_rounds(
             unsafe { bufs[j].add(at[j] as usize - 2).cast::<u16>().write_unaligned(pairs[j] as u16) };
         }
         for r in 0..REGS {
-            let f = _mm256_and_si256(info[r], mask12);
             let start = _mm256_srli_epi32::<{ SCALE_BITS as i32 }>(info[r]);
-            let (q, rem) = divide(x2[r], f);
+            let (q, rem) = divide(x2[r], f[r]);
             xs[r] = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32::<{ SCALE_BITS as i32 }>(q), rem), start);
         }
     };
