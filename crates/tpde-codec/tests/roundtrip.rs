@@ -54,8 +54,8 @@ proptest! {
         use tpde_codec::Sparse;
         let w = dtype.size() as usize;
         let changed: Vec<u32> = (0..cur.len() / w).filter(|&i| cur[i * w..][..w] != base[i * w..][..w]).map(|i| i as u32).collect();
-        // Twice, on the whole chunk and on its first half: the scratch the positions are found
-        // in keeps what a longer chunk left in it.
+        // Twice, on the whole chunk and on its first half: lengths that end inside a block of
+        // the 64 elements the positions are found in.
         prop_assert_eq!(&Sparse::positions(&cur, &base, w), &changed);
         let half = cur.len() / w / 2 * w;
         let first: Vec<u32> = changed.iter().copied().filter(|&i| (i as usize) < half / w).collect();
