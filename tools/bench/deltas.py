@@ -9,14 +9,18 @@ one run.
 Sizes are per tensor group (weights, exp_avg, exp_avg_sq) as a share of the raw tensor bytes.
 Speeds are MB/s of raw tensor bytes of the whole checkpoint, median of --runs (zstd -19: one
 run), file to file on --dir (a tmpfs measures codecs, not disks): `tpde pack`/`tpde unpack`
-against `zstd`/`zstd -d`; ZipNN in-process per tensor through its Python API. "1 thr" is one
-thread (RAYON_NUM_THREADS=1, zstd -T1, ZipNN threads=1); "all" is every core.
+against `zstd`/`zstd -d`; ZipNN in-process per tensor through its Python API. "1 core" is one
+thread (RAYON_NUM_THREADS=1, zstd -T1, ZipNN threads=1) with the process pinned to one CPU,
+because zstd -T1 and zstd -d still write on a second thread (asynchronous I/O) and would
+otherwise use more than one core; "all" is every core, unpinned (zstd -d: its default). The CPUs
+each unpinned zstd run used (CPU time / wall time) are printed after the tables.
 
 Needs: zstd on PATH, pip install numpy zstandard zipnn.
 """
 import argparse
 import json
 import os
+import resource
 import statistics
 import struct
 import subprocess
@@ -82,12 +86,29 @@ def zipnn_all(tensors, threads):
     return sizes, tc, td, ok
 
 
-def timed(cmd, env=None, runs=3):
-    ts = []
+ONE_CPU = {min(os.sched_getaffinity(0))}
+
+
+def pin():
+    """Pins the calling process (a child before exec, or this one) to one CPU."""
+    os.sched_setaffinity(0, ONE_CPU)
+
+
+def timed(cmd, env=None, runs=3, one_core=False, cpus=None):
+    """Median wall seconds of `cmd`; pinned to one CPU when `one_core`. `cpus`, a list, gets the
+    median CPUs used (user + system time of the child / wall time)."""
+    ts, used = [], []
     for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
-        subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       preexec_fn=pin if one_core else None)
         ts.append(time.perf_counter() - t)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+        used.append(cpu / ts[-1])
+    if cpus is not None:
+        cpus.append(statistics.median(used))
     return statistics.median(ts)
 
 
@@ -131,7 +152,10 @@ def main():
             if g in xs:
                 xs[g] += planes_xor_zstd(b, base[n][1], WIDTH[dt])
         sizes["XOR+planes+zstd"] = xs
+        everywhere = os.sched_getaffinity(0)
+        pin()
         z1, zc1, zd1, zok = zipnn_all(cur, 1)
+        os.sched_setaffinity(0, everywhere)
         _, zcn, zdn, _ = zipnn_all(cur, 0)
         sizes["ZipNN"] = z1
         key = os.path.join(a.dir, "key.tpde")
@@ -148,26 +172,31 @@ def main():
         zst = os.path.join(a.dir, "cur.zst")
         out = os.path.join(a.dir, "out.bin")
         speed = {}
+        cpus = {"zstd -3 -T1": [], "zstd -d": []}
+        timed(["zstd", "-q", "-f", "-3", "-T1", cur_path, "-o", zst], runs=a.runs, cpus=cpus["zstd -3 -T1"])
         speed["zstd -3"] = (
-            mb / timed(["zstd", "-q", "-f", "-3", "-T1", cur_path, "-o", zst], runs=a.runs),
+            mb / timed(["zstd", "-q", "-f", "-3", "-T1", cur_path, "-o", zst], runs=a.runs, one_core=True),
             mb / timed(["zstd", "-q", "-f", "-3", "-T0", cur_path, "-o", zst], runs=a.runs),
-            mb / timed(["zstd", "-q", "-f", "-d", zst, "-o", out], runs=a.runs),
+            mb / timed(["zstd", "-q", "-f", "-d", zst, "-o", out], runs=a.runs, one_core=True),
+            mb / timed(["zstd", "-q", "-f", "-d", zst, "-o", out], runs=a.runs, cpus=cpus["zstd -d"]),
         )
         speed["zstd -19"] = (
             None,
             mb / timed(["zstd", "-q", "-f", "-19", "-T0", cur_path, "-o", zst], runs=1),
+            mb / timed(["zstd", "-q", "-f", "-d", zst, "-o", out], runs=a.runs, one_core=True),
             mb / timed(["zstd", "-q", "-f", "-d", zst, "-o", out], runs=a.runs),
         )
         speed["ZipNN"] = (mb / zc1, mb / zcn, mb / zd1, mb / zdn)
         for name, extra in (("TPDE keyframe", []), ("TPDE delta", ["--base", base_path])):
             f = key if name == "TPDE keyframe" else delta
             speed[name] = (
-                mb / timed([tpde, "pack", cur_path, "-o", f] + extra, env=env1, runs=a.runs),
+                mb / timed([tpde, "pack", cur_path, "-o", f] + extra, env=env1, runs=a.runs, one_core=True),
                 mb / timed([tpde, "pack", cur_path, "-o", f] + extra, env=envn, runs=a.runs),
-                mb / timed([tpde, "unpack", f, "-o", back] + extra, env=env1, runs=a.runs),
+                mb / timed([tpde, "unpack", f, "-o", back] + extra, env=env1, runs=a.runs, one_core=True),
                 mb / timed([tpde, "unpack", f, "-o", back] + extra, env=envn, runs=a.runs),
             )
-        results.append({"label": label, "raw": raw, "sizes": sizes, "speed": speed, "zipnn_round_trip": zok})
+        results.append({"label": label, "raw": raw, "sizes": sizes, "speed": speed, "zipnn_round_trip": zok,
+                        "zstd_cpus_unpinned": {k: v[0] for k, v in cpus.items()}})
         print(f"done {label}", file=sys.stderr, flush=True)
 
     print("### Size / raw tensor bytes (lower is better)\n")
@@ -180,19 +209,17 @@ def main():
             cells = [f"{r['sizes'][k].get(g, 0) / r['raw'][g]:.3f}" for k in r["sizes"]]
             print(f"| {r['label']} | {g} | " + " | ".join(cells) + " |")
     print(f"\n### MB/s of raw tensor bytes ({cores} cores; median of {a.runs})\n")
-    print("| checkpoint pair | tool | encode 1 thr | encode all | decode 1 thr | decode all |")
+    print("| checkpoint pair | tool | encode 1 core | encode all | decode 1 core | decode all |")
     print("|---|---|---:|---:|---:|---:|")
     for r in results:
         for tool, s in r["speed"].items():
-            if tool.startswith("zstd"):
-                enc1, encn, dec = s
-                cells = [enc1, encn, dec, None]
-            else:
-                cells = list(s)
+            cells = list(s)
             fmt = lambda v: "n/a" if v is None else f"{v:.0f}"
             print(f"| {r['label']} | {tool} | " + " | ".join(fmt(c) for c in cells) + " |")
-    print("\nzstd decompression is single-threaded; ZipNN round trip bit-exact: "
-          + ", ".join(f"{r['label']}: {r['zipnn_round_trip']}" for r in results))
+    print("\nCPUs used by unpinned zstd (CPU time / wall time): "
+          + ", ".join(f"{r['label']}: " + ", ".join(f"{k} {v:.2f}" for k, v in r["zstd_cpus_unpinned"].items())
+                      for r in results))
+    print("ZipNN round trip bit-exact: " + ", ".join(f"{r['label']}: {r['zipnn_round_trip']}" for r in results))
     with open(os.path.join(a.dir, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
 
