@@ -14,7 +14,7 @@ use crate::{no_params, ChunkCodec, ChunkContext, CodecError};
 /// changed values' planes.
 const SPARSE_HEADER: usize = 8;
 
-/// `planes` and `planes-lanes`: the keyframe codec.
+/// `planes`, `planes-lanes` and `planes-context`: the keyframe codec.
 #[derive(Clone, Copy, Debug)]
 pub struct Planes(pub PlaneForm);
 
@@ -23,6 +23,7 @@ impl ChunkCodec for Planes {
         match self.0 {
             PlaneForm::Serial => CodecTag::Planes,
             PlaneForm::Lanes => CodecTag::PlanesLanes,
+            PlaneForm::Contexts => CodecTag::PlanesContext,
         }
     }
 
@@ -134,6 +135,7 @@ impl ChunkCodec for Dense {
             Dense(DenseOp::Sub, PlaneForm::Serial) => CodecTag::DeltaSub,
             Dense(DenseOp::Xor, PlaneForm::Lanes) => CodecTag::DeltaXorLanes,
             Dense(DenseOp::Sub, PlaneForm::Lanes) => CodecTag::DeltaSubLanes,
+            Dense(_, PlaneForm::Contexts) => panic!("the dense deltas have no context form"),
         }
     }
 
@@ -252,6 +254,7 @@ impl ChunkCodec for Sparse {
             Sparse(coder, PlaneForm::Serial) => coder.tag(),
             Sparse(PositionCoder::Packed, PlaneForm::Lanes) => CodecTag::SparsePackedLanes,
             Sparse(coder, PlaneForm::Lanes) => panic!("the {coder:?} position coder has no lane form"),
+            Sparse(_, PlaneForm::Contexts) => panic!("the sparse deltas have no context form"),
         }
     }
 

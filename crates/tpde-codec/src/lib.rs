@@ -142,6 +142,7 @@ pub fn decoder(tag: CodecTag) -> &'static dyn ChunkCodec {
         CodecTag::DeltaXorLanes => &Dense(DenseOp::Xor, PlaneForm::Lanes),
         CodecTag::DeltaSubLanes => &Dense(DenseOp::Sub, PlaneForm::Lanes),
         CodecTag::SparsePackedLanes => &Sparse(PositionCoder::Packed, PlaneForm::Lanes),
+        CodecTag::PlanesContext => &Planes(PlaneForm::Contexts),
         // `CodecTag` is non-exhaustive only across crates; every tag the format crate
         // registers is matched above.
         #[allow(unreachable_patterns)]
@@ -175,8 +176,8 @@ pub enum Encoder {
     Codec(CodecTag),
     /// The default: per chunk, the smallest lossless form in lane form (spec §6.2.3), which a
     /// CPU decodes several lanes at a time and a GPU decodes in parallel (§6.7):
-    /// `planes-lanes` without a base; with one, whichever of `delta-xor-lanes`,
-    /// `delta-sub-lanes`, `sparse-packed-lanes` and `planes-lanes` is estimated smallest.
+    /// `planes-context` without a base; with one, whichever of `delta-xor-lanes`,
+    /// `delta-sub-lanes`, `sparse-packed-lanes` and `planes-context` is estimated smallest.
     Auto,
     /// The smallest lossless form per chunk among the 1.1 codecs (one serial rANS stream per
     /// plane): `planes` without a base; with one, whichever of `delta-xor`, `delta-sub`, the
@@ -193,7 +194,7 @@ impl Encoder {
             Encoder::Zstd { level } => return Ok((CodecTag::Zstd, Zstd { level }.encode(ctx, input, out)?)),
             Encoder::Codec(tag) if tag.needs_base() && ctx.base.is_none() => match PlaneForm::of(tag) {
                 PlaneForm::Serial => CodecTag::Planes,
-                PlaneForm::Lanes => CodecTag::PlanesLanes,
+                PlaneForm::Lanes | PlaneForm::Contexts => CodecTag::PlanesLanes,
             },
             Encoder::Codec(tag) => tag,
             Encoder::Auto => return select::encode_best(ctx, input, PlaneForm::Lanes, out),
@@ -208,7 +209,7 @@ impl Encoder {
             Encoder::Raw | Encoder::Zstd { .. } => 0,
             Encoder::Codec(tag) => tag.since_minor(),
             Encoder::AutoSerial => 1,
-            Encoder::Auto => 2,
+            Encoder::Auto => 3,
         }
     }
 }

@@ -8,19 +8,21 @@
 //!
 //! ```text
 //! plane   u8 mode: 0 stored (n bytes follow) | 1 rANS (table, stream) | 2 rANS lanes (table,
-//!         lanes); see rans.rs. The serial tags use modes 0 and 1, the lane tags 0 and 2.
+//!         lanes) | 3 rANS lanes with contexts (map, tables, lanes); see rans.rs. The serial
+//!         tags use modes 0 and 1, the lane tags 0 and 2, `planes-context` 0, 2 and 3.
 //! ```
 
 use std::ops::Range;
 
 use tpde_format::{CodecTag, DType};
 
-use crate::rans::{self, LaneLayout, Table};
+use crate::rans::{self, context, Contexts, LaneLayout, Table};
 use crate::CodecError;
 
 const STORED: u8 = 0;
 const RANS: u8 = 1;
 const RANS_LANES: u8 = 2;
+const RANS_CONTEXTS: u8 = 3;
 
 /// How a codec's rANS planes are laid out: one serial stream (spec §6.2.2) or independent lanes
 /// (§6.2.3) that a GPU decodes in parallel.
@@ -30,15 +32,29 @@ pub enum PlaneForm {
     Serial,
     /// Mode 2 records: lanes with their own state and bytes.
     Lanes,
+    /// Mode 2 or 3 records: lanes, with one table or with tables chosen by each lane's symbol
+    /// before (spec §6.2.4). Only the keyframe tag `planes-context` has this form.
+    Contexts,
 }
 
 impl PlaneForm {
     /// The form a codec tag's plane records take.
     pub fn of(tag: CodecTag) -> PlaneForm {
-        if tag.lanes() {
+        if tag == CodecTag::PlanesContext {
+            PlaneForm::Contexts
+        } else if tag.lanes() {
             PlaneForm::Lanes
         } else {
             PlaneForm::Serial
+        }
+    }
+
+    /// The form of the keyframes that go with deltas in this form: lane-form keyframes may use
+    /// contexts.
+    pub fn keyframe(self) -> PlaneForm {
+        match self {
+            PlaneForm::Serial => PlaneForm::Serial,
+            PlaneForm::Lanes | PlaneForm::Contexts => PlaneForm::Contexts,
         }
     }
 }
@@ -52,6 +68,8 @@ pub enum PlaneRecord {
     Serial(Table, Range<usize>),
     /// Mode 2: a table and rANS lanes.
     Lanes(Table, LaneLayout),
+    /// Mode 3: a context map, its tables and rANS lanes.
+    Contexts(Contexts, LaneLayout),
 }
 
 /// Runs `$body` with `$T` the unsigned integer type of width `$w` bytes (1, 2, 4 or 8).
@@ -350,13 +368,30 @@ impl Table {
                 self.write(out);
                 rans::encode(self, plane, out);
             }
-            PlaneForm::Lanes => {
+            PlaneForm::Lanes | PlaneForm::Contexts => {
                 out.push(RANS_LANES);
                 self.write(out);
                 rans::encode_lanes(self, plane, out);
             }
         }
     }
+}
+
+/// For a plane about to be coded with one table, at `order0` estimated bytes: the context
+/// tables that code it in under 98% of that, if any (a context record decodes on the scalar
+/// loop, so a smaller gain is not worth it). Chosen from a sample of the pairs, as the forms are.
+fn contexts_for(plane: &[u8], order0: f64) -> Option<Contexts> {
+    let n = plane.len();
+    let lanes = rans::lane_count(n);
+    let sampled = n >= SAMPLE_FROM;
+    let pairs = context::pair_counts(plane, lanes, sampled);
+    let map = Contexts::group(&pairs)?;
+    let counted: u64 = pairs.iter().flatten().sum();
+    let bytes = Contexts::estimate(&map, &pairs, n as f64 / counted.max(1) as f64) + 8.0 * lanes as f64;
+    if bytes >= order0 * 0.98 {
+        return None;
+    }
+    Some(if sampled { Contexts::count(map, plane, lanes) } else { Contexts::new(map, &pairs) })
 }
 
 /// Appends the planes of `elements` (already transformed), `w` bytes each, in `form`: each
@@ -387,8 +422,15 @@ fn encode_planes(
         if n > 0 && !near_random {
             let hist = rans::histogram(plane);
             let table = Table::from_histogram(&hist);
-            if coded_bytes(&table, &hist, n, form) < n as f64 * 0.98 {
-                table.write_record(form, plane, out);
+            let order0 = coded_bytes(&table, &hist, n, form);
+            if order0 < n as f64 * 0.98 {
+                match (form == PlaneForm::Contexts).then(|| contexts_for(plane, order0)).flatten() {
+                    Some(model) => {
+                        out.push(RANS_CONTEXTS);
+                        model.encode_lanes(plane, out);
+                    }
+                    None => table.write_record(form, plane, out),
+                }
                 continue;
             }
         }
@@ -409,7 +451,7 @@ const NEAR_RANDOM: f64 = 0.995;
 fn coded_bytes(table: &Table, hist: &[u64; 256], n: usize, form: PlaneForm) -> f64 {
     let lanes = match form {
         PlaneForm::Serial => 0.0,
-        PlaneForm::Lanes => 8.0 * rans::lane_count(n) as f64,
+        PlaneForm::Lanes | PlaneForm::Contexts => 8.0 * rans::lane_count(n) as f64,
     };
     table.encoded_len() as f64 + table.cost_bytes(hist) + lanes
 }
@@ -451,11 +493,17 @@ pub fn parse(
                 at = begin + 4 + len as usize;
                 PlaneRecord::Serial(table, begin..at)
             }
-            (RANS_LANES, PlaneForm::Lanes) => {
+            (RANS_LANES, PlaneForm::Lanes | PlaneForm::Contexts) => {
                 let (table, after) = Table::read(rest).map_err(&corrupt)?;
                 let layout = LaneLayout::read(stored, stored.len() - after.len(), n).map_err(&corrupt)?;
                 at = layout.bytes.end;
                 PlaneRecord::Lanes(table, layout)
+            }
+            (RANS_CONTEXTS, PlaneForm::Contexts) => {
+                let (model, after) = Contexts::read(rest).map_err(&corrupt)?;
+                let layout = LaneLayout::read(stored, stored.len() - after.len(), n).map_err(&corrupt)?;
+                at = layout.bytes.end;
+                PlaneRecord::Contexts(model, layout)
             }
             (m, _) => return Err(corrupt(format!("plane {j} has mode {m}, not one of {codec}'s"))),
         };
@@ -512,6 +560,10 @@ fn decode_with(
             PlaneRecord::Lanes(table, layout) => {
                 let plane = free.next().expect("a buffer per coded plane");
                 rans::decode_lanes(table, stored, layout, plane).map_err(&corrupt)?;
+            }
+            PlaneRecord::Contexts(model, layout) => {
+                let plane = free.next().expect("a buffer per coded plane");
+                model.decode_lanes(stored, layout, plane).map_err(&corrupt)?;
             }
         }
     }

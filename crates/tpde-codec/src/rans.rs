@@ -20,6 +20,9 @@ use crate::CodecError;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+pub mod context;
+
+pub use context::Contexts;
 
 /// Frequencies are scaled to `1 << SCALE_BITS`.
 pub const SCALE_BITS: u32 = 12;
@@ -84,11 +87,16 @@ impl Table {
 
     /// Estimated stream bytes for symbols with this histogram under this table.
     pub fn cost_bytes(&self, hist: &[u64; 256]) -> f64 {
-        let bits: f64 = (0..256)
-            .filter(|&s| hist[s] > 0)
+        self.cost_bits(hist) / 8.0 + 4.0 * LANES as f64 + 4.0
+    }
+
+    /// Bits of symbols with this histogram under this table (none for an absent symbol: the
+    /// histogram is the table's own).
+    pub fn cost_bits(&self, hist: &[u64; 256]) -> f64 {
+        (0..256)
+            .filter(|&s| hist[s] > 0 && self.freq[s] > 0)
             .map(|s| hist[s] as f64 * (f64::from(SCALE) / f64::from(self.freq[s])).log2())
-            .sum();
-        bits / 8.0 + 4.0 * LANES as f64 + 4.0
+            .sum()
     }
 
     /// Appends the table.
@@ -472,6 +480,9 @@ fn refill_two(mut x: u32, bytes: &[u8], pos: &mut usize) -> u32 {
 /// One lane's decoder: its state and its own renormalisation bytes.
 struct Lane<'a> {
     x: u32,
+    /// Where the table for the lane's next symbol starts in the record's slots: always 0 in an
+    /// order-0 record; in a context record (spec §6.2.4) set by the symbol before.
+    ctx: usize,
     own: &'a [u8],
     /// Where `own` starts in the record's renormalisation bytes.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
@@ -483,8 +494,11 @@ impl Lane<'_> {
     /// Decodes one symbol. With `FAST`, the caller has checked that two bytes are left, and the
     /// renormalisation is branchless (a symbol's byte count is data: a branch on it mispredicts).
     #[inline(always)]
-    fn step<const FAST: bool>(&mut self, slots: &[u32], lane: usize) -> Result<u8, String> {
-        let (s, x) = pop(slots, self.x);
+    fn step<const FAST: bool>(&mut self, slots: &Slots, lane: usize) -> Result<u8, String> {
+        let (s, x) = pop(&slots.slots[self.ctx..self.ctx + SCALE as usize], self.x);
+        if let Some(next) = &slots.next {
+            self.ctx = next[usize::from(s)] as usize;
+        }
         self.x = if FAST {
             refill_two(x, self.own, &mut self.pos)
         } else {
@@ -495,8 +509,8 @@ impl Lane<'_> {
 
     /// Decodes one word of up to four symbols into `out`.
     #[inline(always)]
-    fn word(&mut self, slots: &[u32], lane: usize, out: &mut [u8], fast: bool) -> Result<(), String> {
-        if fast && out.len() == 4 && self.pos + 8 <= self.own.len() {
+    fn word(&mut self, slots: &Slots, lane: usize, out: &mut [u8]) -> Result<(), String> {
+        if slots.fast && out.len() == 4 && self.pos + 8 <= self.own.len() {
             for o in out {
                 *o = self.step::<true>(slots, lane)?;
             }
@@ -513,21 +527,51 @@ impl Lane<'_> {
 /// where one lane is a chain of dependent steps.
 const CPU_LANES: usize = 4;
 
+/// A lane record's tables as the decoders look them up: every table's slots (see
+/// [`Table::slots`]), one table after another, and for a context record where each symbol sends
+/// its lane next.
+pub(crate) struct Slots {
+    slots: Vec<u32>,
+    /// `next[s]`: the offset in `slots` of the table for a symbol after `s` (context records).
+    next: Option<Box<[u32; 256]>>,
+    /// Whether the rounds renormalise branchlessly (see [`branchless`]).
+    fast: bool,
+}
+
+impl Slots {
+    fn order0(table: &Table) -> Slots {
+        Slots { slots: table.slots(), next: None, fast: branchless(&table.freq) }
+    }
+
+    pub(crate) fn contexts(map: &[u8; 256], tables: &[Table]) -> Slots {
+        Slots {
+            slots: tables.iter().flat_map(Table::slots).collect(),
+            next: Some(Box::new(map.map(|t| u32::from(t) * SCALE))),
+            fast: tables.iter().any(|t| branchless(&t.freq)),
+        }
+    }
+
+    /// Where a lane's first symbol's table starts: the table for a symbol after symbol 0.
+    fn first(&self) -> usize {
+        self.next.as_ref().map_or(0, |next| next[0] as usize)
+    }
+}
+
 /// Decodes `out.len()` symbols from lanes laid out as `layout` in `stored`. Every lane must end
 /// exactly at its last byte in the encoder's initial state.
 pub fn decode_lanes(table: &Table, stored: &[u8], layout: &LaneLayout, out: &mut [u8]) -> Result<(), String> {
-    decode_lanes_with(table, stored, layout, out, true)
+    decode_lanes_with(&Slots::order0(table), stored, layout, out, true)
 }
 
-/// [`decode_lanes`], with or without the vector loop (the tests compare the two).
-fn decode_lanes_with(
-    table: &Table,
+/// [`decode_lanes`] for any record's tables, with or without the vector loop (the tests compare
+/// the two).
+pub(crate) fn decode_lanes_with(
+    slots: &Slots,
     stored: &[u8],
     layout: &LaneLayout,
     out: &mut [u8],
     vectors: bool,
 ) -> Result<(), String> {
-    let slots = table.slots();
     let lanes = layout.lanes as usize;
     let n = out.len();
     let words = n.div_ceil(4);
@@ -537,14 +581,14 @@ fn decode_lanes_with(
     let mut all: Vec<Lane<'_>> = (0..lanes)
         .map(|k| {
             let end = word(layout.ends + 4 * k) as usize;
-            let lane = Lane { x: word(layout.states + 4 * k), own: &bytes[begin..end], begin, pos: 0 };
+            let x = word(layout.states + 4 * k);
+            let lane = Lane { x, ctx: slots.first(), own: &bytes[begin..end], begin, pos: 0 };
             begin = end;
             lane
         })
         .collect();
     // Rounds of whole words that every lane has: lane k's t-th word is word k + t·L.
     let rounds = n / 4 / lanes;
-    let fast = branchless(&table.freq);
     // Rounds the vector loop decoded, per group of CPU_LANES lanes.
     let mut started = vec![0usize; lanes.div_ceil(CPU_LANES)];
     #[cfg(not(target_arch = "x86_64"))]
@@ -564,8 +608,8 @@ fn decode_lanes_with(
                 #[allow(unsafe_code)]
                 let done = unsafe {
                     match regs {
-                        4 => avx2::rounds::<4>(&slots, readable, group, k0, lanes, rounds, out),
-                        _ => avx2::rounds::<1>(&slots, readable, group, k0, lanes, rounds, out),
+                        4 => avx2::rounds::<4>(slots, readable, group, k0, lanes, rounds, out),
+                        _ => avx2::rounds::<1>(slots, readable, group, k0, lanes, rounds, out),
                     }
                 };
                 started[k0 / CPU_LANES..(k0 + width) / CPU_LANES].fill(done);
@@ -583,16 +627,16 @@ fn decode_lanes_with(
             let q0 = k0 + t * lanes;
             match <&mut [Lane<'_>; CPU_LANES]>::try_from(&mut *group) {
                 // The fast round: symbol by symbol across the lanes, so their steps overlap.
-                Ok(group) if fast && group.iter().all(|l| l.pos + 8 <= l.own.len()) => {
+                Ok(group) if slots.fast && group.iter().all(|l| l.pos + 8 <= l.own.len()) => {
                     for i in 0..4 {
                         for (j, lane) in group.iter_mut().enumerate() {
-                            out[4 * (q0 + j) + i] = lane.step::<true>(&slots, k0 + j)?;
+                            out[4 * (q0 + j) + i] = lane.step::<true>(slots, k0 + j)?;
                         }
                     }
                 }
                 _ => {
                     for (j, lane) in group.iter_mut().enumerate() {
-                        lane.word(&slots, k0 + j, &mut out[4 * (q0 + j)..4 * (q0 + j) + 4], fast)?;
+                        lane.word(slots, k0 + j, &mut out[4 * (q0 + j)..4 * (q0 + j) + 4])?;
                     }
                 }
             }
@@ -600,7 +644,7 @@ fn decode_lanes_with(
     }
     for (k, lane) in all.iter_mut().enumerate() {
         for q in (k + rounds * lanes..words).step_by(lanes) {
-            lane.word(&slots, k, &mut out[4 * q..(4 * q + 4).min(n)], fast)?;
+            lane.word(slots, k, &mut out[4 * q..(4 * q + 4).min(n)])?;
         }
         if lane.pos != lane.own.len() || lane.x != L {
             return Err(format!("rANS lane {k} does not end where its symbols do"));
@@ -782,8 +826,9 @@ mod tests {
     fn both_paths(table: &Table, stored: &[u8], layout: &LaneLayout, n: usize) -> Result<Vec<u8>, String> {
         let mut scalar = vec![0u8; n];
         let mut vector = vec![0u8; n];
-        let a = decode_lanes_with(table, stored, layout, &mut scalar, false).map(|()| scalar);
-        let b = decode_lanes_with(table, stored, layout, &mut vector, true).map(|()| vector);
+        let slots = Slots::order0(table);
+        let a = decode_lanes_with(&slots, stored, layout, &mut scalar, false).map(|()| scalar);
+        let b = decode_lanes_with(&slots, stored, layout, &mut vector, true).map(|()| vector);
         match (&a, &b) {
             (Ok(a), Ok(b)) => assert!(a == b, "the vector and scalar loops decode different bytes"),
             (Err(_), Err(_)) => {}

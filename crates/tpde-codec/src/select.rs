@@ -50,7 +50,7 @@ fn estimate_all(ctx: ChunkContext, input: &[u8], base: &[u8], form: PlaneForm) -
         // The lane form has one position coder, the packed blocks a GPU decodes in parallel.
         let coders: &[PositionCoder] = match form {
             PlaneForm::Serial => &PositionCoder::ALL,
-            PlaneForm::Lanes => &[PositionCoder::Packed],
+            PlaneForm::Lanes | PlaneForm::Contexts => &[PositionCoder::Packed],
         };
         for &coder in coders {
             let bytes = 8.0 + coder.cost_bits(&pos).div_ceil(8) as f64 + values_cost;
@@ -72,7 +72,7 @@ fn estimate_all(ctx: ChunkContext, input: &[u8], base: &[u8], form: PlaneForm) -
             }
             elements
         });
-        choices.push(Choice { tag: Planes(form).tag(), bytes: planes::estimate(&key) });
+        choices.push(Choice { tag: Planes(form.keyframe()).tag(), bytes: planes::estimate(&key) });
     }
     choices.sort_by(|a, b| a.bytes.total_cmp(&b.bytes));
     Estimate { choices, positions }
@@ -85,7 +85,7 @@ pub fn encode_best(
     form: PlaneForm,
     out: &mut Vec<u8>,
 ) -> Result<(CodecTag, Vec<u8>), CodecError> {
-    let keyframe = Planes(form);
+    let keyframe = Planes(form.keyframe());
     let Some(base) = ctx.base.filter(|b| b.len() == input.len()) else {
         return Ok((keyframe.tag(), keyframe.encode(ctx, input, out)?));
     };

@@ -39,11 +39,15 @@ pub enum CodecTag {
     DeltaSubLanes,
     /// `0x000C sparse-packed-lanes`: `sparse-packed` with value planes in lane form.
     SparsePackedLanes,
+    /// `0x000D planes-context`: `planes-lanes` whose planes may also be coded with tables
+    /// chosen by each lane's symbol before (spec §6.2.4): smaller exponent planes where
+    /// neighbouring elements share their scale, as in Adam's moments.
+    PlanesContext,
 }
 
 impl CodecTag {
     /// Every tag of this version of the registry.
-    pub const ALL: [CodecTag; 13] = [
+    pub const ALL: [CodecTag; 14] = [
         CodecTag::Raw,
         CodecTag::Zstd,
         CodecTag::Planes,
@@ -57,6 +61,7 @@ impl CodecTag {
         CodecTag::DeltaXorLanes,
         CodecTag::DeltaSubLanes,
         CodecTag::SparsePackedLanes,
+        CodecTag::PlanesContext,
     ];
 
     /// The on-disk value.
@@ -75,6 +80,7 @@ impl CodecTag {
             CodecTag::DeltaXorLanes => 0x000A,
             CodecTag::DeltaSubLanes => 0x000B,
             CodecTag::SparsePackedLanes => 0x000C,
+            CodecTag::PlanesContext => 0x000D,
         }
     }
 
@@ -103,21 +109,30 @@ impl CodecTag {
             CodecTag::DeltaXorLanes => "delta-xor-lanes",
             CodecTag::DeltaSubLanes => "delta-sub-lanes",
             CodecTag::SparsePackedLanes => "sparse-packed-lanes",
+            CodecTag::PlanesContext => "planes-context",
         }
     }
 
     /// Whether the chunk decodes against the base tensor's bytes (spec §6.3): only in a file
     /// with a base, and only with that base at hand.
     pub const fn needs_base(self) -> bool {
-        !matches!(self, CodecTag::Raw | CodecTag::Zstd | CodecTag::Planes | CodecTag::PlanesLanes)
+        !matches!(
+            self,
+            CodecTag::Raw | CodecTag::Zstd | CodecTag::Planes | CodecTag::PlanesLanes | CodecTag::PlanesContext
+        )
     }
 
-    /// Whether the codec's rANS planes are in lane form (spec §6.2.3) rather than one serial
-    /// stream (§6.2.2). The lane tags are the GPU-decodable forms of the float-aware codecs.
+    /// Whether the codec's rANS planes are in lane form (spec §6.2.3, §6.2.4) rather than one
+    /// serial stream (§6.2.2). The lane tags are the GPU-decodable forms of the float-aware
+    /// codecs.
     pub const fn lanes(self) -> bool {
         matches!(
             self,
-            CodecTag::PlanesLanes | CodecTag::DeltaXorLanes | CodecTag::DeltaSubLanes | CodecTag::SparsePackedLanes
+            CodecTag::PlanesLanes
+                | CodecTag::DeltaXorLanes
+                | CodecTag::DeltaSubLanes
+                | CodecTag::SparsePackedLanes
+                | CodecTag::PlanesContext
         )
     }
 
@@ -131,6 +146,7 @@ impl CodecTag {
     pub const fn since_minor(self) -> u16 {
         match self {
             CodecTag::Raw | CodecTag::Zstd => 0,
+            CodecTag::PlanesContext => 3,
             t if t.lanes() => 2,
             _ => 1,
         }

@@ -23,11 +23,14 @@ const M_XOR: u32 = 3;
 const M_SUB: u32 = 4;
 
 /// Record sizes in u32s, as the kernels read them.
-const LANE_REC: usize = 8;
+const LANE_REC: usize = 9;
 const PACKED_REC: usize = 8;
 const FINISH_REC: usize = 16;
 const SPARSE_REC: usize = 16;
 const HEADER: usize = 18;
+
+/// A lane job with one table (the kernel's `NO_MAP`).
+const NO_MAP: u32 = u32::MAX;
 
 /// A source offset in the scratch buffer rather than the upload (the kernel's `SCRATCH`).
 const SCRATCH: u32 = 1 << 31;
@@ -65,7 +68,10 @@ enum Src {
 
 #[derive(Debug)]
 struct LaneJob {
+    /// The first of the record's tables.
     table: usize,
+    /// Where a context record's map is in the upload (spec §6.2.4).
+    map: Option<u64>,
     n: u32,
     lanes: u32,
     states: u64,
@@ -161,11 +167,20 @@ impl ChunkWork {
                     rans::decode(&table, &stored[stream], &mut plane).map_err(rans::corrupt(tag))?;
                     Src::Blob(self.append_blob(&plane))
                 }
-                PlaneRecord::Lanes(table, layout) => {
-                    self.tables.push(table_entries(&table));
+                PlaneRecord::Lanes(..) | PlaneRecord::Contexts(..) => {
+                    let (tables, map, layout) = match record {
+                        PlaneRecord::Lanes(table, layout) => (vec![table], None, layout),
+                        PlaneRecord::Contexts(model, layout) => {
+                            (model.tables().to_vec(), Some(self.append_blob(model.map())), layout)
+                        }
+                        _ => unreachable!("matched above"),
+                    };
+                    let first = self.tables.len();
+                    self.tables.extend(tables.iter().map(table_entries));
                     let out_word = self.alloc_scratch(n.div_ceil(4) as u64);
                     self.lanes.push(LaneJob {
-                        table: self.tables.len() - 1,
+                        table: first,
+                        map,
                         n: n as u32,
                         lanes: layout.lanes,
                         states: stored_at + layout.states as u64,
@@ -244,6 +259,7 @@ pub fn plan_chunk(
         }
         CodecTag::Planes
         | CodecTag::PlanesLanes
+        | CodecTag::PlanesContext
         | CodecTag::DeltaXor
         | CodecTag::DeltaXorLanes
         | CodecTag::DeltaSub
@@ -251,7 +267,7 @@ pub fn plan_chunk(
             let at = work.append_blob(stored);
             work.planes = work.planes(tag, at, stored, 0, n)?;
             work.mode = match tag {
-                CodecTag::Planes | CodecTag::PlanesLanes => M_MERGE,
+                CodecTag::Planes | CodecTag::PlanesLanes | CodecTag::PlanesContext => M_MERGE,
                 CodecTag::DeltaXor | CodecTag::DeltaXorLanes => M_XOR,
                 _ => M_SUB,
             };
@@ -425,6 +441,7 @@ fn assemble(limits: &Limits, chunks: &[ChunkWork]) -> Batch {
                 (blob_at + l.bytes) as u32,
                 (scratch_at + l.out_word) as u32,
                 ci,
+                l.map.map_or(NO_MAP, |m| (blob_at + m) as u32),
             ]);
             lane_prefix.push(lane_prefix.last().unwrap() + l.lanes);
         }

@@ -5,8 +5,11 @@ use tpde_format::{
     surgery, BaseRef, CodecTag, Directory, ErrorKind, Header, MetadataEntry, MetadataValue, RequiredFeatures, Trailer,
 };
 
-use crate::valid::{DELTA_BASE, DELTA_PACKED, DELTA_XOR, LANES_F32, LANES_PACKED, SMALL_PLANES, SMALL_RAW, SMALL_ZSTD};
+use crate::valid::{
+    CONTEXT_F32, DELTA_BASE, DELTA_PACKED, DELTA_XOR, LANES_F32, LANES_PACKED, SMALL_PLANES, SMALL_RAW, SMALL_ZSTD,
+};
 use crate::Gen;
+use tpde_codec::planes::PlaneRecord;
 use tpde_tools::conformance::{Case, Expect};
 
 use ErrorKind::*;
@@ -18,6 +21,7 @@ pub fn all(g: &mut Gen) {
     codecs(g);
     bases(g);
     lanes(g);
+    contexts(g);
 }
 
 /// The manifest entry of `invalid/{name}.tpde`, read on its own.
@@ -913,4 +917,57 @@ fn lanes(g: &mut Gen) {
         DELTA_BASE,
         Malformed,
     );
+}
+
+/// The context record's rules (§6.2.4), broken in the exponent plane of a `planes-context` chunk;
+/// and mode 3 under the 1.2 keyframe lane tag.
+fn contexts(g: &mut Gen) {
+    let file = g.get(CONTEXT_F32).bytes.clone();
+    let c = dir(&file).tensors[0].chunks[0].clone();
+    let stored = file[c.offset as usize..(c.offset + c.stored_length) as usize].to_vec();
+    let n = c.element_count as usize;
+    // The exponent plane's record (the last) starts where the one before it ends.
+    let (records, _) = tpde_codec::planes::parse(c.codec, &stored, 0, 4, n).expect("valid");
+    let at = match &records[2] {
+        PlaneRecord::Stored(at) => at + n,
+        PlaneRecord::Lanes(_, layout) | PlaneRecord::Contexts(_, layout) => layout.bytes.end,
+        PlaneRecord::Serial(..) => unreachable!("planes-context has no serial records"),
+    };
+    assert_eq!(stored[at], 3, "the exponent plane is a context record");
+    let map = at + 1;
+    let tables = usize::from(*stored[map..map + 256].iter().max().unwrap()) + 1;
+    assert!(tables >= 4, "several tables");
+    // Two symbols before that name different tables: swapping them keeps the record's
+    // structure and sends symbols to the wrong tables.
+    let a = (0..256).find(|&a| stored[map + a] != stored[map]).expect("two tables in use");
+    let edit = |f: &dyn Fn(&mut Vec<u8>)| {
+        let mut s = stored.clone();
+        f(&mut s);
+        surgery::with_chunk(&file, 0, 0, &s).expect("surgery")
+    };
+    let cases: Vec<(&str, String, Vec<u8>)> = vec![
+        (
+            "r25-context-map-entry",
+            "a context map entry of 16: past the 16 tables a record may have".into(),
+            edit(&|s| s[map + 7] = 16),
+        ),
+        (
+            "r25-context-wrong-table",
+            format!("the context map's entries for symbols 0 and {a} swapped: lanes decode with the wrong tables"),
+            edit(&|s| s.swap(map, map + a)),
+        ),
+        (
+            "r25-context-cut",
+            "a planes-context chunk cut inside its context map".into(),
+            edit(&|s| s.truncate(map + 100)),
+        ),
+        (
+            "r25-context-lanes-tag",
+            "a planes-context chunk relabelled planes-lanes (0x0009), which has no mode 3".into(),
+            edit_dir(&file, |d| d.tensors[0].chunks[0].codec = CodecTag::PlanesLanes),
+        ),
+    ];
+    for (path, description, bytes) in cases {
+        bad(g, path, "R25", &description, bytes, Malformed);
+    }
 }

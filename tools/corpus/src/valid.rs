@@ -21,6 +21,8 @@ pub const DELTA_PACKED: &str = "valid/delta-sparse-packed.tpde";
 /// The lane-form files (1.2) the lane rules are broken in.
 pub const LANES_F32: &str = "valid/codec-planes-lanes-f32.tpde";
 pub const LANES_PACKED: &str = "valid/delta-sparse-packed-lanes.tpde";
+/// The context-record file (1.3) the context rules are broken in.
+pub const CONTEXT_F32: &str = "valid/codec-planes-context-f32.tpde";
 
 pub fn all(g: &mut Gen) {
     small(g);
@@ -29,6 +31,7 @@ pub fn all(g: &mut Gen) {
     deltas(g);
     structure(g);
     lanes(g);
+    contexts(g);
 }
 
 /// Bytes of `values` as `dtype` (a float dtype that `half` or the std covers, or an integer).
@@ -628,5 +631,44 @@ fn lanes(g: &mut Gen) {
                 .tensors(drifted(&base, share, bits, &mut rng))
                 .base(DELTA_BASE),
         );
+    }
+}
+
+/// `n` values like an optimizer moment's: rows of 64 that share a scale, the scales spread over
+/// many binades, so an element's exponent is most likely near the one before it.
+fn moments(dtype: DType, n: usize, rng: &mut Rng) -> Vec<u8> {
+    let mut scale = 1.0;
+    let values: Vec<f64> = (0..n)
+        .map(|i| {
+            if i % 64 == 0 {
+                scale = (2f64).powf(-4.0 - 16.0 * rng.unit());
+            }
+            scale * (0.5 + rng.unit())
+        })
+        .collect();
+    encode(dtype, &values)
+}
+
+/// `planes-context` of 1.3 (§6.2.4): moment-like tensors whose exponent plane is a context
+/// record, next to weights whose planes stay order-0 lanes in the same codec.
+fn contexts(g: &mut Gen) {
+    let mut rng = Rng::new(13);
+    for (dtype, n) in [(DType::F32, 20001), (DType::BF16, 30003)] {
+        let path = format!("valid/codec-planes-context-{dtype}.tpde");
+        let description = format!(
+            "planes-context (0x000D) of {n} {dtype} moment-like values, rows of 64 sharing a scale: the exponent plane is a context record in several lanes, the last word partial (§6.2.4); weights in the same codec, whose planes are order-0 lanes"
+        );
+        let file = g.valid(
+            Spec::new(&path, "§6.2.4", &description)
+                .encoder(Encoder::Codec(CodecTag::PlanesContext))
+                .chunk_bytes(1 << 20)
+                .tensor(T::new("exp_avg_sq", dtype, &[n as u64], moments(dtype, n, &mut rng)))
+                .tensor(T::new("w", dtype, &[4096], weights(dtype, 4096, &mut rng))),
+        );
+        // The exponent plane (the last) must be a context record, or the file tests nothing new.
+        let c = surgery::directory(&file).expect("a valid file").tensors[0].chunks[0].clone();
+        let stored = &file[c.offset as usize..(c.offset + c.stored_length) as usize];
+        let (records, _) = tpde_codec::planes::parse(c.codec, stored, 0, dtype.size() as usize, n).expect("valid");
+        assert!(matches!(records.last(), Some(tpde_codec::planes::PlaneRecord::Contexts(..))), "{path}");
     }
 }

@@ -69,11 +69,11 @@ fn inspect_text_and_json() {
     let text = inspect().arg(&packed).assert().success().get_output().stdout.clone();
     let text = String::from_utf8(text).unwrap();
     for needle in [
-        "TPDE 1.2",
+        "TPDE 1.3",
         "model.embed_tokens.weight",
         "bf16",
         "[64, 16]",
-        "planes-lanes",
+        "planes-context",
         "tpde.source_format",
         "none (keyframe)",
     ] {
@@ -119,7 +119,7 @@ fn exit_codes_and_messages() {
     bytes[60..64].copy_from_slice(&crc.to_le_bytes());
     let v3 = dir.path().join("v3.tpde");
     std::fs::write(&v3, &bytes).unwrap();
-    inspect().arg(&v3).assert().code(1).stderr(predicates::str::contains("version 3.2"));
+    inspect().arg(&v3).assert().code(1).stderr(predicates::str::contains("version 3.3"));
 
     // A corrupted chunk: open succeeds, verify fails with exit 1 and says where.
     let mut bytes = std::fs::read(&packed).unwrap();
@@ -327,7 +327,7 @@ fn gpu_profile_and_gpu_unpack() {
         for tag in tpde_format::CodecTag::ALL.into_iter().filter(|t| !t.gpu_parallel()) {
             assert!(!text.contains(&format!("\"{}\"", tag.name())), "{f} uses {tag}");
         }
-        assert!(text.contains("-lanes\""), "{f}: {text}");
+        assert!(text.contains("-lanes\"") || text.contains("\"planes-context\""), "{f}: {text}");
     }
     // Decoded on the GPU: the base through the hint, as a .tpde, or as the .safetensors.
     for base in [None, Some("a.tpde"), Some("a.safetensors")] {
@@ -390,12 +390,12 @@ fn auto_writes_lane_forms_and_auto_serial_the_1_1_codecs() {
             let text = codecs(f);
             // `auto` writes only lane tags; `auto-serial` only the 1.1 codecs.
             for tag in tpde_format::CodecTag::ALL.into_iter().filter(|t| t.name() != "raw") {
-                let lane_tag = tag.name().ends_with("-lanes");
                 if text.contains(&format!("\"{}\"", tag.name())) {
-                    assert_eq!(lane_tag, lanes, "{f} uses {tag}");
+                    assert_eq!(tag.lanes(), lanes, "{f} uses {tag}");
                 }
             }
-            assert_eq!(text.contains("-lanes\""), lanes, "{f}: {text}");
+            let lane_tags = text.contains("-lanes\"") || text.contains("\"planes-context\"");
+            assert_eq!(lane_tags, lanes, "{f}: {text}");
         }
         tpde().args(["unpack", &delta, "--base", &key, "-o", "b.out.safetensors"]).current_dir(d).assert().success();
         assert_eq!(convert::compare_safetensors(&b, &d.join("b.out.safetensors")).unwrap(), None, "{suffix}");

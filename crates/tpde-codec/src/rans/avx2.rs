@@ -10,7 +10,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{Encoder, Lane, Spill, L, SCALE_BITS};
+use super::{Encoder, Lane, Slots, Spill, L, SCALE_BITS};
 
 /// Lanes per register.
 pub(super) const REG: usize = 8;
@@ -44,7 +44,7 @@ pub(super) fn available() -> bool {
 /// The CPU must have AVX2 ([`available`]).
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn rounds<const REGS: usize>(
-    slots: &[u32],
+    tables: &Slots,
     bytes: &[u8],
     group: &mut [Lane<'_>],
     k0: usize,
@@ -52,8 +52,13 @@ pub(super) unsafe fn rounds<const REGS: usize>(
     rounds: usize,
     out: &mut [u8],
 ) -> usize {
-    assert_eq!(slots.len(), 1 << SCALE_BITS);
+    let slots = &tables.slots;
+    assert!(!slots.is_empty() && slots.len() % (1 << SCALE_BITS) == 0);
     assert_eq!(group.len(), REG * REGS);
+    // A context record's lanes each start their next symbol's table at `ctx` (an offset into
+    // `slots`), set from the symbol before through `next`; an order-0 record's stay at 0.
+    let next: &[u32; 256] = tables.next.as_deref().unwrap_or(&[0; 256]);
+    assert!(next.iter().all(|&t| (t as usize) < slots.len()));
     // Gather offsets are i32, and the compares below are signed: past 2^31 bytes, or from an
     // initial state of 2^31 or more (only a damaged record has one; a state below 2^31 stays
     // below), the scalar loop decodes.
@@ -71,12 +76,20 @@ pub(super) unsafe fn rounds<const REGS: usize>(
         // SAFETY: a load of 32 bytes from an array of eight u32.
         unsafe { _mm256_loadu_si256(x.as_ptr().cast()) }
     };
+    let load_contexts = |part: &[Lane<'_>]| {
+        let c: [i32; REG] = std::array::from_fn(|j| part[j].ctx as i32);
+        // SAFETY: a load of 32 bytes from an array of eight i32.
+        unsafe { _mm256_loadu_si256(c.as_ptr().cast()) }
+    };
     let mut off = [_mm256_setzero_si256(); REGS];
     let mut x = [_mm256_setzero_si256(); REGS];
+    let mut ctx = [_mm256_setzero_si256(); REGS];
     for (r, part) in group.chunks_exact(REG).enumerate() {
         off[r] = lane_offsets(part);
         x[r] = load_states(part);
+        ctx[r] = load_contexts(part);
     }
+    let contexts = tables.next.is_some();
     let end = _mm256_set1_epi32(bytes.len() as i32);
 
     let mask12 = _mm256_set1_epi32((1 << SCALE_BITS) - 1);
@@ -87,13 +100,19 @@ pub(super) unsafe fn rounds<const REGS: usize>(
     let swap2 = swap_low_pair();
 
     // One symbol of eight lanes: pop, then refill up to two bytes. Returns the symbols.
-    // SAFETY (of the gathers): slot indices are below 4096 = slots.len(); the caller has
-    // checked that each lane has four bytes at `off` (see the round check below).
-    let step = |x: &mut __m256i, off: &mut __m256i| -> __m256i {
+    // SAFETY (of the gathers): slot indices are below 4096 and table offsets are entries of
+    // `next` (or the lanes' own, also taken from `next`), so their sums are below slots.len()
+    // (asserted above); symbols index the 256 of `next`; the caller has checked that each lane
+    // has four bytes at `off` (see the round check below).
+    let step = |x: &mut __m256i, off: &mut __m256i, ctx: &mut __m256i| -> __m256i {
         let slot = _mm256_and_si256(*x, mask12);
-        let e = unsafe { _mm256_i32gather_epi32::<4>(slots.as_ptr().cast(), slot) };
+        let at = if contexts { _mm256_add_epi32(*ctx, slot) } else { slot };
+        let e = unsafe { _mm256_i32gather_epi32::<4>(slots.as_ptr().cast(), at) };
         let w = unsafe { _mm256_i32gather_epi32::<1>(base.cast(), *off) };
         let sym = _mm256_and_si256(e, mask8);
+        if contexts {
+            *ctx = unsafe { _mm256_i32gather_epi32::<4>(next.as_ptr().cast(), sym) };
+        }
         let freq = _mm256_and_si256(_mm256_srli_epi32::<8>(e), mask12);
         let start = _mm256_srli_epi32::<20>(e);
         let y = _mm256_sub_epi32(
@@ -125,7 +144,7 @@ pub(super) unsafe fn rounds<const REGS: usize>(
         for i in 0..4 {
             let shift = _mm_cvtsi32_si128(8 * i);
             for r in 0..REGS {
-                let s = step(&mut x[r], &mut off[r]);
+                let s = step(&mut x[r], &mut off[r], &mut ctx[r]);
                 w[r] = _mm256_or_si256(w[r], _mm256_sll_epi32(s, shift));
             }
         }
@@ -141,16 +160,19 @@ pub(super) unsafe fn rounds<const REGS: usize>(
 
     let mut xs = [[0u32; REG]; REGS];
     let mut offs = [[0i32; REG]; REGS];
-    for (((xs, offs), x), off) in xs.iter_mut().zip(&mut offs).zip(x).zip(off) {
+    let mut ctxs = [[0i32; REG]; REGS];
+    for r in 0..REGS {
         // SAFETY: stores of 32 bytes into arrays of eight 32-bit integers.
         unsafe {
-            _mm256_storeu_si256(xs.as_mut_ptr().cast(), x);
-            _mm256_storeu_si256(offs.as_mut_ptr().cast(), off);
+            _mm256_storeu_si256(xs[r].as_mut_ptr().cast(), x[r]);
+            _mm256_storeu_si256(offs[r].as_mut_ptr().cast(), off[r]);
+            _mm256_storeu_si256(ctxs[r].as_mut_ptr().cast(), ctx[r]);
         }
     }
     for (j, lane) in group.iter_mut().enumerate() {
         lane.x = xs[j / REG][j % REG];
         lane.pos = offs[j / REG][j % REG] as usize - lane.begin;
+        lane.ctx = ctxs[j / REG][j % REG] as usize;
     }
     done
 }

@@ -37,7 +37,7 @@ const H_SPARSE_PREFIX: u32 = 16u;
 const H_CHANGED: u32 = 17u;
 
 // Record sizes in u32s (plan.rs writes the same layouts).
-const LANE_REC: u32 = 8u;
+const LANE_REC: u32 = 9u;
 const PACKED_REC: u32 = 8u;
 const FINISH_REC: u32 = 16u;
 const SPARSE_REC: u32 = 16u;
@@ -62,6 +62,9 @@ const E_ZERO_DELTA: u32 = 9u;
 
 // A plane or position source: bit 31 set for scratch, clear for blob; the rest a byte offset.
 const SCRATCH: u32 = 0x80000000u;
+
+// A lane job with one table; otherwise the blob byte of its context map (§6.2.4).
+const NO_MAP: u32 = 0xffffffffu;
 
 const RANS_L: u32 = 0x800000u;
 
@@ -141,10 +144,11 @@ fn build_tables(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_
     tables[t * 4096u + slot] = lo | ((e & 0xffffu) << 8u) | ((e >> 16u) << 20u);
 }
 
-// ---- rANS lanes (§6.2.3): one thread per lane; word q of the plane belongs to lane q mod L, so
-// neighbouring threads write neighbouring words.
-// record: table, n, lanes, states (blob byte), ends (blob byte), bytes (blob byte), out (scratch
-// word), chunk
+// ---- rANS lanes (§6.2.3, §6.2.4): one thread per lane; word q of the plane belongs to lane
+// q mod L, so neighbouring threads write neighbouring words. A context record's lane codes each
+// symbol with table map[the symbol before it in the lane] (map[0] for its first).
+// record: first table, n, lanes, states (blob byte), ends (blob byte), bytes (blob byte), out
+// (scratch word), chunk, map (blob byte, or NO_MAP)
 @compute @workgroup_size(64)
 fn decode_lanes(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
@@ -159,6 +163,11 @@ fn decode_lanes(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) n
     let n = jobs[d + 1u];
     let lanes = jobs[d + 2u];
     let chunk = jobs[d + 7u];
+    let map = jobs[d + 8u];
+    var t = table;
+    if (map != NO_MAP) {
+        t = table + blob_byte(map) * 4096u;
+    }
     let lane = g - jobs[prefix + r];
     var x = blob_u32(jobs[d + 3u] + 4u * lane);
     var pos = 0u;
@@ -173,8 +182,11 @@ fn decode_lanes(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) n
         var word = 0u;
         let m = min(4u, n - 4u * q);
         for (var k = 0u; k < m; k++) {
-            let e = tables[table + (x & 4095u)];
+            let e = tables[t + (x & 4095u)];
             word |= (e & 0xffu) << (8u * k);
+            if (map != NO_MAP) {
+                t = table + blob_byte(map + (e & 0xffu)) * 4096u;
+            }
             x = ((e >> 8u) & 0xfffu) * (x >> 12u) + (x & 4095u) - (e >> 20u);
             loop {
                 if (x >= RANS_L) {
