@@ -354,21 +354,12 @@ pub fn encode_lanes(table: &Table, symbols: &[u8], out: &mut Vec<u8>) {
 fn encode_lanes_with(table: &Table, symbols: &[u8], out: &mut Vec<u8>, vectors: bool) {
     let enc = Encoder::new(table);
     let lanes = lane_count(symbols.len());
-    let words = symbols.len().div_ceil(4);
-    // The lane count, the states and the ends, filled in once known; the lanes' bytes go
-    // straight after them (a buffer of their own cost a copy, and growing it another).
-    let header = out.len();
-    out.resize(header + 4 + 8 * lanes, 0);
-    let bytes_start = out.len();
-    let mut states = Vec::with_capacity(lanes);
-    let mut ends = Vec::with_capacity(lanes);
-    let spill = || Spill::new(4 * words.div_ceil(lanes));
+    let mut record = LaneRecord::start(out, lanes);
+    let spill = || Spill::new(4 * symbols.len().div_ceil(4).div_ceil(lanes));
     let fast = branchless(&table.freq);
     let mut push = |x: &[u32], spills: &[Spill]| {
         for (&xj, spill) in x.iter().zip(spills) {
-            states.push(xj);
-            out.extend_from_slice(spill.bytes());
-            ends.push((out.len() - bytes_start) as u32);
+            record.push(out, xj, spill);
         }
     };
     let mut k0 = 0;
@@ -397,9 +388,40 @@ fn encode_lanes_with(table: &Table, symbols: &[u8], out: &mut Vec<u8>, vectors: 
         let n = CPU_LANES.min(lanes - k0);
         push(&x[..n], &spills[..n]);
     }
-    let words = std::iter::once(lanes as u32).chain(states).chain(ends);
-    for (x, at) in words.zip((header..bytes_start).step_by(4)) {
-        out[at..at + 4].copy_from_slice(&x.to_le_bytes());
+    record.finish(out);
+}
+
+/// A lane-form record (spec §6.2.3) being appended to a buffer: the lane count, states and ends
+/// are reserved first and filled in once known, and each lane's bytes go straight after them
+/// (a buffer of their own cost a copy, and growing it another).
+struct LaneRecord {
+    header: usize,
+    bytes_start: usize,
+    states: Vec<u32>,
+    ends: Vec<u32>,
+}
+
+impl LaneRecord {
+    fn start(out: &mut Vec<u8>, lanes: usize) -> LaneRecord {
+        let header = out.len();
+        out.resize(header + 4 + 8 * lanes, 0);
+        let (states, ends) = (Vec::with_capacity(lanes), Vec::with_capacity(lanes));
+        LaneRecord { header, bytes_start: out.len(), states, ends }
+    }
+
+    /// Appends the next lane: its final encoder state and its spilled bytes.
+    fn push(&mut self, out: &mut Vec<u8>, state: u32, spill: &Spill) {
+        self.states.push(state);
+        out.extend_from_slice(spill.bytes());
+        self.ends.push((out.len() - self.bytes_start) as u32);
+    }
+
+    fn finish(self, out: &mut [u8]) {
+        let lanes = self.states.len() as u32;
+        let words = std::iter::once(lanes).chain(self.states).chain(self.ends);
+        for (x, at) in words.zip((self.header..self.bytes_start).step_by(4)) {
+            out[at..at + 4].copy_from_slice(&x.to_le_bytes());
+        }
     }
 }
 

@@ -11,7 +11,7 @@ use std::ops::Range;
 
 use tpde_codec::planes::{self, PlaneRecord};
 use tpde_codec::positions::PACKED_BLOCK;
-use tpde_codec::rans::{self, Table};
+use tpde_codec::rans::{self, LaneLayout, Table};
 use tpde_codec::{ChunkContext, CodecError, PositionCoder, SparseLayout};
 use tpde_format::{ChunkEntry, CodecTag, DType};
 
@@ -167,32 +167,33 @@ impl ChunkWork {
                     rans::decode(&table, &stored[stream], &mut plane).map_err(rans::corrupt(tag))?;
                     Src::Blob(self.append_blob(&plane))
                 }
-                PlaneRecord::Lanes(..) | PlaneRecord::Contexts(..) => {
-                    let (tables, map, layout) = match record {
-                        PlaneRecord::Lanes(table, layout) => (vec![table], None, layout),
-                        PlaneRecord::Contexts(model, layout) => {
-                            (model.tables().to_vec(), Some(self.append_blob(model.map())), layout)
-                        }
-                        _ => unreachable!("matched above"),
-                    };
-                    let first = self.tables.len();
-                    self.tables.extend(tables.iter().map(table_entries));
-                    let out_word = self.alloc_scratch(n.div_ceil(4) as u64);
-                    self.lanes.push(LaneJob {
-                        table: first,
-                        map,
-                        n: n as u32,
-                        lanes: layout.lanes,
-                        states: stored_at + layout.states as u64,
-                        ends: stored_at + layout.ends as u64,
-                        bytes: stored_at + layout.bytes.start as u64,
-                        out_word,
-                    });
-                    Src::Scratch(out_word * 4)
+                PlaneRecord::Lanes(table, layout) => self.lane_job(&[table], None, &layout, stored_at, n),
+                PlaneRecord::Contexts(model, layout) => {
+                    let map = self.append_blob(model.map());
+                    self.lane_job(model.tables(), Some(map), &layout, stored_at, n)
                 }
             };
         }
         Ok(src)
+    }
+
+    /// Queues the lanes of one plane record (with its tables, and its map if a context record)
+    /// for the device; returns where its decoded plane will be.
+    fn lane_job(&mut self, tables: &[Table], map: Option<u64>, layout: &LaneLayout, stored_at: u64, n: usize) -> Src {
+        let first = self.tables.len();
+        self.tables.extend(tables.iter().map(table_entries));
+        let out_word = self.alloc_scratch(n.div_ceil(4) as u64);
+        self.lanes.push(LaneJob {
+            table: first,
+            map,
+            n: n as u32,
+            lanes: layout.lanes,
+            states: stored_at + layout.states as u64,
+            ends: stored_at + layout.ends as u64,
+            bytes: stored_at + layout.bytes.start as u64,
+            out_word,
+        });
+        Src::Scratch(out_word * 4)
     }
 }
 

@@ -10,7 +10,7 @@
 //! context record  u8 map[256]; C = 1 + max(map) frequency tables (C ≤ 16); rANS lanes
 //! ```
 
-use super::{decode_lanes_with, Encoder, LaneLayout, Slots, Spill, Table, L};
+use super::{decode_lanes_with, Encoder, LaneLayout, LaneRecord, Slots, Spill, Table, L};
 
 /// The most tables a context record may have.
 pub const MAX_TABLES: usize = 16;
@@ -58,9 +58,9 @@ impl Contexts {
     /// own table, and every other symbol shares the table of the nearest of them by value (in an
     /// exponent plane, the nearest scale). `None` when no symbol occurs.
     pub fn group(pairs: &Pairs) -> Option<[u8; 256]> {
-        let count = |a: usize| pairs[a].iter().sum::<u64>();
-        let mut top: Vec<usize> = (0..256).filter(|&a| count(a) > 0).collect();
-        top.sort_by_key(|&a| std::cmp::Reverse(count(a)));
+        let count: [u64; 256] = std::array::from_fn(|a| pairs[a].iter().sum());
+        let mut top: Vec<usize> = (0..256).filter(|&a| count[a] > 0).collect();
+        top.sort_by_key(|&a| std::cmp::Reverse(count[a]));
         top.truncate(MAX_TABLES);
         top.sort_unstable();
         if top.is_empty() {
@@ -128,12 +128,8 @@ impl Contexts {
         let by_symbol: Vec<&Encoder> = self.map.iter().map(|&t| &encoders[usize::from(t)]).collect();
         let lanes = super::lane_count(symbols.len());
         let words = symbols.len().div_ceil(4);
-        let header = out.len();
-        out.resize(header + 4 + 8 * lanes, 0);
-        let bytes_start = out.len();
+        let mut record = LaneRecord::start(out, lanes);
         let mut spill = Spill::new(4 * words.div_ceil(lanes));
-        let mut states = Vec::with_capacity(lanes);
-        let mut ends = Vec::with_capacity(lanes);
         // One lane at a time, last symbol first (the decoder's order reversed); a symbol's
         // table follows from the one before it, which the encoder already knows. (Two or four
         // lanes side by side, as the order-0 loop runs them, measured 8% and 5% slower on an
@@ -147,14 +143,9 @@ impl Contexts {
                     x = enc.put::<true>(x, symbols[i], &mut spill);
                 }
             }
-            states.push(x);
-            out.extend_from_slice(spill.bytes());
-            ends.push((out.len() - bytes_start) as u32);
+            record.push(out, x, &spill);
         }
-        let words = std::iter::once(lanes as u32).chain(states).chain(ends);
-        for (x, at) in words.zip((header..bytes_start).step_by(4)) {
-            out[at..at + 4].copy_from_slice(&x.to_le_bytes());
-        }
+        record.finish(out);
     }
 
     /// Reads the map and tables from the front of `input`, returning them and the bytes after.
