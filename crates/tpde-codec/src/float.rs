@@ -24,6 +24,7 @@ impl ChunkCodec for Planes {
             PlaneForm::Serial => CodecTag::Planes,
             PlaneForm::Lanes => CodecTag::PlanesLanes,
             PlaneForm::Contexts => CodecTag::PlanesContext,
+            PlaneForm::BaseContexts => panic!("the keyframe codec has no base-context form"),
         }
     }
 
@@ -55,7 +56,7 @@ impl ChunkCodec for Planes {
     fn decode(&self, ctx: ChunkContext, params: &[u8], stored: &[u8], out: &mut [u8]) -> Result<(), CodecError> {
         no_params(self.tag(), params)?;
         let w = width(ctx.dtype);
-        let end = planes::decode(self.tag(), stored, 0, w, planes::rotates(ctx.dtype), out)?;
+        let end = planes::decode(self.tag(), stored, 0, w, planes::rotates(ctx.dtype), None, out)?;
         trailing(self.tag(), stored, end)
     }
 }
@@ -64,6 +65,8 @@ thread_local! {
     /// This thread's buffer for a chunk's transformed elements, reused from chunk to chunk
     /// (one allocated per chunk faulted in fresh pages every time).
     static ELEMENTS: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// This thread's buffer for a chunk's base contexts (spec §6.4.1).
+    static CONTEXTS: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// How a dense delta combines an element with the base's.
@@ -135,7 +138,9 @@ impl ChunkCodec for Dense {
             Dense(DenseOp::Sub, PlaneForm::Serial) => CodecTag::DeltaSub,
             Dense(DenseOp::Xor, PlaneForm::Lanes) => CodecTag::DeltaXorLanes,
             Dense(DenseOp::Sub, PlaneForm::Lanes) => CodecTag::DeltaSubLanes,
-            Dense(_, PlaneForm::Contexts) => panic!("the dense deltas have no context form"),
+            Dense(DenseOp::Xor, PlaneForm::BaseContexts) => CodecTag::DeltaXorContext,
+            Dense(DenseOp::Sub, PlaneForm::BaseContexts) => CodecTag::DeltaSubContext,
+            Dense(_, PlaneForm::Contexts) => panic!("the dense deltas have no neighbour-context form"),
         }
     }
 
@@ -143,7 +148,14 @@ impl ChunkCodec for Dense {
         let base = base_for(self.tag(), ctx, input.len())?;
         ELEMENTS.with_borrow_mut(|d| {
             Dense::forward_into(self.0, ctx.dtype, input, base, d);
-            planes::encode(d, width(ctx.dtype), self.1, out);
+            if self.1 == PlaneForm::BaseContexts {
+                CONTEXTS.with_borrow_mut(|contexts| {
+                    planes::base_contexts(ctx.dtype, base, contexts);
+                    planes::encode_against_base(d, width(ctx.dtype), contexts, out);
+                });
+            } else {
+                planes::encode(d, width(ctx.dtype), self.1, out);
+            }
         });
         Ok(Vec::new())
     }
@@ -155,7 +167,15 @@ impl ChunkCodec for Dense {
     fn decode(&self, ctx: ChunkContext, params: &[u8], stored: &[u8], out: &mut [u8]) -> Result<(), CodecError> {
         no_params(self.tag(), params)?;
         let base = base_for(self.tag(), ctx, out.len())?;
-        let end = planes::decode(self.tag(), stored, 0, width(ctx.dtype), false, out)?;
+        let w = width(ctx.dtype);
+        let end = if self.1 == PlaneForm::BaseContexts {
+            CONTEXTS.with_borrow_mut(|contexts| {
+                planes::base_contexts(ctx.dtype, base, contexts);
+                planes::decode(self.tag(), stored, 0, w, false, Some(contexts), out)
+            })?
+        } else {
+            planes::decode(self.tag(), stored, 0, w, false, None, out)?
+        };
         trailing(self.tag(), stored, end)?;
         Dense::inverse(self.0, ctx.dtype, out, base);
         Ok(())
@@ -254,7 +274,9 @@ impl ChunkCodec for Sparse {
             Sparse(coder, PlaneForm::Serial) => coder.tag(),
             Sparse(PositionCoder::Packed, PlaneForm::Lanes) => CodecTag::SparsePackedLanes,
             Sparse(coder, PlaneForm::Lanes) => panic!("the {coder:?} position coder has no lane form"),
-            Sparse(_, PlaneForm::Contexts) => panic!("the sparse deltas have no context form"),
+            Sparse(_, PlaneForm::Contexts | PlaneForm::BaseContexts) => {
+                panic!("the sparse deltas have no context form")
+            }
         }
     }
 
@@ -284,7 +306,7 @@ impl ChunkCodec for Sparse {
         let mut positions = Vec::new();
         self.0.decode(&stored[layout.positions], count, n as u64, &mut positions).map_err(corrupt)?;
         let mut values = vec![0u8; count * w];
-        let end = planes::decode(tag, stored, layout.values, w, false, &mut values)?;
+        let end = planes::decode(tag, stored, layout.values, w, false, None, &mut values)?;
         trailing(tag, stored, end)?;
         out.copy_from_slice(base);
         with_word!(w, T => {

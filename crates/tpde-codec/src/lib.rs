@@ -143,6 +143,8 @@ pub fn decoder(tag: CodecTag) -> &'static dyn ChunkCodec {
         CodecTag::DeltaSubLanes => &Dense(DenseOp::Sub, PlaneForm::Lanes),
         CodecTag::SparsePackedLanes => &Sparse(PositionCoder::Packed, PlaneForm::Lanes),
         CodecTag::PlanesContext => &Planes(PlaneForm::Contexts),
+        CodecTag::DeltaXorContext => &Dense(DenseOp::Xor, PlaneForm::BaseContexts),
+        CodecTag::DeltaSubContext => &Dense(DenseOp::Sub, PlaneForm::BaseContexts),
         // `CodecTag` is non-exhaustive only across crates; every tag the format crate
         // registers is matched above.
         #[allow(unreachable_patterns)]
@@ -176,8 +178,8 @@ pub enum Encoder {
     Codec(CodecTag),
     /// The default: per chunk, the smallest lossless form in lane form (spec §6.2.3), which a
     /// CPU decodes several lanes at a time and a GPU decodes in parallel (§6.7):
-    /// `planes-context` without a base; with one, whichever of `delta-xor-lanes`,
-    /// `delta-sub-lanes`, `sparse-packed-lanes` and `planes-context` is estimated smallest.
+    /// `planes-context` without a base; with one, whichever of `delta-xor-context`,
+    /// `delta-sub-context`, `sparse-packed-lanes` and `planes-context` is estimated smallest.
     Auto,
     /// The smallest lossless form per chunk among the 1.1 codecs (one serial rANS stream per
     /// plane): `planes` without a base; with one, whichever of `delta-xor`, `delta-sub`, the
@@ -194,7 +196,7 @@ impl Encoder {
             Encoder::Zstd { level } => return Ok((CodecTag::Zstd, Zstd { level }.encode(ctx, input, out)?)),
             Encoder::Codec(tag) if tag.needs_base() && ctx.base.is_none() => match PlaneForm::of(tag) {
                 PlaneForm::Serial => CodecTag::Planes,
-                PlaneForm::Lanes | PlaneForm::Contexts => CodecTag::PlanesLanes,
+                _ => CodecTag::PlanesLanes,
             },
             Encoder::Codec(tag) => tag,
             Encoder::Auto => return select::encode_best(ctx, input, PlaneForm::Lanes, out),
@@ -203,12 +205,14 @@ impl Encoder {
         Ok((tag, decoder(tag).encode(ctx, input, out)?))
     }
 
-    /// The lowest minor version of format 1 whose codecs this encoder may write.
-    pub fn since_minor(self) -> u16 {
+    /// The lowest minor version of format 1 whose codecs this encoder may write, in a file with
+    /// a base (`with_base`) or without: without one, [`Encoder::Auto`] writes no delta tag.
+    pub fn since_minor(self, with_base: bool) -> u16 {
         match self {
             Encoder::Raw | Encoder::Zstd { .. } => 0,
             Encoder::Codec(tag) => tag.since_minor(),
             Encoder::AutoSerial => 1,
+            Encoder::Auto if with_base => 4,
             Encoder::Auto => 3,
         }
     }

@@ -8,8 +8,9 @@
 //!
 //! ```text
 //! plane   u8 mode: 0 stored (n bytes follow) | 1 rANS (table, stream) | 2 rANS lanes (table,
-//!         lanes) | 3 rANS lanes with contexts (map, tables, lanes); see rans.rs. The serial
-//!         tags use modes 0 and 1, the lane tags 0 and 2, `planes-context` 0, 2 and 3.
+//!         lanes) | 3 rANS lanes with contexts (map, tables, lanes) | 4 rANS lanes with base
+//!         contexts (map, tables, lanes); see rans.rs. The serial tags use modes 0 and 1, the
+//!         lane tags 0 and 2, `planes-context` 0, 2 and 3, the delta context tags 0, 2 and 4.
 //! ```
 
 use std::ops::Range;
@@ -23,6 +24,7 @@ const STORED: u8 = 0;
 const RANS: u8 = 1;
 const RANS_LANES: u8 = 2;
 const RANS_CONTEXTS: u8 = 3;
+const RANS_BASE_CONTEXTS: u8 = 4;
 
 /// How a codec's rANS planes are laid out: one serial stream (spec §6.2.2) or independent lanes
 /// (§6.2.3) that a GPU decodes in parallel.
@@ -35,6 +37,9 @@ pub enum PlaneForm {
     /// Mode 2 or 3 records: lanes, with one table or with tables chosen by each lane's symbol
     /// before (spec §6.2.4). Only the keyframe tag `planes-context` has this form.
     Contexts,
+    /// Mode 2 or 4 records: lanes, with one table or with tables chosen by each element's base
+    /// (spec §6.4.1). Only the dense delta tags `delta-xor-context` and `delta-sub-context`.
+    BaseContexts,
 }
 
 impl PlaneForm {
@@ -42,6 +47,8 @@ impl PlaneForm {
     pub fn of(tag: CodecTag) -> PlaneForm {
         if tag == CodecTag::PlanesContext {
             PlaneForm::Contexts
+        } else if matches!(tag, CodecTag::DeltaXorContext | CodecTag::DeltaSubContext) {
+            PlaneForm::BaseContexts
         } else if tag.lanes() {
             PlaneForm::Lanes
         } else {
@@ -54,8 +61,22 @@ impl PlaneForm {
     pub fn keyframe(self) -> PlaneForm {
         match self {
             PlaneForm::Serial => PlaneForm::Serial,
-            PlaneForm::Lanes | PlaneForm::Contexts => PlaneForm::Contexts,
+            PlaneForm::Lanes | PlaneForm::Contexts | PlaneForm::BaseContexts => PlaneForm::Contexts,
         }
+    }
+
+    /// The form of the dense deltas that go with keyframes in this form: lane-form deltas may
+    /// use base contexts.
+    pub fn dense(self) -> PlaneForm {
+        match self {
+            PlaneForm::Serial => PlaneForm::Serial,
+            PlaneForm::Lanes | PlaneForm::Contexts | PlaneForm::BaseContexts => PlaneForm::BaseContexts,
+        }
+    }
+
+    /// Whether the records are in lane form (§6.2.3).
+    pub fn lanes(self) -> bool {
+        self != PlaneForm::Serial
     }
 }
 
@@ -70,6 +91,8 @@ pub enum PlaneRecord {
     Lanes(Table, LaneLayout),
     /// Mode 3: a context map, its tables and rANS lanes.
     Contexts(Contexts, LaneLayout),
+    /// Mode 4: a base-context map, its tables and rANS lanes.
+    BaseContexts(Contexts, LaneLayout),
 }
 
 /// Runs `$body` with `$T` the unsigned integer type of width `$w` bytes (1, 2, 4 or 8).
@@ -368,7 +391,7 @@ impl Table {
                 self.write(out);
                 rans::encode(self, plane, out);
             }
-            PlaneForm::Lanes | PlaneForm::Contexts => {
+            PlaneForm::Lanes | PlaneForm::Contexts | PlaneForm::BaseContexts => {
                 out.push(RANS_LANES);
                 self.write(out);
                 rans::encode_lanes(self, plane, out);
@@ -385,26 +408,64 @@ fn contexts_for(plane: &[u8], order0: f64) -> Option<Contexts> {
     let lanes = rans::lane_count(n);
     let sampled = n >= SAMPLE_FROM;
     let pairs = context::pair_counts(plane, lanes, sampled);
-    let map = Contexts::group(&pairs)?;
-    let counted: u64 = pairs.iter().flatten().sum();
-    let bytes = Contexts::estimate(&map, &pairs, n as f64 / counted.max(1) as f64) + 8.0 * lanes as f64;
-    if bytes >= order0 * 0.98 {
-        return None;
-    }
+    let map = worth(&pairs, n, order0)?;
     Some(if sampled { Contexts::count(map, plane, lanes) } else { Contexts::new(map, &pairs) })
+}
+
+/// [`contexts_for`] with the plane's base contexts (spec §6.4.1) in place of the symbols before.
+fn base_contexts_for(plane: &[u8], contexts: &[u8], order0: f64) -> Option<Contexts> {
+    let n = plane.len();
+    let sampled = n >= SAMPLE_FROM;
+    let pairs = context::given_pair_counts(plane, contexts, sampled);
+    let map = worth(&pairs, n, order0)?;
+    Some(if sampled { Contexts::count_given(map, plane, contexts) } else { Contexts::new(map, &pairs) })
+}
+
+/// The map grouping these pair counts (of a plane of `n` symbols, or a sample of it) when its
+/// record is estimated under 98% of `order0` bytes.
+fn worth(pairs: &context::Pairs, n: usize, order0: f64) -> Option<[u8; 256]> {
+    let map = Contexts::group(pairs)?;
+    let counted: u64 = pairs.iter().flatten().sum();
+    let bytes = Contexts::estimate(&map, pairs, n as f64 / counted.max(1) as f64) + 8.0 * rans::lane_count(n) as f64;
+    (bytes < order0 * 0.98).then_some(map)
+}
+
+/// The base context of every element of `base` (spec §6.4.1): the top byte of its `planes`
+/// transform, for bf16 and f32 exactly the exponent. Into `out`, a buffer of any length and
+/// content.
+pub fn base_contexts(dtype: DType, base: &[u8], out: &mut Vec<u8>) {
+    let w = dtype.size() as usize;
+    let rotated = rotates(dtype);
+    out.clear();
+    with_word!(w, T => {
+        out.extend(base.chunks_exact(w).map(|b| {
+            let x = T::from_le_bytes(b.try_into().expect("w bytes"));
+            let x = if rotated { x.rotate_left(1) } else { x };
+            x.to_le_bytes()[w - 1]
+        }));
+    });
 }
 
 /// Appends the planes of `elements` (already transformed), `w` bytes each, in `form`: each
 /// plane rANS-coded with a table of its own, or stored when rANS would shrink it by under 2%
 /// (not worth its decode time).
 pub fn encode(elements: &[u8], w: usize, form: PlaneForm, out: &mut Vec<u8>) {
+    encode_with(elements, w, form, None, out);
+}
+
+/// [`encode`] in [`PlaneForm::BaseContexts`], the elements' base contexts given.
+pub fn encode_against_base(elements: &[u8], w: usize, contexts: &[u8], out: &mut Vec<u8>) {
+    encode_with(elements, w, PlaneForm::BaseContexts, Some(contexts), out);
+}
+
+fn encode_with(elements: &[u8], w: usize, form: PlaneForm, contexts: Option<&[u8]>, out: &mut Vec<u8>) {
     let n = elements.len() / w;
     // A plane that a sample shows to be near-random (the low mantissa bytes) is stored without
     // being counted in full: the full count of every plane was a tenth of a delta pack.
     let sampled = (n >= SAMPLE_FROM).then(|| sampled_histograms(n, w, |r| &elements[r]));
     SCRATCH.with_borrow_mut(|planes| {
         split_into(elements, w, planes);
-        encode_planes(planes, n, w, sampled.as_deref(), form, out)
+        encode_planes(planes, n, w, sampled.as_deref(), form, contexts, out)
     })
 }
 
@@ -414,8 +475,13 @@ fn encode_planes(
     w: usize,
     sampled: Option<&[[u64; 256]]>,
     form: PlaneForm,
+    contexts: Option<&[u8]>,
     out: &mut Vec<u8>,
 ) {
+    let contexts = match form {
+        PlaneForm::BaseContexts => Some(contexts.expect("base contexts for the base-context form")),
+        _ => None,
+    };
     for (j, plane) in planes.chunks_exact(n.max(1)).enumerate() {
         let near_random = sampled
             .is_some_and(|s| coded_bytes(&Table::from_histogram(&s[j]), &s[j], n, form) >= n as f64 * NEAR_RANDOM);
@@ -424,12 +490,22 @@ fn encode_planes(
             let table = Table::from_histogram(&hist);
             let order0 = coded_bytes(&table, &hist, n, form);
             if order0 < n as f64 * 0.98 {
-                match (form == PlaneForm::Contexts).then(|| contexts_for(plane, order0)).flatten() {
-                    Some(model) => {
-                        out.push(RANS_CONTEXTS);
-                        model.encode_lanes(plane, out);
-                    }
-                    None => table.write_record(form, plane, out),
+                match (form, contexts) {
+                    (PlaneForm::Contexts, _) => match contexts_for(plane, order0) {
+                        Some(model) => {
+                            out.push(RANS_CONTEXTS);
+                            model.encode_lanes(plane, out);
+                        }
+                        None => table.write_record(form, plane, out),
+                    },
+                    (PlaneForm::BaseContexts, Some(c)) => match base_contexts_for(plane, c, order0) {
+                        Some(model) => {
+                            out.push(RANS_BASE_CONTEXTS);
+                            model.encode_given(plane, c, out);
+                        }
+                        None => table.write_record(form, plane, out),
+                    },
+                    _ => table.write_record(form, plane, out),
                 }
                 continue;
             }
@@ -451,7 +527,7 @@ const NEAR_RANDOM: f64 = 0.995;
 fn coded_bytes(table: &Table, hist: &[u64; 256], n: usize, form: PlaneForm) -> f64 {
     let lanes = match form {
         PlaneForm::Serial => 0.0,
-        PlaneForm::Lanes | PlaneForm::Contexts => 8.0 * rans::lane_count(n) as f64,
+        _ => 8.0 * rans::lane_count(n) as f64,
     };
     table.encoded_len() as f64 + table.cost_bytes(hist) + lanes
 }
@@ -493,7 +569,7 @@ pub fn parse(
                 at = begin + 4 + len as usize;
                 PlaneRecord::Serial(table, begin..at)
             }
-            (RANS_LANES, PlaneForm::Lanes | PlaneForm::Contexts) => {
+            (RANS_LANES, PlaneForm::Lanes | PlaneForm::Contexts | PlaneForm::BaseContexts) => {
                 let (table, after) = Table::read(rest).map_err(&corrupt)?;
                 let layout = LaneLayout::read(stored, stored.len() - after.len(), n).map_err(&corrupt)?;
                 at = layout.bytes.end;
@@ -505,6 +581,12 @@ pub fn parse(
                 at = layout.bytes.end;
                 PlaneRecord::Contexts(model, layout)
             }
+            (RANS_BASE_CONTEXTS, PlaneForm::BaseContexts) => {
+                let (model, after) = Contexts::read(rest).map_err(&corrupt)?;
+                let layout = LaneLayout::read(stored, stored.len() - after.len(), n).map_err(&corrupt)?;
+                at = layout.bytes.end;
+                PlaneRecord::BaseContexts(model, layout)
+            }
             (m, _) => return Err(corrupt(format!("plane {j} has mode {m}, not one of {codec}'s"))),
         };
         records.push(record);
@@ -515,12 +597,14 @@ pub fn parse(
 /// Decodes `w` planes at offset `at` of `stored` into `out` (the elements, still transformed,
 /// except that with `unrotate` each is rotated back right by one bit), returning the offset
 /// after them.
+/// `contexts`: the elements' base contexts, for a chunk in [`PlaneForm::BaseContexts`].
 pub fn decode(
     codec: CodecTag,
     stored: &[u8],
     at: usize,
     w: usize,
     unrotate: bool,
+    contexts: Option<&[u8]>,
     out: &mut [u8],
 ) -> Result<usize, CodecError> {
     let n = out.len() / w;
@@ -530,16 +614,23 @@ pub fn decode(
     }
     // Stored planes merge straight from the chunk; only coded ones are decoded, into this
     // thread's scratch buffer, which every decode overwrites whole.
-    SCRATCH.with_borrow_mut(|scratch| decode_with(codec, stored, &records, n, unrotate, scratch, out))?;
+    SCRATCH.with_borrow_mut(|scratch| decode_with(codec, stored, &records, n, unrotate, contexts, scratch, out))?;
     Ok(end)
 }
 
+thread_local! {
+    /// This thread's buffer for the table index of every symbol of a base-context record.
+    static INDICES: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+#[allow(clippy::too_many_arguments)]
 fn decode_with(
     codec: CodecTag,
     stored: &[u8],
     records: &[PlaneRecord],
     n: usize,
     unrotate: bool,
+    contexts: Option<&[u8]>,
     scratch: &mut Vec<u8>,
     out: &mut [u8],
 ) -> Result<(), CodecError> {
@@ -564,6 +655,13 @@ fn decode_with(
             PlaneRecord::Contexts(model, layout) => {
                 let plane = free.next().expect("a buffer per coded plane");
                 model.decode_lanes(stored, layout, plane).map_err(&corrupt)?;
+            }
+            PlaneRecord::BaseContexts(model, layout) => {
+                let plane = free.next().expect("a buffer per coded plane");
+                let contexts = contexts.ok_or_else(|| corrupt("a base-context record without a base".into()))?;
+                INDICES
+                    .with_borrow_mut(|tables| model.decode_given(stored, layout, contexts, tables, plane))
+                    .map_err(&corrupt)?;
             }
         }
     }

@@ -529,17 +529,16 @@ impl Lane<'_> {
         Ok(s)
     }
 
-    /// Decodes one word of up to four symbols into `out`.
+    /// Decodes one word of up to four symbols into `out`; `given`: the word's table indices in
+    /// a record whose tables are given per symbol.
     #[inline(always)]
-    fn word(&mut self, slots: &Slots, lane: usize, out: &mut [u8]) -> Result<(), String> {
-        if slots.fast && out.len() == 4 && self.pos + 8 <= self.own.len() {
-            for o in out {
-                *o = self.step::<true>(slots, lane)?;
+    fn word(&mut self, slots: &Slots, lane: usize, out: &mut [u8], given: Option<&[u8]>) -> Result<(), String> {
+        let fast = slots.fast && out.len() == 4 && self.pos + 8 <= self.own.len();
+        for (i, o) in out.iter_mut().enumerate() {
+            if let Some(g) = given {
+                self.ctx = usize::from(g[i]) << SCALE_BITS;
             }
-        } else {
-            for o in out {
-                *o = self.step::<false>(slots, lane)?;
-            }
+            *o = if fast { self.step::<true>(slots, lane)? } else { self.step::<false>(slots, lane)? };
         }
         Ok(())
     }
@@ -551,7 +550,8 @@ const CPU_LANES: usize = 4;
 
 /// A lane record's tables as the decoders look them up: every table's slots (see
 /// [`Table::slots`]), one table after another, and for a context record where each symbol sends
-/// its lane next.
+/// its lane next. A record whose tables are given per symbol (spec §6.4.1) has no `next`: the
+/// decoder is handed each symbol's table index instead.
 pub(crate) struct Slots {
     slots: Vec<u32>,
     /// `next[s]`: the offset in `slots` of the table for a symbol after `s` (context records).
@@ -573,6 +573,15 @@ impl Slots {
         }
     }
 
+    /// Several tables, one per symbol as the decoder is told (spec §6.4.1).
+    pub(crate) fn given(tables: &[Table]) -> Slots {
+        Slots {
+            slots: tables.iter().flat_map(Table::slots).collect(),
+            next: None,
+            fast: tables.iter().any(|t| branchless(&t.freq)),
+        }
+    }
+
     /// Where a lane's first symbol's table starts: the table for a symbol after symbol 0.
     fn first(&self) -> usize {
         self.next.as_ref().map_or(0, |next| next[0] as usize)
@@ -582,20 +591,27 @@ impl Slots {
 /// Decodes `out.len()` symbols from lanes laid out as `layout` in `stored`. Every lane must end
 /// exactly at its last byte in the encoder's initial state.
 pub fn decode_lanes(table: &Table, stored: &[u8], layout: &LaneLayout, out: &mut [u8]) -> Result<(), String> {
-    decode_lanes_with(&Slots::order0(table), stored, layout, out, true)
+    decode_lanes_with(&Slots::order0(table), stored, layout, out, None, true)
 }
 
 /// [`decode_lanes`] for any record's tables, with or without the vector loop (the tests compare
-/// the two).
+/// the two). `given`: for a record whose tables are given per symbol, symbol i's table index
+/// (each below the record's table count), one per symbol of `out`.
 pub(crate) fn decode_lanes_with(
     slots: &Slots,
     stored: &[u8],
     layout: &LaneLayout,
     out: &mut [u8],
+    given: Option<&[u8]>,
     vectors: bool,
 ) -> Result<(), String> {
     let lanes = layout.lanes as usize;
     let n = out.len();
+    if let Some(g) = given {
+        let tables = slots.slots.len() >> SCALE_BITS;
+        assert!(g.len() == n && g.iter().all(|&t| usize::from(t) < tables), "a given table index past the tables");
+    }
+    let word_given = |q: usize| given.map(|g| &g[4 * q..(4 * q + 4).min(n)]);
     let words = n.div_ceil(4);
     let word = |i: usize| u32::from_le_bytes(stored[i..i + 4].try_into().expect("inside the layout"));
     let bytes = &stored[layout.bytes.clone()];
@@ -630,8 +646,8 @@ pub(crate) fn decode_lanes_with(
                 #[allow(unsafe_code)]
                 let done = unsafe {
                     match regs {
-                        4 => avx2::rounds::<4>(slots, readable, group, k0, lanes, rounds, out),
-                        _ => avx2::rounds::<1>(slots, readable, group, k0, lanes, rounds, out),
+                        4 => avx2::rounds::<4>(slots, readable, group, k0, lanes, rounds, given, out),
+                        _ => avx2::rounds::<1>(slots, readable, group, k0, lanes, rounds, given, out),
                     }
                 };
                 started[k0 / CPU_LANES..(k0 + width) / CPU_LANES].fill(done);
@@ -652,13 +668,18 @@ pub(crate) fn decode_lanes_with(
                 Ok(group) if slots.fast && group.iter().all(|l| l.pos + 8 <= l.own.len()) => {
                     for i in 0..4 {
                         for (j, lane) in group.iter_mut().enumerate() {
-                            out[4 * (q0 + j) + i] = lane.step::<true>(slots, k0 + j)?;
+                            let at = 4 * (q0 + j) + i;
+                            if let Some(g) = given {
+                                lane.ctx = usize::from(g[at]) << SCALE_BITS;
+                            }
+                            out[at] = lane.step::<true>(slots, k0 + j)?;
                         }
                     }
                 }
                 _ => {
                     for (j, lane) in group.iter_mut().enumerate() {
-                        lane.word(slots, k0 + j, &mut out[4 * (q0 + j)..4 * (q0 + j) + 4])?;
+                        let q = q0 + j;
+                        lane.word(slots, k0 + j, &mut out[4 * q..4 * q + 4], word_given(q))?;
                     }
                 }
             }
@@ -666,7 +687,7 @@ pub(crate) fn decode_lanes_with(
     }
     for (k, lane) in all.iter_mut().enumerate() {
         for q in (k + rounds * lanes..words).step_by(lanes) {
-            lane.word(slots, k, &mut out[4 * q..(4 * q + 4).min(n)])?;
+            lane.word(slots, k, &mut out[4 * q..(4 * q + 4).min(n)], word_given(q))?;
         }
         if lane.pos != lane.own.len() || lane.x != L {
             return Err(format!("rANS lane {k} does not end where its symbols do"));
@@ -849,8 +870,8 @@ mod tests {
         let mut scalar = vec![0u8; n];
         let mut vector = vec![0u8; n];
         let slots = Slots::order0(table);
-        let a = decode_lanes_with(&slots, stored, layout, &mut scalar, false).map(|()| scalar);
-        let b = decode_lanes_with(&slots, stored, layout, &mut vector, true).map(|()| vector);
+        let a = decode_lanes_with(&slots, stored, layout, &mut scalar, None, false).map(|()| scalar);
+        let b = decode_lanes_with(&slots, stored, layout, &mut vector, None, true).map(|()| vector);
         match (&a, &b) {
             (Ok(a), Ok(b)) => assert!(a == b, "the vector and scalar loops decode different bytes"),
             (Err(_), Err(_)) => {}

@@ -34,7 +34,11 @@ fn estimate_all(ctx: ChunkContext, input: &[u8], base: &[u8], form: PlaneForm) -
     let hists_of = |op| planes::sampled_histograms(n, w, |r| Dense::forward(op, dtype, &input[r.clone()], &base[r]));
     let xor_hists = hists_of(DenseOp::Xor);
     let xor_cost = planes::estimate(&xor_hists);
-    let mut choices = vec![Choice { tag: Dense(DenseOp::Xor, form).tag(), bytes: xor_cost }];
+    // Dense deltas in lane form may code planes with the base's contexts (spec §6.4.1), which
+    // each plane takes only where it estimates them smaller: the choice between the forms is
+    // made on their order-0 estimates.
+    let dense = form.dense();
+    let mut choices = vec![Choice { tag: Dense(DenseOp::Xor, dense).tag(), bytes: xor_cost }];
     // Sparse: the changed values are the nonzero XOR elements, so their histograms are the
     // XOR's less the unchanged elements' zeros. Positions are only found and costed when a
     // sparse form could win, with at least one bit per position.
@@ -50,7 +54,7 @@ fn estimate_all(ctx: ChunkContext, input: &[u8], base: &[u8], form: PlaneForm) -
         // The lane form has one position coder, the packed blocks a GPU decodes in parallel.
         let coders: &[PositionCoder] = match form {
             PlaneForm::Serial => &PositionCoder::ALL,
-            PlaneForm::Lanes | PlaneForm::Contexts => &[PositionCoder::Packed],
+            _ => &[PositionCoder::Packed],
         };
         for &coder in coders {
             let bytes = 8.0 + coder.cost_bits(&pos).div_ceil(8) as f64 + values_cost;
@@ -60,7 +64,8 @@ fn estimate_all(ctx: ChunkContext, input: &[u8], base: &[u8], form: PlaneForm) -
     }
     // Subtraction can only win when much has changed.
     if changed * 4 > n {
-        choices.push(Choice { tag: Dense(DenseOp::Sub, form).tag(), bytes: planes::estimate(&hists_of(DenseOp::Sub)) });
+        choices
+            .push(Choice { tag: Dense(DenseOp::Sub, dense).tag(), bytes: planes::estimate(&hists_of(DenseOp::Sub)) });
     }
     // A fresh keyframe, only when the delta saves little (a re-initialised tensor, or Adam's
     // first moment many steps apart, where planes measured 0.844 against delta-sub's 0.853).

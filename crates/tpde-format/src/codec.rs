@@ -43,11 +43,18 @@ pub enum CodecTag {
     /// chosen by each lane's symbol before (spec §6.2.4): smaller exponent planes where
     /// neighbouring elements share their scale, as in Adam's moments.
     PlanesContext,
+    /// `0x000E delta-xor-context`: `delta-xor-lanes` whose planes may also be coded with tables
+    /// chosen by each element's base (spec §6.4.1): the base's exponent tells how far an element
+    /// moves in its bit pattern.
+    DeltaXorContext,
+    /// `0x000F delta-sub-context`: `delta-sub-lanes` whose planes may also be coded with tables
+    /// chosen by each element's base (spec §6.4.1).
+    DeltaSubContext,
 }
 
 impl CodecTag {
     /// Every tag of this version of the registry.
-    pub const ALL: [CodecTag; 14] = [
+    pub const ALL: [CodecTag; 16] = [
         CodecTag::Raw,
         CodecTag::Zstd,
         CodecTag::Planes,
@@ -62,6 +69,8 @@ impl CodecTag {
         CodecTag::DeltaSubLanes,
         CodecTag::SparsePackedLanes,
         CodecTag::PlanesContext,
+        CodecTag::DeltaXorContext,
+        CodecTag::DeltaSubContext,
     ];
 
     /// The on-disk value.
@@ -81,6 +90,8 @@ impl CodecTag {
             CodecTag::DeltaSubLanes => 0x000B,
             CodecTag::SparsePackedLanes => 0x000C,
             CodecTag::PlanesContext => 0x000D,
+            CodecTag::DeltaXorContext => 0x000E,
+            CodecTag::DeltaSubContext => 0x000F,
         }
     }
 
@@ -110,6 +121,8 @@ impl CodecTag {
             CodecTag::DeltaSubLanes => "delta-sub-lanes",
             CodecTag::SparsePackedLanes => "sparse-packed-lanes",
             CodecTag::PlanesContext => "planes-context",
+            CodecTag::DeltaXorContext => "delta-xor-context",
+            CodecTag::DeltaSubContext => "delta-sub-context",
         }
     }
 
@@ -133,6 +146,8 @@ impl CodecTag {
                 | CodecTag::DeltaSubLanes
                 | CodecTag::SparsePackedLanes
                 | CodecTag::PlanesContext
+                | CodecTag::DeltaXorContext
+                | CodecTag::DeltaSubContext
         )
     }
 
@@ -147,6 +162,7 @@ impl CodecTag {
         match self {
             CodecTag::Raw | CodecTag::Zstd => 0,
             CodecTag::PlanesContext => 3,
+            CodecTag::DeltaXorContext | CodecTag::DeltaSubContext => 4,
             t if t.lanes() => 2,
             _ => 1,
         }

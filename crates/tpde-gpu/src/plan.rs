@@ -23,13 +23,13 @@ const M_XOR: u32 = 3;
 const M_SUB: u32 = 4;
 
 /// Record sizes in u32s, as the kernels read them.
-const LANE_REC: usize = 9;
+const LANE_REC: usize = 11;
 const PACKED_REC: usize = 8;
 const FINISH_REC: usize = 16;
 const SPARSE_REC: usize = 16;
 const HEADER: usize = 18;
 
-/// A lane job with one table (the kernel's `NO_MAP`).
+/// A lane job with one table, or whose contexts are not the base's (the kernel's `NO_MAP`).
 const NO_MAP: u32 = u32::MAX;
 
 /// A source offset in the scratch buffer rather than the upload (the kernel's `SCRATCH`).
@@ -70,8 +70,10 @@ enum Src {
 struct LaneJob {
     /// The first of the record's tables.
     table: usize,
-    /// Where a context record's map is in the upload (spec §6.2.4).
+    /// Where a context record's map is in the upload (spec §6.2.4, §6.4.1).
     map: Option<u64>,
+    /// Whether the record's contexts are the base's (spec §6.4.1) rather than its symbols before.
+    base_contexts: bool,
     n: u32,
     lanes: u32,
     states: u64,
@@ -167,10 +169,14 @@ impl ChunkWork {
                     rans::decode(&table, &stored[stream], &mut plane).map_err(rans::corrupt(tag))?;
                     Src::Blob(self.append_blob(&plane))
                 }
-                PlaneRecord::Lanes(table, layout) => self.lane_job(&[table], None, &layout, stored_at, n),
+                PlaneRecord::Lanes(table, layout) => self.lane_job(&[table], None, false, &layout, stored_at, n),
                 PlaneRecord::Contexts(model, layout) => {
                     let map = self.append_blob(model.map());
-                    self.lane_job(model.tables(), Some(map), &layout, stored_at, n)
+                    self.lane_job(model.tables(), Some(map), false, &layout, stored_at, n)
+                }
+                PlaneRecord::BaseContexts(model, layout) => {
+                    let map = self.append_blob(model.map());
+                    self.lane_job(model.tables(), Some(map), true, &layout, stored_at, n)
                 }
             };
         }
@@ -179,13 +185,22 @@ impl ChunkWork {
 
     /// Queues the lanes of one plane record (with its tables, and its map if a context record)
     /// for the device; returns where its decoded plane will be.
-    fn lane_job(&mut self, tables: &[Table], map: Option<u64>, layout: &LaneLayout, stored_at: u64, n: usize) -> Src {
+    fn lane_job(
+        &mut self,
+        tables: &[Table],
+        map: Option<u64>,
+        base_contexts: bool,
+        layout: &LaneLayout,
+        stored_at: u64,
+        n: usize,
+    ) -> Src {
         let first = self.tables.len();
         self.tables.extend(tables.iter().map(table_entries));
         let out_word = self.alloc_scratch(n.div_ceil(4) as u64);
         self.lanes.push(LaneJob {
             table: first,
             map,
+            base_contexts,
             n: n as u32,
             lanes: layout.lanes,
             states: stored_at + layout.states as u64,
@@ -264,12 +279,14 @@ pub fn plan_chunk(
         | CodecTag::DeltaXor
         | CodecTag::DeltaXorLanes
         | CodecTag::DeltaSub
-        | CodecTag::DeltaSubLanes => {
+        | CodecTag::DeltaSubLanes
+        | CodecTag::DeltaXorContext
+        | CodecTag::DeltaSubContext => {
             let at = work.append_blob(stored);
             work.planes = work.planes(tag, at, stored, 0, n)?;
             work.mode = match tag {
                 CodecTag::Planes | CodecTag::PlanesLanes | CodecTag::PlanesContext => M_MERGE,
-                CodecTag::DeltaXor | CodecTag::DeltaXorLanes => M_XOR,
+                CodecTag::DeltaXor | CodecTag::DeltaXorLanes | CodecTag::DeltaXorContext => M_XOR,
                 _ => M_SUB,
             };
         }
@@ -432,6 +449,8 @@ fn assemble(limits: &Limits, chunks: &[ChunkWork]) -> Batch {
         b.scratch_words += c.scratch_words;
         let table_at = tables.len();
         tables.extend_from_slice(&c.tables);
+        // The chunk's bytes, and its base's, in the output and base bindings.
+        let out = (c.out.start - win.start) as u32;
         for l in &c.lanes {
             lanes.extend([
                 (table_at + l.table) as u32,
@@ -443,6 +462,8 @@ fn assemble(limits: &Limits, chunks: &[ChunkWork]) -> Batch {
                 (scratch_at + l.out_word) as u32,
                 ci,
                 l.map.map_or(NO_MAP, |m| (blob_at + m) as u32),
+                if l.base_contexts { out } else { NO_MAP },
+                c.w | u32::from(c.float) << 8,
             ]);
             lane_prefix.push(lane_prefix.last().unwrap() + l.lanes);
         }
@@ -459,7 +480,6 @@ fn assemble(limits: &Limits, chunks: &[ChunkWork]) -> Batch {
             ]);
             block_prefix.push(block_prefix.last().unwrap() + p.count.div_ceil(PACKED_BLOCK as u32));
         }
-        let out = (c.out.start - win.start) as u32;
         let mut rec = vec![c.mode, c.w, u32::from(c.float), c.n, out, out, ci, 0];
         rec.extend(c.planes.iter().map(|&s| src(s, blob_at, scratch_at)));
         finish.extend(rec);

@@ -134,7 +134,7 @@ impl<W: Write> Writer<W> {
         }
         let chunk_bytes = (options.chunk_bytes.min(MAX_CHUNK_DECODED_LEN) / a * a).max(a);
         let flags = if options.base.is_some() { RequiredFeatures::BASE } else { 0 };
-        let header = Header::new(options.encoder.since_minor(), options.alignment, flags);
+        let header = Header::new(options.encoder.since_minor(options.base.is_some()), options.alignment, flags);
         out.write_all(&header.to_bytes())?;
         Ok(Writer {
             out,
@@ -176,12 +176,13 @@ impl<W: Write> Writer<W> {
     /// the minor version of the encoder the file was started with, so a codec of a later minor
     /// version is refused: start the file with it instead.
     pub fn set_encoder(&mut self, encoder: Encoder) -> Result<(), WriteError> {
-        if encoder.since_minor() > self.header.minor_version {
+        let with_base = self.header.required_features & RequiredFeatures::BASE != 0;
+        if encoder.since_minor(with_base) > self.header.minor_version {
             return Err(WriteError::invalid(
                 "encoder",
                 format!(
                     "it needs format 1.{}, the file was started as 1.{}",
-                    encoder.since_minor(),
+                    encoder.since_minor(with_base),
                     self.header.minor_version
                 ),
             ));

@@ -2,14 +2,17 @@
 //! thing broken and its checksums resealed, so that only the rule under test can catch it.
 
 use tpde_format::{
-    surgery, BaseRef, CodecTag, Directory, ErrorKind, Header, MetadataEntry, MetadataValue, RequiredFeatures, Trailer,
+    surgery, BaseRef, CodecTag, DType, Directory, ErrorKind, Header, MetadataEntry, MetadataValue, RequiredFeatures,
+    Trailer,
 };
 
 use crate::valid::{
-    CONTEXT_F32, DELTA_BASE, DELTA_PACKED, DELTA_XOR, LANES_F32, LANES_PACKED, SMALL_PLANES, SMALL_RAW, SMALL_ZSTD,
+    CONTEXT_BASE, CONTEXT_F32, DELTA_BASE, DELTA_PACKED, DELTA_SUB_CONTEXT, DELTA_XOR, LANES_F32, LANES_PACKED,
+    SMALL_PLANES, SMALL_RAW, SMALL_ZSTD,
 };
 use crate::Gen;
 use tpde_codec::planes::PlaneRecord;
+use tpde_codec::ChunkContext;
 use tpde_tools::conformance::{Case, Expect};
 
 use ErrorKind::*;
@@ -22,6 +25,7 @@ pub fn all(g: &mut Gen) {
     bases(g);
     lanes(g);
     contexts(g);
+    base_contexts(g);
 }
 
 /// The manifest entry of `invalid/{name}.tpde`, read on its own.
@@ -931,7 +935,7 @@ fn contexts(g: &mut Gen) {
     let at = match &records[2] {
         PlaneRecord::Stored(at) => at + n,
         PlaneRecord::Lanes(_, layout) | PlaneRecord::Contexts(_, layout) => layout.bytes.end,
-        PlaneRecord::Serial(..) => unreachable!("planes-context has no serial records"),
+        PlaneRecord::Serial(..) | PlaneRecord::BaseContexts(..) => unreachable!("not a planes-context record"),
     };
     assert_eq!(stored[at], 3, "the exponent plane is a context record");
     let map = at + 1;
@@ -969,5 +973,75 @@ fn contexts(g: &mut Gen) {
     ];
     for (path, description, bytes) in cases {
         bad(g, path, "R25", &description, bytes, Malformed);
+    }
+}
+
+/// The base-context record's rules (§6.4.1), broken in the first base-context plane of a
+/// `delta-sub-context` chunk; and mode 4 under the 1.2 delta lane tag.
+fn base_contexts(g: &mut Gen) {
+    let file = g.get(DELTA_SUB_CONTEXT).bytes.clone();
+    let ti = dir(&file).tensors.iter().position(|t| t.name == "w.f32").expect("an f32 tensor");
+    let c = dir(&file).tensors[ti].chunks[0].clone();
+    let stored = file[c.offset as usize..(c.offset + c.stored_length) as usize].to_vec();
+    let n = c.element_count as usize;
+    let (records, _) = tpde_codec::planes::parse(c.codec, &stored, 0, 4, n).expect("valid");
+    // The record before the first base-context record ends where that one's mode byte is.
+    let first = records.iter().position(|r| matches!(r, PlaneRecord::BaseContexts(..))).expect("a base-context plane");
+    let at = match first.checked_sub(1).map(|j| &records[j]) {
+        None => 0,
+        Some(PlaneRecord::Stored(at)) => at + n,
+        Some(PlaneRecord::Lanes(_, layout) | PlaneRecord::BaseContexts(_, layout)) => layout.bytes.end,
+        Some(_) => unreachable!("not a delta-sub-context record"),
+    };
+    assert_eq!(stored[at], 4, "a base-context record");
+    let map = at + 1;
+    let tables = usize::from(*stored[map..map + 256].iter().max().unwrap()) + 1;
+    assert!(tables >= 4, "several tables");
+    // The two most frequent base contexts (f32 exponents) of the chunk: each has a table of
+    // its own.
+    let base = g.get(CONTEXT_BASE).bytes.clone();
+    let bc = dir(&base).tensors.iter().find(|t| t.name == "w.f32").expect("the base tensor").chunks[0].clone();
+    let mut elements = vec![0u8; bc.decoded_length as usize];
+    let base_stored = &base[bc.offset as usize..(bc.offset + bc.stored_length) as usize];
+    tpde_codec::decode(bc.codec, ChunkContext::keyframe(DType::F32), &[], base_stored, &mut elements).expect("valid");
+    let mut contexts = Vec::new();
+    tpde_codec::planes::base_contexts(DType::F32, &elements, &mut contexts);
+    let mut count = [0usize; 256];
+    for &k in &contexts {
+        count[usize::from(k)] += 1;
+    }
+    let mut by_count: Vec<usize> = (0..256).collect();
+    by_count.sort_by_key(|&k| std::cmp::Reverse(count[k]));
+    let (a, b) = (by_count[0], by_count[1]);
+    assert_ne!(stored[map + a], stored[map + b], "two tables");
+    let edit = |f: &dyn Fn(&mut Vec<u8>)| {
+        let mut s = stored.clone();
+        f(&mut s);
+        surgery::with_chunk(&file, ti, 0, &s).expect("surgery")
+    };
+    let cases: Vec<(&str, String, Vec<u8>)> = vec![
+        (
+            "r25-base-context-map-entry",
+            format!("a base-context map entry of 16 (for exponent 0x{a:02X}): past the 16 tables a record may have"),
+            edit(&|s| s[map + a] = 16),
+        ),
+        (
+            "r25-base-context-wrong-table",
+            format!("the base-context map's entries for exponents 0x{a:02X} and 0x{b:02X} swapped: lanes decode with the wrong tables"),
+            edit(&|s| s.swap(map + a, map + b)),
+        ),
+        (
+            "r25-base-context-cut",
+            "a delta-sub-context chunk cut inside its base-context map".into(),
+            edit(&|s| s.truncate(map + 100)),
+        ),
+        (
+            "r25-base-context-lanes-tag",
+            "a delta-sub-context chunk relabelled delta-sub-lanes (0x000B), which has no mode 4".into(),
+            edit_dir(&file, |d| d.tensors[ti].chunks[0].codec = CodecTag::DeltaSubLanes),
+        ),
+    ];
+    for (path, description, bytes) in cases {
+        bad_delta(g, path, "R25", &description, bytes, CONTEXT_BASE, Malformed);
     }
 }

@@ -21,7 +21,7 @@ use tpde_tools::conformance::{Case, Expect, ExpectedMetadata, ExpectedTensor, Ma
 use tpde_write::{WriteOptions, Writer};
 
 /// The spec version the corpus is generated for.
-pub const SPEC_VERSION: &str = "1.3";
+pub const SPEC_VERSION: &str = "1.4";
 
 /// The generated corpus: files (path relative to the corpus folder, bytes) and the manifest.
 pub struct Corpus {

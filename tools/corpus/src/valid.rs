@@ -23,6 +23,10 @@ pub const LANES_F32: &str = "valid/codec-planes-lanes-f32.tpde";
 pub const LANES_PACKED: &str = "valid/delta-sparse-packed-lanes.tpde";
 /// The context-record file (1.3) the context rules are broken in.
 pub const CONTEXT_F32: &str = "valid/codec-planes-context-f32.tpde";
+/// The keyframe the base-context deltas (1.4) decode against.
+pub const CONTEXT_BASE: &str = "valid/delta-context-base.tpde";
+/// A `delta-sub-context` file whose first chunk has base-context records.
+pub const DELTA_SUB_CONTEXT: &str = "valid/delta-sub-context.tpde";
 
 pub fn all(g: &mut Gen) {
     small(g);
@@ -32,6 +36,7 @@ pub fn all(g: &mut Gen) {
     structure(g);
     lanes(g);
     contexts(g);
+    base_contexts(g);
 }
 
 /// Bytes of `values` as `dtype` (a float dtype that `half` or the std covers, or an integer).
@@ -670,5 +675,70 @@ fn contexts(g: &mut Gen) {
         let stored = &file[c.offset as usize..(c.offset + c.stored_length) as usize];
         let (records, _) = tpde_codec::planes::parse(c.codec, stored, 0, dtype.size() as usize, n).expect("valid");
         assert!(matches!(records.last(), Some(tpde_codec::planes::PlaneRecord::Contexts(..))), "{path}");
+    }
+}
+
+/// `n` weights of `dtype` over many scales (each a normal value times 2^-k, k up to 9), and the
+/// same weights each moved by a small step in value, so that a weight's step in its bit pattern
+/// depends on its exponent. Returns (base, moved).
+fn weights_and_steps(dtype: DType, n: usize, rng: &mut Rng) -> (Vec<u8>, Vec<u8>) {
+    let base: Vec<f64> = (0..n).map(|_| rng.normal(0.05) * (2f64).powi(-((rng.unit() * 10.0) as i32))).collect();
+    // Rounded to the dtype first, so the step is from the value stored.
+    let stored = |v: f64| match dtype {
+        DType::F32 => f64::from(v as f32),
+        DType::BF16 => bf16::from_f64(v).to_f64(),
+        _ => f16::from_f64(v).to_f64(),
+    };
+    let base: Vec<f64> = base.into_iter().map(stored).collect();
+    let moved: Vec<f64> = base.iter().map(|&v| v + (rng.unit() - 0.5) * 2e-5).collect();
+    (encode(dtype, &base), encode(dtype, &moved))
+}
+
+/// The base-context deltas of 1.4 (§6.4.1): a keyframe of weights over many scales, and both
+/// tags against it, with every weight moved by a small step in value. Their float planes are
+/// base-context records (the first chunk of each f32 and bf16 tensor is checked to be).
+fn base_contexts(g: &mut Gen) {
+    let mut rng = Rng::new(17);
+    let tensors = [("w.f32", DType::F32, 20001), ("w.bf16", DType::BF16, 30003), ("w.f16", DType::F16, 5000)];
+    let (mut base, mut moved) = (Vec::new(), Vec::new());
+    for (name, dtype, n) in tensors {
+        let (b, m) = weights_and_steps(dtype, n, &mut rng);
+        base.push(T::new(name, dtype, &[n as u64], b));
+        moved.push(T { delta: true, ..T::new(name, dtype, &[n as u64], m) });
+    }
+    let counts = encode(DType::I32, &(0..3000).map(|i| f64::from(i * 37 % 5000)).collect::<Vec<_>>());
+    let counted = encode(DType::I32, &(0..3000).map(|i| f64::from(i * 37 % 5000 + i % 3)).collect::<Vec<_>>());
+    base.push(T::new("counts", DType::I32, &[3000], counts));
+    moved.push(T { delta: true, ..T::new("counts", DType::I32, &[3000], counted) });
+    g.valid(
+        Spec::new(CONTEXT_BASE, "§6.4.1", "the keyframe the base-context deltas decode against (planes-lanes): f32, bf16 and f16 weights over ten binades, an i32 counter")
+            .encoder(Encoder::Codec(CodecTag::PlanesLanes))
+            .chunk_bytes(1 << 20)
+            .tensors(base),
+    );
+    for (path, tag) in
+        [("valid/delta-xor-context.tpde", CodecTag::DeltaXorContext), (DELTA_SUB_CONTEXT, CodecTag::DeltaSubContext)]
+    {
+        let description = format!(
+            "{tag} (0x{:04X}) of every weight moved by a small step in value: base-context records (mode 4) whose tables follow the base's exponent, in several lanes, the last word partial; an i32 counter in the same codec",
+            tag.to_u16()
+        );
+        let file = g.valid(
+            Spec::new(path, "§6.4.1", &description)
+                .encoder(Encoder::Codec(tag))
+                .chunk_bytes(1 << 20)
+                .tensors(moved.clone())
+                .base(CONTEXT_BASE),
+        );
+        let d = surgery::directory(&file).expect("a valid file");
+        for t in d.tensors.iter().filter(|t| t.dtype == DType::F32 || t.dtype == DType::BF16) {
+            let c = &t.chunks[0];
+            let stored = &file[c.offset as usize..(c.offset + c.stored_length) as usize];
+            let n = c.element_count as usize;
+            let (records, _) =
+                tpde_codec::planes::parse(c.codec, stored, 0, t.dtype.size() as usize, n).expect("valid");
+            let coded = records.iter().any(|r| matches!(r, tpde_codec::planes::PlaneRecord::BaseContexts(..)));
+            assert!(coded, "{path}: {} has no base-context record", t.name);
+        }
     }
 }

@@ -38,11 +38,13 @@ pub(super) fn available() -> bool {
 /// `begin`) and may go on past them. Only its end bounds the rounds, not each lane's, so that
 /// the lanes of a plane under a bit per symbol (a few dozen bytes each) decode here almost to
 /// their ends: a lane of a damaged record may then take bytes past its own, which the caller
-/// checks.
+/// checks. `given`: each symbol's table index, for a record whose tables are given per symbol
+/// (one per byte of `out`).
 ///
 /// # Safety
 /// The CPU must have AVX2 ([`available`]).
 #[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn rounds<const REGS: usize>(
     tables: &Slots,
     bytes: &[u8],
@@ -50,6 +52,7 @@ pub(super) unsafe fn rounds<const REGS: usize>(
     k0: usize,
     stride: usize,
     rounds: usize,
+    given: Option<&[u8]>,
     out: &mut [u8],
 ) -> usize {
     let slots = &tables.slots;
@@ -89,7 +92,16 @@ pub(super) unsafe fn rounds<const REGS: usize>(
         x[r] = load_states(part);
         ctx[r] = load_contexts(part);
     }
-    let contexts = tables.next.is_some();
+    // Lanes look their table up at `ctx`: set through `next` from the symbol before (context
+    // records), or from `given` before every symbol.
+    let follow = tables.next.is_some();
+    let contexts = follow || given.is_some();
+    if let Some(g) = given {
+        assert_eq!(g.len(), out.len());
+    }
+    // Given indices are below the table count (the caller checks), and this clamp keeps every
+    // gather in bounds regardless.
+    let last_table = _mm256_set1_epi32((slots.len() - (1 << SCALE_BITS)) as i32);
     let end = _mm256_set1_epi32(bytes.len() as i32);
 
     let mask12 = _mm256_set1_epi32((1 << SCALE_BITS) - 1);
@@ -101,8 +113,8 @@ pub(super) unsafe fn rounds<const REGS: usize>(
 
     // One symbol of eight lanes: pop, then refill up to two bytes. Returns the symbols.
     // SAFETY (of the gathers): slot indices are below 4096 and table offsets are entries of
-    // `next` (or the lanes' own, also taken from `next`), so their sums are below slots.len()
-    // (asserted above); symbols index the 256 of `next`; the caller has checked that each lane
+    // `next` (or the lanes' own, also taken from `next`), or clamped to the last table, so
+    // their sums are below slots.len() (asserted above); symbols index the 256 of `next`; the caller has checked that each lane
     // has four bytes at `off` (see the round check below).
     let step = |x: &mut __m256i, off: &mut __m256i, ctx: &mut __m256i| -> __m256i {
         let slot = _mm256_and_si256(*x, mask12);
@@ -110,7 +122,7 @@ pub(super) unsafe fn rounds<const REGS: usize>(
         let e = unsafe { _mm256_i32gather_epi32::<4>(slots.as_ptr().cast(), at) };
         let w = unsafe { _mm256_i32gather_epi32::<1>(base.cast(), *off) };
         let sym = _mm256_and_si256(e, mask8);
-        if contexts {
+        if follow {
             *ctx = unsafe { _mm256_i32gather_epi32::<4>(next.as_ptr().cast(), sym) };
         }
         let freq = _mm256_and_si256(_mm256_srli_epi32::<8>(e), mask12);
@@ -140,16 +152,29 @@ pub(super) unsafe fn rounds<const REGS: usize>(
         if _mm256_movemask_epi8(short) != 0 {
             break;
         }
+        // The lanes' words are consecutive words of the output.
+        let q0 = k0 + done * stride;
+        // Their given table indices: the same words of `given`, a lane's word in each 32 bits.
+        let mut gw = [_mm256_setzero_si256(); REGS];
+        if let Some(g) = given {
+            let words = &g[4 * q0..4 * q0 + 4 * REG * REGS];
+            for (r, gr) in gw.iter_mut().enumerate() {
+                // SAFETY: a load of 32 bytes from the 32·REGS bytes of `words`.
+                *gr = unsafe { _mm256_loadu_si256(words[32 * r..].as_ptr().cast()) };
+            }
+        }
         let mut w = [_mm256_setzero_si256(); REGS];
         for i in 0..4 {
             let shift = _mm_cvtsi32_si128(8 * i);
             for r in 0..REGS {
+                if given.is_some() {
+                    let t = _mm256_and_si256(_mm256_srl_epi32(gw[r], shift), mask8);
+                    ctx[r] = _mm256_min_epu32(_mm256_slli_epi32::<{ SCALE_BITS as i32 }>(t), last_table);
+                }
                 let s = step(&mut x[r], &mut off[r], &mut ctx[r]);
                 w[r] = _mm256_or_si256(w[r], _mm256_sll_epi32(s, shift));
             }
         }
-        // The lanes' words are consecutive words of the output.
-        let q0 = k0 + done * stride;
         let dst = &mut out[4 * q0..4 * q0 + 4 * REG * REGS];
         for (part, wr) in dst.chunks_exact_mut(32).zip(w) {
             // SAFETY: a store of 32 bytes into a 32-byte slice.

@@ -42,12 +42,24 @@ fn before(symbols: &[u8], i: usize, lanes: usize) -> u8 {
 /// Counts the pairs (symbol before, symbol) of `symbols` in lanes of `lanes`, over every word, or
 /// with `sampled` over the words of one block of 1024 symbols in eight.
 pub fn pair_counts(symbols: &[u8], lanes: usize, sampled: bool) -> Box<Pairs> {
+    counts(symbols, sampled, |i| before(symbols, i, lanes))
+}
+
+/// Pair counts of (given context, symbol) (spec §6.4.1), over every symbol or a sample as
+/// [`pair_counts`]'s.
+pub fn given_pair_counts(symbols: &[u8], contexts: &[u8], sampled: bool) -> Box<Pairs> {
+    assert_eq!(symbols.len(), contexts.len());
+    counts(symbols, sampled, |i| contexts[i])
+}
+
+/// Counts the pairs (`context(i)`, symbol i).
+fn counts(symbols: &[u8], sampled: bool, context: impl Fn(usize) -> u8) -> Box<Pairs> {
     let mut pairs: Box<Pairs> = vec![[0u64; 256]; 256].into_boxed_slice().try_into().expect("256 rows");
     let block = if sampled { 1024 } else { symbols.len().max(1) };
     for start in (0..symbols.len()).step_by(if sampled { 8 * block } else { block }) {
         let end = (start + block).min(symbols.len());
         for i in start..end {
-            pairs[usize::from(before(symbols, i, lanes))][usize::from(symbols[i])] += 1;
+            pairs[usize::from(context(i))][usize::from(symbols[i])] += 1;
         }
     }
     pairs
@@ -108,10 +120,20 @@ impl Contexts {
     /// rather than per symbol before, which fits in L1 (the full pair counts measured a fifth
     /// of the context record's encode).
     pub fn count(map: [u8; 256], symbols: &[u8], lanes: usize) -> Contexts {
+        Contexts::count_by(map, symbols, |i| before(symbols, i, lanes))
+    }
+
+    /// The tables for `map`, counted from `symbols` with their given `contexts`.
+    pub fn count_given(map: [u8; 256], symbols: &[u8], contexts: &[u8]) -> Contexts {
+        assert_eq!(symbols.len(), contexts.len());
+        Contexts::count_by(map, symbols, |i| contexts[i])
+    }
+
+    fn count_by(map: [u8; 256], symbols: &[u8], context: impl Fn(usize) -> u8) -> Contexts {
         let tables = usize::from(map.iter().copied().max().expect("256 entries")) + 1;
         let mut hists = vec![[0u64; 256]; tables];
         for (i, &s) in symbols.iter().enumerate() {
-            hists[usize::from(map[usize::from(before(symbols, i, lanes))])][usize::from(s)] += 1;
+            hists[usize::from(map[usize::from(context(i))])][usize::from(s)] += 1;
         }
         Contexts { map, tables: hists.iter().map(Table::from_histogram).collect() }
     }
@@ -120,12 +142,27 @@ impl Contexts {
     /// Every symbol must have a frequency in its context's table (as the pair counts of
     /// `symbols` give it).
     pub fn encode_lanes(&self, symbols: &[u8], out: &mut Vec<u8>) {
+        let lanes = super::lane_count(symbols.len());
+        let map = self.map.map(usize::from);
+        self.encode_by(symbols, |i| map[usize::from(before(symbols, i, lanes))], out);
+    }
+
+    /// [`Contexts::encode_lanes`] for a record whose contexts are given, one byte per symbol
+    /// (spec §6.4.1): symbol i is coded with table `map[contexts[i]]`.
+    pub fn encode_given(&self, symbols: &[u8], contexts: &[u8], out: &mut Vec<u8>) {
+        assert_eq!(symbols.len(), contexts.len());
+        let map = self.map.map(usize::from);
+        self.encode_by(symbols, |i| map[usize::from(contexts[i])], out);
+    }
+
+    /// Appends the map, the tables and `symbols` in lanes, symbol i coded with table
+    /// `table_of(i)`.
+    fn encode_by(&self, symbols: &[u8], table_of: impl Fn(usize) -> usize, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.map);
         for t in &self.tables {
             t.write(out);
         }
         let encoders: Vec<Encoder> = self.tables.iter().map(Encoder::new).collect();
-        let by_symbol: Vec<&Encoder> = self.map.iter().map(|&t| &encoders[usize::from(t)]).collect();
         let lanes = super::lane_count(symbols.len());
         let words = symbols.len().div_ceil(4);
         let mut record = LaneRecord::start(out, lanes);
@@ -139,8 +176,7 @@ impl Contexts {
             let mut x = L;
             for q in (k..words).step_by(lanes).rev() {
                 for i in (4 * q..(4 * q + 4).min(symbols.len())).rev() {
-                    let enc = by_symbol[usize::from(before(symbols, i, lanes))];
-                    x = enc.put::<true>(x, symbols[i], &mut spill);
+                    x = encoders[table_of(i)].put::<true>(x, symbols[i], &mut spill);
                 }
             }
             record.push(out, x, &spill);
@@ -167,7 +203,24 @@ impl Contexts {
 
     /// Decodes `out.len()` symbols from the lanes laid out as `layout` in `stored`.
     pub fn decode_lanes(&self, stored: &[u8], layout: &LaneLayout, out: &mut [u8]) -> Result<(), String> {
-        decode_lanes_with(&Slots::contexts(&self.map, &self.tables), stored, layout, out, true)
+        decode_lanes_with(&Slots::contexts(&self.map, &self.tables), stored, layout, out, None, true)
+    }
+
+    /// Decodes `out.len()` symbols from the lanes laid out as `layout` in `stored`, symbol i
+    /// with table `map[contexts[i]]` (spec §6.4.1). `tables`: a buffer for the symbols' table
+    /// indices, of any length and content.
+    pub fn decode_given(
+        &self,
+        stored: &[u8],
+        layout: &LaneLayout,
+        contexts: &[u8],
+        tables: &mut Vec<u8>,
+        out: &mut [u8],
+    ) -> Result<(), String> {
+        assert_eq!(contexts.len(), out.len());
+        tables.clear();
+        tables.extend(contexts.iter().map(|&c| self.map[usize::from(c)]));
+        decode_lanes_with(&Slots::given(&self.tables), stored, layout, out, Some(tables), true)
     }
 
     /// The map: the table of a symbol after each symbol.
@@ -272,8 +325,8 @@ mod tests {
         let slots = Slots::contexts(&model.map, &model.tables);
         let both = |stored: &[u8]| {
             let (mut a, mut b) = (vec![0u8; n], vec![0u8; n]);
-            let ra = decode_lanes_with(&slots, stored, &layout, &mut a, false).map(|()| a);
-            let rb = decode_lanes_with(&slots, stored, &layout, &mut b, true).map(|()| b);
+            let ra = decode_lanes_with(&slots, stored, &layout, &mut a, None, false).map(|()| a);
+            let rb = decode_lanes_with(&slots, stored, &layout, &mut b, None, true).map(|()| b);
             assert_eq!(ra.is_ok(), rb.is_ok(), "{ra:?} {rb:?}", ra = ra.as_ref().err(), rb = rb.as_ref().err());
             if let (Ok(a), Ok(b)) = (&ra, &rb) {
                 assert!(a == b, "the loops decode different bytes");
@@ -286,5 +339,83 @@ mod tests {
             bad[at] ^= 0x5A;
             assert!(both(&bad).is_err());
         }
+    }
+
+    /// Symbols whose spread follows a context byte, as a delta plane's follows its base's
+    /// exponent: symbol i is drawn from a range as wide as context i says. Returns (symbols,
+    /// contexts).
+    fn given(n: usize) -> (Vec<u8>, Vec<u8>) {
+        let mut s = 0x2545_F491_4F6C_DD1Du64;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                let c = 118 + (s % 12) as u8;
+                (((s >> 8) % (1u64 << (c - 118))) as u8, c)
+            })
+            .unzip()
+    }
+
+    fn given_record(symbols: &[u8], contexts: &[u8]) -> (Contexts, Vec<u8>, LaneLayout) {
+        let pairs = given_pair_counts(symbols, contexts, false);
+        let model = Contexts::new(Contexts::group(&pairs).unwrap(), &pairs);
+        let mut enc = vec![0xEE];
+        model.encode_given(symbols, contexts, &mut enc);
+        let (read, rest) = Contexts::read(&enc[1..]).unwrap();
+        assert_eq!(read, model);
+        let layout = LaneLayout::read(&enc, enc.len() - rest.len(), symbols.len()).unwrap();
+        assert_eq!(layout.bytes.end, enc.len());
+        (model, enc, layout)
+    }
+
+    #[test]
+    fn given_contexts_round_trip_at_every_length_and_code_smaller_than_one_table() {
+        for n in [1, 3, 4, 5, 4095, 4097, 40_000, 45 * 4096 + 3] {
+            let (data, contexts) = given(n);
+            let (model, enc, layout) = given_record(&data, &contexts);
+            let mut out = vec![0u8; n];
+            model.decode_given(&enc, &layout, &contexts, &mut Vec::new(), &mut out).unwrap();
+            assert_eq!(out, data, "n {n}");
+            if n > 100_000 {
+                let mut order0 = Vec::new();
+                crate::rans::encode_lanes(&Table::from_histogram(&crate::rans::histogram(&data)), &data, &mut order0);
+                assert!(enc.len() < order0.len() * 9 / 10, "{} against {}", enc.len(), order0.len());
+            }
+        }
+    }
+
+    #[test]
+    fn given_contexts_decode_alike_in_vector_and_scalar_loops_on_valid_and_damaged_records() {
+        // 45 lanes: a group of 32 and one of 8 in vector registers, the rest scalar.
+        let n = 45 * 4096 + 3;
+        let (data, contexts) = given(n);
+        let (model, enc, layout) = given_record(&data, &contexts);
+        let slots = Slots::given(&model.tables);
+        let indices: Vec<u8> = contexts.iter().map(|&c| model.map[usize::from(c)]).collect();
+        let both = |stored: &[u8], indices: &[u8]| {
+            let (mut a, mut b) = (vec![0u8; n], vec![0u8; n]);
+            let ra = decode_lanes_with(&slots, stored, &layout, &mut a, Some(indices), false).map(|()| a);
+            let rb = decode_lanes_with(&slots, stored, &layout, &mut b, Some(indices), true).map(|()| b);
+            assert_eq!(ra.is_ok(), rb.is_ok(), "{ra:?} {rb:?}", ra = ra.as_ref().err(), rb = rb.as_ref().err());
+            if let (Ok(a), Ok(b)) = (&ra, &rb) {
+                assert!(a == b, "the loops decode different bytes");
+            }
+            ra
+        };
+        assert_eq!(both(&enc, &indices).unwrap(), data);
+        for at in (layout.bytes.start..layout.bytes.end).step_by(997) {
+            let mut bad = enc.clone();
+            bad[at] ^= 0x5A;
+            // A changed byte fails the lane's end checks or decodes other symbols (rANS cannot
+            // always tell: a context with one likely symbol takes almost no bits).
+            assert!(both(&bad, &indices).map_or(true, |out| out != data), "byte {at} changed, same symbols");
+        }
+        // Against another base: the same record, other contexts.
+        let mut other = contexts.clone();
+        other.rotate_left(1);
+        let mut out = vec![0u8; n];
+        let wrong = model.decode_given(&enc, &layout, &other, &mut Vec::new(), &mut out);
+        assert!(wrong.is_err() || out != data);
     }
 }

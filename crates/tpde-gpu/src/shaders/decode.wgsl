@@ -37,7 +37,7 @@ const H_SPARSE_PREFIX: u32 = 16u;
 const H_CHANGED: u32 = 17u;
 
 // Record sizes in u32s (plan.rs writes the same layouts).
-const LANE_REC: u32 = 9u;
+const LANE_REC: u32 = 11u;
 const PACKED_REC: u32 = 8u;
 const FINISH_REC: u32 = 16u;
 const SPARSE_REC: u32 = 16u;
@@ -63,7 +63,8 @@ const E_ZERO_DELTA: u32 = 9u;
 // A plane or position source: bit 31 set for scratch, clear for blob; the rest a byte offset.
 const SCRATCH: u32 = 0x80000000u;
 
-// A lane job with one table; otherwise the blob byte of its context map (§6.2.4).
+// A lane job with one table; otherwise the blob byte of its context map (§6.2.4). Also: a lane
+// job whose contexts are not its base's (§6.4.1).
 const NO_MAP: u32 = 0xffffffffu;
 
 const RANS_L: u32 = 0x800000u;
@@ -86,6 +87,20 @@ fn scratch_byte(i: u32) -> u32 {
 
 fn base_byte(i: u32) -> u32 {
     return (base[i >> 2u] >> ((i & 3u) * 8u)) & 0xffu;
+}
+
+// The base context (§6.4.1) of the w-byte element at base byte `at`: the top byte of its
+// `planes` transform (rotated left by one bit for a float).
+fn base_context(at: u32, w: u32, float: bool) -> u32 {
+    let top = base_byte(at + w - 1u);
+    if (!float) {
+        return top;
+    }
+    var below = top;
+    if (w > 1u) {
+        below = base_byte(at + w - 2u);
+    }
+    return ((top << 1u) | (below >> 7u)) & 0xffu;
 }
 
 fn src_byte(src: u32, i: u32) -> u32 {
@@ -144,11 +159,13 @@ fn build_tables(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_
     tables[t * 4096u + slot] = lo | ((e & 0xffffu) << 8u) | ((e >> 16u) << 20u);
 }
 
-// ---- rANS lanes (§6.2.3, §6.2.4): one thread per lane; word q of the plane belongs to lane
-// q mod L, so neighbouring threads write neighbouring words. A context record's lane codes each
-// symbol with table map[the symbol before it in the lane] (map[0] for its first).
+// ---- rANS lanes (§6.2.3, §6.2.4, §6.4.1): one thread per lane; word q of the plane belongs to
+// lane q mod L, so neighbouring threads write neighbouring words. A context record's lane codes
+// each symbol with table map[the symbol before it in the lane] (map[0] for its first); a
+// base-context record's, symbol i with table map[base context of element i].
 // record: first table, n, lanes, states (blob byte), ends (blob byte), bytes (blob byte), out
-// (scratch word), chunk, map (blob byte, or NO_MAP)
+// (scratch word), chunk, map (blob byte, or NO_MAP), base contexts (the chunk's base byte, or
+// NO_MAP), w | float << 8
 @compute @workgroup_size(64)
 fn decode_lanes(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
@@ -164,6 +181,9 @@ fn decode_lanes(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) n
     let lanes = jobs[d + 2u];
     let chunk = jobs[d + 7u];
     let map = jobs[d + 8u];
+    let given = jobs[d + 9u];
+    let w = jobs[d + 10u] & 0xffu;
+    let float = (jobs[d + 10u] >> 8u) != 0u;
     var t = table;
     if (map != NO_MAP) {
         t = table + blob_byte(map) * 4096u;
@@ -182,9 +202,12 @@ fn decode_lanes(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) n
         var word = 0u;
         let m = min(4u, n - 4u * q);
         for (var k = 0u; k < m; k++) {
+            if (given != NO_MAP) {
+                t = table + blob_byte(map + base_context(given + (4u * q + k) * w, w, float)) * 4096u;
+            }
             let e = tables[t + (x & 4095u)];
             word |= (e & 0xffu) << (8u * k);
-            if (map != NO_MAP) {
+            if (map != NO_MAP && given == NO_MAP) {
                 t = table + blob_byte(map + (e & 0xffu)) * 4096u;
             }
             x = ((e >> 8u) & 0xfffu) * (x >> 12u) + (x & 4095u) - (e >> 20u);
