@@ -408,7 +408,7 @@ fn contexts_for(plane: &[u8], order0: f64) -> Option<Contexts> {
     let lanes = rans::lane_count(n);
     let sampled = n >= SAMPLE_FROM;
     let pairs = context::pair_counts(plane, lanes, sampled);
-    let map = worth(&pairs, n, order0)?;
+    let map = worth(&pairs, n, order0 * 0.98)?;
     Some(if sampled { Contexts::count(map, plane, lanes) } else { Contexts::new(map, &pairs) })
 }
 
@@ -417,17 +417,21 @@ fn base_contexts_for(plane: &[u8], contexts: &[u8], order0: f64) -> Option<Conte
     let n = plane.len();
     let sampled = n >= SAMPLE_FROM;
     let pairs = context::given_pair_counts(plane, contexts, sampled);
-    let map = worth(&pairs, n, order0)?;
+    let map = worth(&pairs, n, order0 * BASE_CONTEXT_GAIN)?;
     Some(if sampled { Contexts::count_given(map, plane, contexts) } else { Contexts::new(map, &pairs) })
 }
 
+/// A base-context record is written where it is estimated under this share of the order-0
+/// record's bytes.
+const BASE_CONTEXT_GAIN: f64 = 0.95;
+
 /// The map grouping these pair counts (of a plane of `n` symbols, or a sample of it) when its
-/// record is estimated under 98% of `order0` bytes.
-fn worth(pairs: &context::Pairs, n: usize, order0: f64) -> Option<[u8; 256]> {
+/// record is estimated under `limit` bytes.
+fn worth(pairs: &context::Pairs, n: usize, limit: f64) -> Option<[u8; 256]> {
     let map = Contexts::group(pairs)?;
     let counted: u64 = pairs.iter().flatten().sum();
     let bytes = Contexts::estimate(&map, pairs, n as f64 / counted.max(1) as f64) + 8.0 * rans::lane_count(n) as f64;
-    (bytes < order0 * 0.98).then_some(map)
+    (bytes < limit).then_some(map)
 }
 
 /// The base context of every element of `base` (spec §6.4.1): the top byte of its `planes`
@@ -435,14 +439,18 @@ fn worth(pairs: &context::Pairs, n: usize, order0: f64) -> Option<[u8; 256]> {
 /// content.
 pub fn base_contexts(dtype: DType, base: &[u8], out: &mut Vec<u8>) {
     let w = dtype.size() as usize;
-    let rotated = rotates(dtype);
-    out.clear();
+    out.resize(base.len() / w, 0);
+    // The top byte of rotl1(x) is bits 8w−9 … 8w−2 of x (for one byte, its low bits then its
+    // top bit). Indexed stores into a sized buffer, which the compiler vectorises (extending
+    // the buffer through an iterator measured a tenth of a bf16 delta's unpack).
+    let float = rotates(dtype);
     with_word!(w, T => {
-        out.extend(base.chunks_exact(w).map(|b| {
+        let shift = (T::BITS - 8).saturating_sub(u32::from(float && w > 1));
+        for (o, b) in out.iter_mut().zip(base.chunks_exact(w)) {
             let x = T::from_le_bytes(b.try_into().expect("w bytes"));
-            let x = if rotated { x.rotate_left(1) } else { x };
-            x.to_le_bytes()[w - 1]
-        }));
+            let x = if float && w == 1 { x.rotate_left(1) } else { x >> shift };
+            *o = x.to_le_bytes()[0];
+        }
     });
 }
 

@@ -144,13 +144,25 @@ impl Table {
 
     /// The slot → (symbol, frequency, start) lookup both decoders use: `s | f << 8 | start << 20`.
     pub fn slots(&self) -> Vec<u32> {
+        let mut slots = Vec::with_capacity(SCALE as usize);
+        self.push_slots(&mut slots);
+        slots
+    }
+
+    /// Appends [`Table::slots`] to `slots`.
+    fn push_slots(&self, slots: &mut Vec<u32>) {
         let start = self.starts();
-        let mut slots = vec![0u32; SCALE as usize];
         for (s, (&f, &st)) in self.freq.iter().zip(&start).enumerate() {
-            let f = u32::from(f);
-            for slot in &mut slots[st as usize..(st + f) as usize] {
-                *slot = (s as u32) | (f << 8) | (st << 20);
-            }
+            let e = (s as u32) | (u32::from(f) << 8) | (st << 20);
+            slots.extend(std::iter::repeat(e).take(usize::from(f)));
+        }
+    }
+
+    /// The slots of `tables`, one table after another.
+    fn all_slots(tables: &[Table]) -> Vec<u32> {
+        let mut slots = Vec::with_capacity(tables.len() * SCALE as usize);
+        for t in tables {
+            t.push_slots(&mut slots);
         }
         slots
     }
@@ -293,7 +305,7 @@ impl Encoder {
                 // SAFETY: the caller asks for the vector loop only where the CPU has AVX2.
                 #[allow(unsafe_code)]
                 unsafe {
-                    avx2::encode_rounds(self, symbols, k0, lanes, full, x32, spills32)
+                    avx2::encode_rounds(&self.info, None, symbols, k0, lanes, full, x32, spills32)
                 };
                 return x;
             }
@@ -567,7 +579,7 @@ impl Slots {
 
     pub(crate) fn contexts(map: &[u8; 256], tables: &[Table]) -> Slots {
         Slots {
-            slots: tables.iter().flat_map(Table::slots).collect(),
+            slots: Table::all_slots(tables),
             next: Some(Box::new(map.map(|t| u32::from(t) * SCALE))),
             fast: tables.iter().any(|t| branchless(&t.freq)),
         }
@@ -575,11 +587,7 @@ impl Slots {
 
     /// Several tables, one per symbol as the decoder is told (spec §6.4.1).
     pub(crate) fn given(tables: &[Table]) -> Slots {
-        Slots {
-            slots: tables.iter().flat_map(Table::slots).collect(),
-            next: None,
-            fast: tables.iter().any(|t| branchless(&t.freq)),
-        }
+        Slots { slots: Table::all_slots(tables), next: None, fast: tables.iter().any(|t| branchless(&t.freq)) }
     }
 
     /// Where a lane's first symbol's table starts: the table for a symbol after symbol 0.
@@ -607,10 +615,9 @@ pub(crate) fn decode_lanes_with(
 ) -> Result<(), String> {
     let lanes = layout.lanes as usize;
     let n = out.len();
-    if let Some(g) = given {
-        let tables = slots.slots.len() >> SCALE_BITS;
-        assert!(g.len() == n && g.iter().all(|&t| usize::from(t) < tables), "a given table index past the tables");
-    }
+    // Given indices come from a checked map, so each names a table: the scalar loop's slices
+    // are bounds-checked and the vector loop clamps them, so none is checked here.
+    assert!(given.map_or(true, |g| g.len() == n), "a given table index per symbol");
     let word_given = |q: usize| given.map(|g| &g[4 * q..(4 * q + 4).min(n)]);
     let words = n.div_ceil(4);
     let word = |i: usize| u32::from_le_bytes(stored[i..i + 4].try_into().expect("inside the layout"));

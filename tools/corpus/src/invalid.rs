@@ -997,8 +997,7 @@ fn base_contexts(g: &mut Gen) {
     let map = at + 1;
     let tables = usize::from(*stored[map..map + 256].iter().max().unwrap()) + 1;
     assert!(tables >= 4, "several tables");
-    // The two most frequent base contexts (f32 exponents) of the chunk: each has a table of
-    // its own.
+    // The base contexts (f32 exponents) of the chunk, most frequent first.
     let base = g.get(CONTEXT_BASE).bytes.clone();
     let bc = dir(&base).tensors.iter().find(|t| t.name == "w.f32").expect("the base tensor").chunks[0].clone();
     let mut elements = vec![0u8; bc.decoded_length as usize];
@@ -1012,8 +1011,12 @@ fn base_contexts(g: &mut Gen) {
     }
     let mut by_count: Vec<usize> = (0..256).collect();
     by_count.sort_by_key(|&k| std::cmp::Reverse(count[k]));
-    let (a, b) = (by_count[0], by_count[1]);
-    assert_ne!(stored[map + a], stored[map + b], "two tables");
+    // Two frequent contexts whose tables differ: swapping their entries moves symbols to a
+    // table that codes them otherwise (two tables alike would make the swap no change).
+    let PlaneRecord::BaseContexts(model, _) = &records[first] else { unreachable!("found above") };
+    let table = |k: usize| &model.tables()[usize::from(model.map()[k])];
+    let a = by_count[0];
+    let b = *by_count.iter().find(|&&k| count[k] > 0 && table(k) != table(a)).expect("two tables that differ");
     let edit = |f: &dyn Fn(&mut Vec<u8>)| {
         let mut s = stored.clone();
         f(&mut s);

@@ -690,7 +690,7 @@ fn weights_and_steps(dtype: DType, n: usize, rng: &mut Rng) -> (Vec<u8>, Vec<u8>
         _ => f16::from_f64(v).to_f64(),
     };
     let base: Vec<f64> = base.into_iter().map(stored).collect();
-    let moved: Vec<f64> = base.iter().map(|&v| v + (rng.unit() - 0.5) * 2e-5).collect();
+    let moved: Vec<f64> = base.iter().map(|&v| v + (rng.unit() - 0.5) * 2e-6).collect();
     (encode(dtype, &base), encode(dtype, &moved))
 }
 

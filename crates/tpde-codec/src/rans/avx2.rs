@@ -10,7 +10,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{Encoder, Lane, Slots, Spill, L, SCALE_BITS};
+use super::{Lane, Slots, Spill, L, SCALE_BITS};
 
 /// Lanes per register.
 pub(super) const REG: usize = 8;
@@ -224,13 +224,16 @@ pub(super) const ENCODE_WIDTH: usize = 32;
 
 /// Encodes rounds `full - 1` down to 0 of the 32 lanes `k0..k0 + 32` (their words
 /// `k0 + j + t·stride`, all whole), continuing from states `x` and the spill buffers, exactly
-/// as the scalar loop of `Encoder::lanes` does.
+/// as the scalar loop of `Encoder::lanes` does. `info`: each table's `Encoder::info`, one after
+/// another; symbol i is coded with table `given[i]`, or the first without `given`.
 ///
 /// # Safety
 /// The CPU must have AVX2 ([`available`]).
 #[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn encode_rounds(
-    enc: &Encoder,
+    info: &[u32],
+    given: Option<&[u8]>,
     symbols: &[u8],
     k0: usize,
     stride: usize,
@@ -239,6 +242,9 @@ pub(super) unsafe fn encode_rounds(
     spills: &mut [Spill; ENCODE_WIDTH],
 ) {
     const REGS: usize = ENCODE_WIDTH / REG;
+    assert!(!info.is_empty() && info.len() % 256 == 0 && given.map_or(true, |g| g.len() == symbols.len()));
+    // Table indices are clamped to the last table, so every gather is in bounds.
+    let last_table = _mm256_set1_epi32((info.len() / 256 - 1) as i32);
     let mask8 = _mm256_set1_epi32(0xFF);
     let mask12 = _mm256_set1_epi32((1 << SCALE_BITS) - 1);
     let ones = _mm256_set1_epi32(1);
@@ -260,10 +266,10 @@ pub(super) unsafe fn encode_rounds(
     }
     // One symbol of every lane: all four registers' table gathers first, so that their
     // latencies overlap, then renormalisation, spills and the state update.
-    // SAFETY (gathers): symbols index 256-entry tables.
+    // SAFETY (gathers): a symbol plus 256 times a clamped table index is inside `info`.
     let step = |xs: &mut [__m256i; REGS], ats: &mut [__m256i; REGS], s: [__m256i; REGS]| {
         let info: [__m256i; REGS] =
-            std::array::from_fn(|r| unsafe { _mm256_i32gather_epi32::<4>(enc.info.as_ptr().cast(), s[r]) });
+            std::array::from_fn(|r| unsafe { _mm256_i32gather_epi32::<4>(info.as_ptr().cast(), s[r]) });
         let f: [__m256i; REGS] = std::array::from_fn(|r| _mm256_and_si256(info[r], mask12));
         let mut pairs = [0u32; ENCODE_WIDTH];
         let mut at = [0i32; ENCODE_WIDTH];
@@ -300,13 +306,29 @@ pub(super) unsafe fn encode_rounds(
         let q0 = k0 + t * stride;
         let words = &symbols[4 * q0..4 * (q0 + ENCODE_WIDTH)];
         let mut w = [_mm256_setzero_si256(); REGS];
-        for (r, wr) in w.iter_mut().enumerate() {
-            // SAFETY: a load of 32 bytes from the 128 bytes of `words`.
-            *wr = unsafe { _mm256_loadu_si256(words[32 * r..].as_ptr().cast()) };
+        let mut tw = [_mm256_setzero_si256(); REGS];
+        for r in 0..REGS {
+            // SAFETY: loads of 32 bytes from the 128 bytes of `words` and of `tables`.
+            w[r] = unsafe { _mm256_loadu_si256(words[32 * r..].as_ptr().cast()) };
+            if let Some(g) = given {
+                let tables = &g[4 * q0..4 * (q0 + ENCODE_WIDTH)];
+                tw[r] = unsafe { _mm256_loadu_si256(tables[32 * r..].as_ptr().cast()) };
+            }
         }
         for i in (0..4).rev() {
             let shift = _mm_cvtsi32_si128(8 * i);
-            step(&mut xs, &mut ats, std::array::from_fn(|r| _mm256_and_si256(_mm256_srl_epi32(w[r], shift), mask8)));
+            step(
+                &mut xs,
+                &mut ats,
+                std::array::from_fn(|r| {
+                    let s = _mm256_and_si256(_mm256_srl_epi32(w[r], shift), mask8);
+                    if given.is_none() {
+                        return s;
+                    }
+                    let t = _mm256_min_epu32(_mm256_and_si256(_mm256_srl_epi32(tw[r], shift), mask8), last_table);
+                    _mm256_or_si256(s, _mm256_slli_epi32::<8>(t))
+                }),
+            );
         }
     }
     for r in 0..REGS {
