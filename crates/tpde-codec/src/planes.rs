@@ -73,11 +73,6 @@ impl PlaneForm {
             PlaneForm::Lanes | PlaneForm::Contexts | PlaneForm::BaseContexts => PlaneForm::BaseContexts,
         }
     }
-
-    /// Whether the records are in lane form (§6.2.3).
-    pub fn lanes(self) -> bool {
-        self != PlaneForm::Serial
-    }
 }
 
 /// One plane record, found by [`parse`]: offsets are into the chunk's stored bytes.
@@ -486,10 +481,6 @@ fn encode_planes(
     contexts: Option<&[u8]>,
     out: &mut Vec<u8>,
 ) {
-    let contexts = match form {
-        PlaneForm::BaseContexts => Some(contexts.expect("base contexts for the base-context form")),
-        _ => None,
-    };
     for (j, plane) in planes.chunks_exact(n.max(1)).enumerate() {
         let near_random = sampled
             .is_some_and(|s| coded_bytes(&Table::from_histogram(&s[j]), &s[j], n, form) >= n as f64 * NEAR_RANDOM);
@@ -498,22 +489,21 @@ fn encode_planes(
             let table = Table::from_histogram(&hist);
             let order0 = coded_bytes(&table, &hist, n, form);
             if order0 < n as f64 * 0.98 {
-                match (form, contexts) {
-                    (PlaneForm::Contexts, _) => match contexts_for(plane, order0) {
-                        Some(model) => {
-                            out.push(RANS_CONTEXTS);
-                            model.encode_lanes(plane, out);
-                        }
-                        None => table.write_record(form, plane, out),
-                    },
-                    (PlaneForm::BaseContexts, Some(c)) => match base_contexts_for(plane, c, order0) {
-                        Some(model) => {
-                            out.push(RANS_BASE_CONTEXTS);
-                            model.encode_given(plane, c, out);
-                        }
-                        None => table.write_record(form, plane, out),
-                    },
-                    _ => table.write_record(form, plane, out),
+                let model = match (form, contexts) {
+                    (PlaneForm::Contexts, _) => contexts_for(plane, order0),
+                    (PlaneForm::BaseContexts, Some(c)) => base_contexts_for(plane, c, order0),
+                    _ => None,
+                };
+                match (model, contexts) {
+                    (Some(model), Some(c)) => {
+                        out.push(RANS_BASE_CONTEXTS);
+                        model.encode_given(plane, c, out);
+                    }
+                    (Some(model), None) => {
+                        out.push(RANS_CONTEXTS);
+                        model.encode_lanes(plane, out);
+                    }
+                    (None, _) => table.write_record(form, plane, out),
                 }
                 continue;
             }

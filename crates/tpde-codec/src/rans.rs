@@ -874,11 +874,21 @@ mod tests {
     /// both fail (a damaged record may fail at another lane: the vector loop checks lanes'
     /// bounds after its rounds, the scalar one at each step).
     fn both_paths(table: &Table, stored: &[u8], layout: &LaneLayout, n: usize) -> Result<Vec<u8>, String> {
+        both_loops(&Slots::order0(table), stored, layout, n, None)
+    }
+
+    /// [`both_paths`] for any record's tables (and given table indices).
+    pub(super) fn both_loops(
+        slots: &Slots,
+        stored: &[u8],
+        layout: &LaneLayout,
+        n: usize,
+        given: Option<&[u8]>,
+    ) -> Result<Vec<u8>, String> {
         let mut scalar = vec![0u8; n];
         let mut vector = vec![0u8; n];
-        let slots = Slots::order0(table);
-        let a = decode_lanes_with(&slots, stored, layout, &mut scalar, None, false).map(|()| scalar);
-        let b = decode_lanes_with(&slots, stored, layout, &mut vector, None, true).map(|()| vector);
+        let a = decode_lanes_with(slots, stored, layout, &mut scalar, given, false).map(|()| scalar);
+        let b = decode_lanes_with(slots, stored, layout, &mut vector, given, true).map(|()| vector);
         match (&a, &b) {
             (Ok(a), Ok(b)) => assert!(a == b, "the vector and scalar loops decode different bytes"),
             (Err(_), Err(_)) => {}
