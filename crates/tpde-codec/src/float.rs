@@ -168,14 +168,8 @@ impl ChunkCodec for Dense {
         no_params(self.tag(), params)?;
         let base = base_for(self.tag(), ctx, out.len())?;
         let w = width(ctx.dtype);
-        let end = if self.1 == PlaneForm::BaseContexts {
-            CONTEXTS.with_borrow_mut(|contexts| {
-                planes::base_contexts(ctx.dtype, base, contexts);
-                planes::decode(self.tag(), stored, 0, w, false, Some(contexts), out)
-            })?
-        } else {
-            planes::decode(self.tag(), stored, 0, w, false, None, out)?
-        };
+        let contexts = (self.1 == PlaneForm::BaseContexts).then_some(planes::Base { dtype: ctx.dtype, elements: base });
+        let end = planes::decode(self.tag(), stored, 0, w, false, contexts, out)?;
         trailing(self.tag(), stored, end)?;
         Dense::inverse(self.0, ctx.dtype, out, base);
         Ok(())

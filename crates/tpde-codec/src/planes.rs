@@ -395,25 +395,54 @@ impl Table {
     }
 }
 
-/// For a plane about to be coded with one table, at `order0` estimated bytes: the context
-/// tables that code it in under 98% of that, if any (a context record decodes on the scalar
-/// loop, so a smaller gain is not worth it). Chosen from a sample of the pairs, as the forms are.
-fn contexts_for(plane: &[u8], order0: f64) -> Option<Contexts> {
+/// For a plane about to be coded with one table, at `order0` estimated bytes: writes it as a
+/// context record if that is estimated under 98% of it (a context record decodes on the scalar
+/// loop, so a smaller gain is not worth it), returning whether it did. Chosen from a sample of
+/// the pairs, as the forms are.
+fn write_contexts(plane: &[u8], order0: f64, out: &mut Vec<u8>) -> bool {
     let n = plane.len();
     let lanes = rans::lane_count(n);
     let sampled = n >= SAMPLE_FROM;
     let pairs = context::pair_counts(plane, lanes, sampled);
-    let map = worth(&pairs, n, order0 * 0.98)?;
-    Some(if sampled { Contexts::count(map, plane, lanes) } else { Contexts::new(map, &pairs) })
+    let Some(map) = worth(&pairs, n, order0 * 0.98) else {
+        return false;
+    };
+    let model = if sampled { Contexts::count(map, plane, lanes) } else { Contexts::new(map, &pairs) };
+    out.push(RANS_CONTEXTS);
+    model.encode_lanes(plane, out);
+    true
 }
 
-/// [`contexts_for`] with the plane's base contexts (spec §6.4.1) in place of the symbols before.
-fn base_contexts_for(plane: &[u8], contexts: &[u8], order0: f64) -> Option<Contexts> {
+/// [`write_contexts`] for a base-context record (spec §6.4.1), with the plane's base contexts
+/// in place of the symbols before. `indexed`: the map whose table indices INDICES holds for
+/// these contexts, if any (a chunk's planes share their contexts, so the maps grouping them by
+/// how often each occurs are alike, and the indices are computed once).
+fn write_base_contexts(
+    plane: &[u8],
+    contexts: &[u8],
+    order0: f64,
+    indexed: &mut Option<[u8; 256]>,
+    out: &mut Vec<u8>,
+) -> bool {
     let n = plane.len();
     let sampled = n >= SAMPLE_FROM;
     let pairs = context::given_pair_counts(plane, contexts, sampled);
-    let map = worth(&pairs, n, order0 * BASE_CONTEXT_GAIN)?;
-    Some(if sampled { Contexts::count_given(map, plane, contexts) } else { Contexts::new(map, &pairs) })
+    let Some(map) = worth(&pairs, n, order0 * BASE_CONTEXT_GAIN) else {
+        return false;
+    };
+    INDICES.with_borrow_mut(|tables| {
+        if *indexed != Some(map) {
+            tables.resize(contexts.len(), 0);
+            for (t, &c) in tables.iter_mut().zip(contexts) {
+                *t = map[usize::from(c)];
+            }
+            *indexed = Some(map);
+        }
+        let model = if sampled { Contexts::count_tables(map, plane, tables) } else { Contexts::new(map, &pairs) };
+        out.push(RANS_BASE_CONTEXTS);
+        model.encode_given(plane, tables, out);
+    });
+    true
 }
 
 /// A base-context record is written where it is estimated under this share of the order-0
@@ -424,7 +453,7 @@ const BASE_CONTEXT_GAIN: f64 = 0.95;
 /// record is estimated under `limit` bytes.
 fn worth(pairs: &context::Pairs, n: usize, limit: f64) -> Option<[u8; 256]> {
     let map = Contexts::group(pairs)?;
-    let counted: u64 = pairs.iter().flatten().sum();
+    let counted: u64 = pairs.iter().flatten().copied().map(u64::from).sum();
     let bytes = Contexts::estimate(&map, pairs, n as f64 / counted.max(1) as f64) + 8.0 * rans::lane_count(n) as f64;
     (bytes < limit).then_some(map)
 }
@@ -433,6 +462,19 @@ fn worth(pairs: &context::Pairs, n: usize, limit: f64) -> Option<[u8; 256]> {
 /// transform, for bf16 and f32 exactly the exponent. Into `out`, a buffer of any length and
 /// content.
 pub fn base_contexts(dtype: DType, base: &[u8], out: &mut Vec<u8>) {
+    map_base_contexts(dtype, base, |c| c, out);
+}
+
+/// The table index `map` gives every element of `base` by its base context: the decoder's one
+/// pass over the base per chunk (the contexts alone, then the map over them, were two passes,
+/// which measured a quarter of an f32 delta's rANS time).
+fn base_tables(dtype: DType, base: &[u8], map: &[u8; 256], out: &mut Vec<u8>) {
+    map_base_contexts(dtype, base, |c| map[usize::from(c)], out);
+}
+
+/// `f` of the base context of every element of `base`, into `out`.
+#[inline(always)]
+fn map_base_contexts(dtype: DType, base: &[u8], f: impl Fn(u8) -> u8, out: &mut Vec<u8>) {
     let w = dtype.size() as usize;
     out.resize(base.len() / w, 0);
     // The top byte of rotl1(x) is bits 8w−9 … 8w−2 of x (for one byte, its low bits then its
@@ -444,9 +486,19 @@ pub fn base_contexts(dtype: DType, base: &[u8], out: &mut Vec<u8>) {
         for (o, b) in out.iter_mut().zip(base.chunks_exact(w)) {
             let x = T::from_le_bytes(b.try_into().expect("w bytes"));
             let x = if float && w == 1 { x.rotate_left(1) } else { x >> shift };
-            *o = x.to_le_bytes()[0];
+            *o = f(x.to_le_bytes()[0]);
         }
     });
+}
+
+/// A dense delta's base elements, whose base contexts (spec §6.4.1) choose the tables of its
+/// mode-4 plane records.
+#[derive(Clone, Copy, Debug)]
+pub struct Base<'a> {
+    /// The tensor's dtype.
+    pub dtype: DType,
+    /// The chunk's elements in the base, as many as the chunk decodes.
+    pub elements: &'a [u8],
 }
 
 /// Appends the planes of `elements` (already transformed), `w` bytes each, in `form`: each
@@ -481,6 +533,8 @@ fn encode_planes(
     contexts: Option<&[u8]>,
     out: &mut Vec<u8>,
 ) {
+    // The map whose table indices INDICES holds for this chunk's contexts, if any.
+    let mut indexed = None;
     for (j, plane) in planes.chunks_exact(n.max(1)).enumerate() {
         let near_random = sampled
             .is_some_and(|s| coded_bytes(&Table::from_histogram(&s[j]), &s[j], n, form) >= n as f64 * NEAR_RANDOM);
@@ -489,21 +543,13 @@ fn encode_planes(
             let table = Table::from_histogram(&hist);
             let order0 = coded_bytes(&table, &hist, n, form);
             if order0 < n as f64 * 0.98 {
-                let model = match (form, contexts) {
-                    (PlaneForm::Contexts, _) => contexts_for(plane, order0),
-                    (PlaneForm::BaseContexts, Some(c)) => base_contexts_for(plane, c, order0),
-                    _ => None,
+                let written = match (form, contexts) {
+                    (PlaneForm::Contexts, _) => write_contexts(plane, order0, out),
+                    (PlaneForm::BaseContexts, Some(c)) => write_base_contexts(plane, c, order0, &mut indexed, out),
+                    _ => false,
                 };
-                match (model, contexts) {
-                    (Some(model), Some(c)) => {
-                        out.push(RANS_BASE_CONTEXTS);
-                        model.encode_given(plane, c, out);
-                    }
-                    (Some(model), None) => {
-                        out.push(RANS_CONTEXTS);
-                        model.encode_lanes(plane, out);
-                    }
-                    (None, _) => table.write_record(form, plane, out),
+                if !written {
+                    table.write_record(form, plane, out);
                 }
                 continue;
             }
@@ -595,14 +641,14 @@ pub fn parse(
 /// Decodes `w` planes at offset `at` of `stored` into `out` (the elements, still transformed,
 /// except that with `unrotate` each is rotated back right by one bit), returning the offset
 /// after them.
-/// `contexts`: the elements' base contexts, for a chunk in [`PlaneForm::BaseContexts`].
+/// `base`: the base of a chunk in [`PlaneForm::BaseContexts`].
 pub fn decode(
     codec: CodecTag,
     stored: &[u8],
     at: usize,
     w: usize,
     unrotate: bool,
-    contexts: Option<&[u8]>,
+    base: Option<Base<'_>>,
     out: &mut [u8],
 ) -> Result<usize, CodecError> {
     let n = out.len() / w;
@@ -612,12 +658,13 @@ pub fn decode(
     }
     // Stored planes merge straight from the chunk; only coded ones are decoded, into this
     // thread's scratch buffer, which every decode overwrites whole.
-    SCRATCH.with_borrow_mut(|scratch| decode_with(codec, stored, &records, n, unrotate, contexts, scratch, out))?;
+    SCRATCH.with_borrow_mut(|scratch| decode_with(codec, stored, &records, n, unrotate, base, scratch, out))?;
     Ok(end)
 }
 
 thread_local! {
-    /// This thread's buffer for the table index of every symbol of a base-context record.
+    /// This thread's buffer for the table index of every element of a chunk with base-context
+    /// records.
     static INDICES: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -628,11 +675,15 @@ fn decode_with(
     records: &[PlaneRecord],
     n: usize,
     unrotate: bool,
-    contexts: Option<&[u8]>,
+    base: Option<Base<'_>>,
     scratch: &mut Vec<u8>,
     out: &mut [u8],
 ) -> Result<(), CodecError> {
     let corrupt = rans::corrupt(codec);
+    // The map the table indices in INDICES were computed with, for this chunk: the planes of
+    // one chunk share their contexts, so the writer gives them the same map, and the indices
+    // are computed once.
+    let mut indexed: Option<&[u8; 256]> = None;
     let coded = records.iter().filter(|r| !matches!(r, PlaneRecord::Stored(_))).count();
     if scratch.len() < n * coded {
         scratch.resize(n * coded, 0);
@@ -656,9 +707,15 @@ fn decode_with(
             }
             PlaneRecord::BaseContexts(model, layout) => {
                 let plane = free.next().expect("a buffer per coded plane");
-                let contexts = contexts.ok_or_else(|| corrupt("a base-context record without a base".into()))?;
+                let base = base.ok_or_else(|| corrupt("a base-context record without a base".into()))?;
                 INDICES
-                    .with_borrow_mut(|tables| model.decode_given(stored, layout, contexts, tables, plane))
+                    .with_borrow_mut(|tables| {
+                        if indexed != Some(model.map()) {
+                            base_tables(base.dtype, base.elements, model.map(), tables);
+                            indexed = Some(model.map());
+                        }
+                        model.decode_given(stored, layout, tables, plane)
+                    })
                     .map_err(&corrupt)?;
             }
         }

@@ -30,7 +30,8 @@ pub(super) fn available() -> bool {
     is_x86_feature_detected!("avx2")
 }
 
-/// Decodes whole words for the `REG·REGS` lanes `group`, starting at their next word, for as many
+/// Decodes whole words for the `REG·REGS` lanes `group` (or, with one register, for its 1 to 8
+/// lanes: a plane's last lanes past a multiple of eight), starting at their next word, for as many
 /// of the `rounds` as `bytes` has at least ten bytes left past every lane's position when the
 /// round starts (a word takes at most eight, and each refill reads four). Lane `j`'s round-`t`
 /// word is word `k0 + j + t·stride` of `out`. Returns the rounds decoded; the lanes' states and
@@ -57,7 +58,11 @@ pub(super) unsafe fn rounds<const REGS: usize>(
 ) -> usize {
     let slots = &tables.slots;
     assert!(!slots.is_empty() && slots.len() % (1 << SCALE_BITS) == 0);
-    assert_eq!(group.len(), REG * REGS);
+    assert!(group.len() == REG * REGS || (REGS == 1 && (1..REG).contains(&group.len())));
+    // A register of fewer lanes fills its other places with copies of them (place j runs lane
+    // j mod r), which take the same words and bytes and whose symbols are never stored.
+    let r = group.len();
+    let source = |j: usize| j % r;
     // A context record's lanes each start their next symbol's table at `ctx` (an offset into
     // `slots`), set from the symbol before through `next`; an order-0 record's stay at 0.
     let next: &[u32; 256] = tables.next.as_deref().unwrap_or(&[0; 256]);
@@ -70,28 +75,34 @@ pub(super) unsafe fn rounds<const REGS: usize>(
     }
     let base = bytes.as_ptr();
     let lane_offsets = |part: &[Lane<'_>]| {
-        let off: [i32; REG] = std::array::from_fn(|j| (part[j].begin + part[j].pos) as i32);
+        let off: [i32; REG] = std::array::from_fn(|j| (part[source(j)].begin + part[source(j)].pos) as i32);
         // SAFETY: a load of 32 bytes from an array of eight i32.
         unsafe { _mm256_loadu_si256(off.as_ptr().cast()) }
     };
     let load_states = |part: &[Lane<'_>]| {
-        let x: [u32; REG] = std::array::from_fn(|j| part[j].x);
+        let x: [u32; REG] = std::array::from_fn(|j| part[source(j)].x);
         // SAFETY: a load of 32 bytes from an array of eight u32.
         unsafe { _mm256_loadu_si256(x.as_ptr().cast()) }
     };
     let load_contexts = |part: &[Lane<'_>]| {
-        let c: [i32; REG] = std::array::from_fn(|j| part[j].ctx as i32);
+        let c: [i32; REG] = std::array::from_fn(|j| part[source(j)].ctx as i32);
         // SAFETY: a load of 32 bytes from an array of eight i32.
         unsafe { _mm256_loadu_si256(c.as_ptr().cast()) }
     };
     let mut off = [_mm256_setzero_si256(); REGS];
     let mut x = [_mm256_setzero_si256(); REGS];
     let mut ctx = [_mm256_setzero_si256(); REGS];
-    for (r, part) in group.chunks_exact(REG).enumerate() {
-        off[r] = lane_offsets(part);
-        x[r] = load_states(part);
-        ctx[r] = load_contexts(part);
+    for (k, part) in group.chunks(REG).enumerate() {
+        off[k] = lane_offsets(part);
+        x[k] = load_states(part);
+        ctx[k] = load_contexts(part);
     }
+    // For fewer lanes: the places that are lanes' own (all -1 bits), and each place's lane.
+    let partial = r < REG;
+    let own = _mm256_cmpgt_epi32(_mm256_set1_epi32(r as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    let places: [i32; REG] = std::array::from_fn(|j| source(j) as i32);
+    // SAFETY: a load of 32 bytes from an array of eight i32.
+    let places = unsafe { _mm256_loadu_si256(places.as_ptr().cast()) };
     // Lanes look their table up at `ctx`: set through `next` from the symbol before (context
     // records), or from `given` before every symbol.
     let follow = tables.next.is_some();
@@ -157,28 +168,39 @@ pub(super) unsafe fn rounds<const REGS: usize>(
         // Their given table indices: the same words of `given`, a lane's word in each 32 bits.
         let mut gw = [_mm256_setzero_si256(); REGS];
         if let Some(g) = given {
-            let words = &g[4 * q0..4 * q0 + 4 * REG * REGS];
-            for (r, gr) in gw.iter_mut().enumerate() {
-                // SAFETY: a load of 32 bytes from the 32·REGS bytes of `words`.
-                *gr = unsafe { _mm256_loadu_si256(words[32 * r..].as_ptr().cast()) };
+            let words = &g[4 * q0..4 * q0 + 4 * r];
+            if partial {
+                // SAFETY: a masked load of the r words of `words`; the others are not read.
+                let mine = unsafe { _mm256_maskload_epi32(words.as_ptr().cast(), own) };
+                gw[0] = _mm256_permutevar8x32_epi32(mine, places);
+            } else {
+                for (k, gk) in gw.iter_mut().enumerate() {
+                    // SAFETY: a load of 32 bytes from the 32·REGS bytes of `words`.
+                    *gk = unsafe { _mm256_loadu_si256(words[32 * k..].as_ptr().cast()) };
+                }
             }
         }
         let mut w = [_mm256_setzero_si256(); REGS];
         for i in 0..4 {
             let shift = _mm_cvtsi32_si128(8 * i);
-            for r in 0..REGS {
+            for k in 0..REGS {
                 if given.is_some() {
-                    let t = _mm256_and_si256(_mm256_srl_epi32(gw[r], shift), mask8);
-                    ctx[r] = _mm256_min_epu32(_mm256_slli_epi32::<{ SCALE_BITS as i32 }>(t), last_table);
+                    let t = _mm256_and_si256(_mm256_srl_epi32(gw[k], shift), mask8);
+                    ctx[k] = _mm256_min_epu32(_mm256_slli_epi32::<{ SCALE_BITS as i32 }>(t), last_table);
                 }
-                let s = step(&mut x[r], &mut off[r], &mut ctx[r]);
-                w[r] = _mm256_or_si256(w[r], _mm256_sll_epi32(s, shift));
+                let s = step(&mut x[k], &mut off[k], &mut ctx[k]);
+                w[k] = _mm256_or_si256(w[k], _mm256_sll_epi32(s, shift));
             }
         }
-        let dst = &mut out[4 * q0..4 * q0 + 4 * REG * REGS];
-        for (part, wr) in dst.chunks_exact_mut(32).zip(w) {
-            // SAFETY: a store of 32 bytes into a 32-byte slice.
-            unsafe { _mm256_storeu_si256(part.as_mut_ptr().cast(), wr) };
+        let dst = &mut out[4 * q0..4 * q0 + 4 * r];
+        if partial {
+            // SAFETY: a masked store of the lanes' r words into the 4·r bytes of `dst`.
+            unsafe { _mm256_maskstore_epi32(dst.as_mut_ptr().cast(), own, w[0]) };
+        } else {
+            for (part, wk) in dst.chunks_exact_mut(32).zip(w) {
+                // SAFETY: a store of 32 bytes into a 32-byte slice.
+                unsafe { _mm256_storeu_si256(part.as_mut_ptr().cast(), wk) };
+            }
         }
         done += 1;
     }
