@@ -168,8 +168,9 @@ impl ChunkCodec for Dense {
         no_params(self.tag(), params)?;
         let base = base_for(self.tag(), ctx, out.len())?;
         let w = width(ctx.dtype);
-        let contexts = (self.1 == PlaneForm::BaseContexts).then_some(planes::Base { dtype: ctx.dtype, elements: base });
-        let end = planes::decode(self.tag(), stored, 0, w, false, contexts, out)?;
+        let context_base =
+            (self.1 == PlaneForm::BaseContexts).then_some(planes::BaseElements { dtype: ctx.dtype, elements: base });
+        let end = planes::decode(self.tag(), stored, 0, w, false, context_base, out)?;
         trailing(self.tag(), stored, end)?;
         Dense::inverse(self.0, ctx.dtype, out, base);
         Ok(())

@@ -494,7 +494,7 @@ fn map_base_contexts(dtype: DType, base: &[u8], f: impl Fn(u8) -> u8, out: &mut 
 /// A dense delta's base elements, whose base contexts (spec §6.4.1) choose the tables of its
 /// mode-4 plane records.
 #[derive(Clone, Copy, Debug)]
-pub struct Base<'a> {
+pub struct BaseElements<'a> {
     /// The tensor's dtype.
     pub dtype: DType,
     /// The chunk's elements in the base, as many as the chunk decodes.
@@ -648,7 +648,7 @@ pub fn decode(
     at: usize,
     w: usize,
     unrotate: bool,
-    base: Option<Base<'_>>,
+    base: Option<BaseElements<'_>>,
     out: &mut [u8],
 ) -> Result<usize, CodecError> {
     let n = out.len() / w;
@@ -675,7 +675,7 @@ fn decode_with(
     records: &[PlaneRecord],
     n: usize,
     unrotate: bool,
-    base: Option<Base<'_>>,
+    base: Option<BaseElements<'_>>,
     scratch: &mut Vec<u8>,
     out: &mut [u8],
 ) -> Result<(), CodecError> {
