@@ -837,9 +837,7 @@ mod tests {
         let mut s = 0x9E37_79B9_7F4A_7C15u64;
         (0..n)
             .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
+                let s = xorshift(&mut s);
                 let u = (s >> 11) as f64 / (1u64 << 53) as f64;
                 ((1.0 - u).ln() / p.ln()).floor().min(255.0) as u8
             })
@@ -884,6 +882,14 @@ mod tests {
         }
     }
 
+    /// The next of a xorshift64 sequence from state `s`: the tests' reproducible data.
+    pub(super) fn xorshift(s: &mut u64) -> u64 {
+        *s ^= *s << 13;
+        *s ^= *s >> 7;
+        *s ^= *s << 17;
+        *s
+    }
+
     /// Decodes with and without the vector loop, which must both succeed with the same bytes or
     /// both fail (a damaged record may fail at another lane: the vector loop checks lanes'
     /// bounds after its rounds, the scalar one at each step).
@@ -923,12 +929,7 @@ mod tests {
         // chunk does. Then every kind of damage the loops can meet: changed and cut bytes,
         // states out of the normalised range, lanes with no bytes.
         let mut rng = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = move || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = move || xorshift(&mut rng);
         for p in [1e-4, 0.02, 0.5, 0.95] {
             for n in [45 * 4096 + 3, 41 * 4096, 8 * 4096 + 1] {
                 let data = symbols(n, p);

@@ -125,8 +125,8 @@ pub(super) unsafe fn rounds<const REGS: usize>(
     // One symbol of eight lanes: pop, then refill up to two bytes. Returns the symbols.
     // SAFETY (of the gathers): slot indices are below 4096 and table offsets are entries of
     // `next` (or the lanes' own, also taken from `next`), or clamped to the last table, so
-    // their sums are below slots.len() (asserted above); symbols index the 256 of `next`; the caller has checked that each lane
-    // has four bytes at `off` (see the round check below).
+    // their sums are below slots.len() (asserted above); symbols index the 256 of `next`; the
+    // caller has checked that each lane has four bytes at `off` (see the round check below).
     let step = |x: &mut __m256i, off: &mut __m256i, ctx: &mut __m256i| -> __m256i {
         let slot = _mm256_and_si256(*x, mask12);
         let at = if contexts { _mm256_add_epi32(*ctx, slot) } else { slot };
@@ -208,12 +208,12 @@ pub(super) unsafe fn rounds<const REGS: usize>(
     let mut xs = [[0u32; REG]; REGS];
     let mut offs = [[0i32; REG]; REGS];
     let mut ctxs = [[0i32; REG]; REGS];
-    for r in 0..REGS {
+    for k in 0..REGS {
         // SAFETY: stores of 32 bytes into arrays of eight 32-bit integers.
         unsafe {
-            _mm256_storeu_si256(xs[r].as_mut_ptr().cast(), x[r]);
-            _mm256_storeu_si256(offs[r].as_mut_ptr().cast(), off[r]);
-            _mm256_storeu_si256(ctxs[r].as_mut_ptr().cast(), ctx[r]);
+            _mm256_storeu_si256(xs[k].as_mut_ptr().cast(), x[k]);
+            _mm256_storeu_si256(offs[k].as_mut_ptr().cast(), off[k]);
+            _mm256_storeu_si256(ctxs[k].as_mut_ptr().cast(), ctx[k]);
         }
     }
     for (j, lane) in group.iter_mut().enumerate() {
@@ -328,12 +328,12 @@ pub(super) unsafe fn encode_rounds(
         let q0 = k0 + t * stride;
         let words = &symbols[4 * q0..4 * (q0 + ENCODE_WIDTH)];
         let mut w = [_mm256_setzero_si256(); REGS];
+        let tables = given.map(|g| &g[4 * q0..4 * (q0 + ENCODE_WIDTH)]);
         let mut tw = [_mm256_setzero_si256(); REGS];
         for r in 0..REGS {
             // SAFETY: loads of 32 bytes from the 128 bytes of `words` and of `tables`.
             w[r] = unsafe { _mm256_loadu_si256(words[32 * r..].as_ptr().cast()) };
-            if let Some(g) = given {
-                let tables = &g[4 * q0..4 * (q0 + ENCODE_WIDTH)];
+            if let Some(tables) = tables {
                 tw[r] = unsafe { _mm256_loadu_si256(tables[32 * r..].as_ptr().cast()) };
             }
         }
