@@ -226,6 +226,43 @@ fn auto_codes_dense_deltas_with_base_contexts_where_they_are_smaller() {
 }
 
 #[test]
+fn auto_codes_few_small_changes_by_subtraction() {
+    // As bf16 weights trained in bf16: most are unchanged, and a changed one moves by one unit
+    // in its last place. Subtraction keeps every move in the low plane as 1 or 2; XOR turns a
+    // move across a carry into a longer run of ones.
+    let n = 300_000;
+    let mut rng = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let (mut base, mut cur) = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        let b = 0x3C00 | (next() as u16 & 0x03FF);
+        let r = next() % 100;
+        let c = match r {
+            0..=6 => b.wrapping_add(1),
+            7..=13 => b.wrapping_sub(1),
+            _ => b,
+        };
+        base.extend_from_slice(&b.to_le_bytes());
+        cur.extend_from_slice(&c.to_le_bytes());
+    }
+    let ctx = ChunkContext { dtype: DType::BF16, base: Some(&base) };
+    let mut stored = Vec::new();
+    let (tag, params) = Encoder::Auto.encode(ctx, &cur, &mut stored).unwrap();
+    assert_eq!(tag, CodecTag::DeltaSubContext);
+    let mut out = vec![0u8; cur.len()];
+    decode(tag, ctx, &params, &stored, &mut out).unwrap();
+    assert!(out == cur, "round trip");
+    let mut xor = Vec::new();
+    Encoder::Codec(CodecTag::DeltaXorContext).encode(ctx, &cur, &mut xor).unwrap();
+    assert!(stored.len() < xor.len() * 9 / 10, "{} against XOR's {}", stored.len(), xor.len());
+}
+
+#[test]
 fn planes_beat_raw_on_float_weights() {
     // Normal-ish weights: the exponent plane is low-entropy.
     let data: Vec<u8> = (0..50_000u32).flat_map(|i| ((i as f32 * 0.37).sin() * 0.05).to_le_bytes()).collect();
