@@ -22,7 +22,6 @@ import json
 import os
 import resource
 import statistics
-import struct
 import subprocess
 import sys
 import time
@@ -30,24 +29,9 @@ import time
 import numpy as np
 import zstandard
 
-from groups import group, groups
+from groups import group, groups, read_safetensors
 
 GROUPS = ["weights", "exp_avg", "exp_avg_sq"]
-
-
-def read_safetensors(path):
-    """name -> (dtype, raw bytes), without numpy's dtype limits (bf16)."""
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for k, v in header.items():
-        if k == "__metadata__":
-            continue
-        s, e = v["data_offsets"]
-        out[k] = (v["dtype"], data[s:e])
-    return out
 
 
 def planes_xor_zstd(cur, base, width):

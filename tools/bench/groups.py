@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Size ratio of a .tpde file per tensor group (model weights, exp_avg, exp_avg_sq, other), from
-`tpde-inspect --json`: python3 tools/bench/groups.py FILE.tpde [...]"""
+`tpde-inspect --json`: python3 tools/bench/groups.py FILE.tpde [...]; and the tensor groups and
+safetensors reader the other bench scripts share."""
 import json
+import struct
 import subprocess
 import sys
 
@@ -14,6 +16,21 @@ def group(name: str) -> str:
     if name.startswith("model."):
         return "weights"
     return "other"
+
+
+def read_safetensors(path):
+    """name -> (dtype, raw bytes), without numpy's dtype limits (bf16)."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for k, v in header.items():
+        if k == "__metadata__":
+            continue
+        s, e = v["data_offsets"]
+        out[k] = (v["dtype"], data[s:e])
+    return out
 
 
 def groups(path: str, tool: str = "tpde-inspect") -> dict:
