@@ -26,7 +26,9 @@ pub mod lossy;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
+use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
 
 use rayon::prelude::*;
 use tpde_codec::{ChunkContext, CodecError, Encoder};
@@ -301,65 +303,62 @@ impl<W: Write> Writer<W> {
         };
         // The bytes of tensor i's chunk at `at`.
         let chunk_of = |i: usize, at: usize| at..(at + chunk).min(tensors[i].data.len());
-        // Windows of about two chunks' bytes per thread: small tensors' chunks are many to a
-        // window, so that every thread has about as much to do.
-        let batch = self.batch_bytes() as usize;
-        let mut windows = Vec::new();
-        let (mut start, mut bytes) = (0, 0);
-        for (k, &(i, at)) in jobs.iter().enumerate() {
-            bytes += chunk_of(i, at).len();
-            if bytes >= batch || k + 1 == jobs.len() {
-                windows.push(&jobs[start..=k]);
-                (start, bytes) = (k + 1, 0);
-            }
-        }
         // Where the tensor being written began, with its padding.
         let mut open_from = self.pos;
-        let mut write_window = |w: &mut Self, window: &[Job], encoded: Vec<Encoded>| {
-            for (&(i, at), encoded) in window.iter().zip(encoded) {
-                push_before(w, i, &mut entries);
-                let entry = entries[i].as_mut().expect("not pushed before its chunks");
-                if entry.chunks.is_empty() {
-                    open_from = w.pos;
-                }
-                let data = &tensors[i].data[chunk_of(i, at)];
-                let written = encoded
-                    .map_err(|source| WriteError::Codec { tensor: entry.name.clone(), source })
-                    .and_then(|encoded| Ok(w.write_chunk(entry, data, encoded)?));
-                if let Err(e) = written {
-                    // Bytes of a tensor that will have no entry belong to no chunk.
-                    w.failed |= w.pos != open_from;
-                    return Err(e);
-                }
+        let mut write_job = |w: &mut Self, (i, at): Job, encoded: Encoded| {
+            push_before(w, i, &mut entries);
+            let entry = entries[i].as_mut().expect("not pushed before its chunks");
+            if entry.chunks.is_empty() {
+                open_from = w.pos;
+            }
+            let data = &tensors[i].data[chunk_of(i, at)];
+            let written = encoded
+                .map_err(|source| WriteError::Codec { tensor: entry.name.clone(), source })
+                .and_then(|encoded| Ok(w.write_chunk(entry, data, encoded)?));
+            if let Err(e) = written {
+                // Bytes of a tensor that will have no entry belong to no chunk.
+                w.failed |= w.pos != open_from;
+                return Err(e);
             }
             Ok(())
         };
-        // Each window is written while the next one encodes, so that no core waits on the
-        // output (measured: writing was a sixth of a 2-core pack's wall time).
-        let parts_of = |window: &[Job]| -> Vec<Part<'_>> {
-            window
-                .iter()
-                .map(|&(i, at)| {
-                    let (t, range) = (&tensors[i], chunk_of(i, at));
-                    Part { dtype: t.dtype, data: &t.data[range.clone()], base: t.base.map(|(b, _)| &b[range]) }
-                })
-                .collect()
-        };
+        // Chunks encode on the pool, at most `in_flight` encoding or waiting to be written, and
+        // are written in order as they come: no thread waits for another's slowest chunk, and
+        // the output is written while the next chunks encode.
+        let in_flight = self.chunks_in_flight();
         let encoder = self.encoder;
-        let mut previous: Option<(&[Job], Vec<Encoded>)> = None;
-        for window in windows.into_iter().map(Some).chain([None]) {
-            let mut encoded = None;
-            rayon::in_place_scope(|s| {
-                if let Some(window) = window {
-                    s.spawn(|_| encoded = Some(encode_parts(encoder, &parts_of(window))));
+        let (done, finished) = mpsc::channel();
+        let mut ready = HashMap::new();
+        rayon::in_place_scope(|s| {
+            let spawn = |k: usize| {
+                let (i, at) = jobs[k];
+                let (t, range) = (&tensors[i], chunk_of(i, at));
+                let part = Part { dtype: t.dtype, data: &t.data[range.clone()], base: t.base.map(|(b, _)| &b[range]) };
+                let done = done.clone();
+                s.spawn(move |_| {
+                    // A panic is sent on, to be raised here, where the writer waits.
+                    let encoded = panic::catch_unwind(AssertUnwindSafe(|| encode_part(encoder, &part)));
+                    let _ = done.send((k, encoded));
+                });
+            };
+            let mut spawned = jobs.len().min(in_flight);
+            (0..spawned).for_each(spawn);
+            for (k, &job) in jobs.iter().enumerate() {
+                let encoded = loop {
+                    if let Some(encoded) = ready.remove(&k) {
+                        break encoded;
+                    }
+                    let (j, encoded) = finished.recv().expect("every chunk sends its encoding");
+                    ready.insert(j, encoded.unwrap_or_else(|p| panic::resume_unwind(p)));
+                };
+                if spawned < jobs.len() {
+                    spawn(spawned);
+                    spawned += 1;
                 }
-                match previous.take() {
-                    Some((window, encoded)) => write_window(self, window, encoded),
-                    None => Ok(()),
-                }
-            })?;
-            previous = window.zip(encoded);
-        }
+                write_job(self, job, encoded)?;
+            }
+            Ok::<(), WriteError>(())
+        })?;
         push_before(self, tensors.len(), &mut entries);
         Ok(())
     }
@@ -519,6 +518,12 @@ impl<W: Write> Writer<W> {
         self.chunk_bytes * 2 * rayon::current_num_threads().max(1) as u64
     }
 
+    /// How many chunks [`Writer::add_tensors`] keeps encoding or encoded and unwritten: four
+    /// per thread, so a slow chunk holds up its thread only.
+    fn chunks_in_flight(&self) -> usize {
+        4 * rayon::current_num_threads().max(1)
+    }
+
     fn begin_entry(&self, name: &str, dtype: DType, shape: &[u64], byte_length: u64) -> TensorEntry {
         let chunk_count = byte_length.div_ceil(self.chunk_bytes.max(1)) as usize;
         TensorEntry {
@@ -605,22 +610,22 @@ struct Part<'a> {
 
 /// Encodes `parts` in parallel.
 fn encode_parts(encoder: Encoder, parts: &[Part<'_>]) -> Vec<Encoded> {
-    parts
-        .par_iter()
-        .map(|p| {
-            if encoder == Encoder::Raw {
-                // Raw chunks are written straight from the input; only the CRC here.
-                let crc32 = crc32fast::hash(p.data);
-                return Ok(EncodedChunk { stored: None, tag: CodecTag::Raw, params: Vec::new(), crc32 });
-            }
-            // Room for the chunk stored whole and its plane headers: growing the buffer copies
-            // what is already coded.
-            let mut stored = Vec::with_capacity(p.data.len() + 4096);
-            let (tag, params) = encoder.encode(ChunkContext { dtype: p.dtype, base: p.base }, p.data, &mut stored)?;
-            let crc32 = crc32fast::hash(&stored);
-            Ok(EncodedChunk { stored: Some(stored), tag, params, crc32 })
-        })
-        .collect()
+    parts.par_iter().map(|p| encode_part(encoder, p)).collect()
+}
+
+/// Encodes one chunk.
+fn encode_part(encoder: Encoder, p: &Part<'_>) -> Encoded {
+    if encoder == Encoder::Raw {
+        // Raw chunks are written straight from the input; only the CRC here.
+        let crc32 = crc32fast::hash(p.data);
+        return Ok(EncodedChunk { stored: None, tag: CodecTag::Raw, params: Vec::new(), crc32 });
+    }
+    // Room for the chunk stored whole and its plane headers: growing the buffer copies what is
+    // already coded.
+    let mut stored = Vec::with_capacity(p.data.len() + 4096);
+    let (tag, params) = encoder.encode(ChunkContext { dtype: p.dtype, base: p.base }, p.data, &mut stored)?;
+    let crc32 = crc32fast::hash(&stored);
+    Ok(EncodedChunk { stored: Some(stored), tag, params, crc32 })
 }
 
 /// A chunk to encode: its tensor's index in the batch and its first byte.

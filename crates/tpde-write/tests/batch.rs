@@ -29,8 +29,9 @@ fn options(encoder: Encoder) -> WriteOptions {
 
 #[test]
 fn a_batch_writes_what_one_by_one_writes() {
-    // Several chunks, one chunk, no bytes, a tie inside the batch, a keyframe among deltas.
-    let (a, b, c) = (bytes(5000, 1), bytes(512, 2), Vec::new());
+    // Several chunks, one chunk, no bytes, a tie inside the batch, a keyframe among deltas, and
+    // more chunks than the writer keeps in flight.
+    let (a, b, c, long) = (bytes(5000, 1), bytes(512, 2), Vec::new(), bytes(100_000, 5));
     let (base_a, base_b) = (bytes(5000, 3), bytes(512, 4));
     let d = |x: &[u8]| tensor_digest(x);
     let tensors = [
@@ -40,6 +41,7 @@ fn a_batch_writes_what_one_by_one_writes() {
         TensorInput { name: "a.tied", dtype: DType::F32, shape: &[1250], data: &a, base: Some((&base_a, d(&base_a))) },
         TensorInput { name: "key", dtype: DType::U8, shape: &[5000], data: &a, base: None },
         TensorInput { name: "b.tied", dtype: DType::BF16, shape: &[256], data: &b, base: Some((&base_b, d(&base_b))) },
+        TensorInput { name: "long", dtype: DType::U8, shape: &[100_000], data: &long, base: None },
     ];
     for encoder in [Encoder::Auto, Encoder::AutoSerial, Encoder::Raw, Encoder::Zstd { level: 1 }] {
         let mut one = Writer::new(Vec::new(), options(encoder)).unwrap();
