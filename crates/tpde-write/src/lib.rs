@@ -29,6 +29,7 @@ use std::io::{self, BufWriter, Read, Write};
 use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
+use std::time::Duration;
 
 use rayon::prelude::*;
 use tpde_codec::{ChunkContext, CodecError, Encoder};
@@ -348,7 +349,7 @@ impl<W: Write> Writer<W> {
                     if let Some(encoded) = ready.remove(&k) {
                         break encoded;
                     }
-                    let (j, encoded) = finished.recv().expect("every chunk sends its encoding");
+                    let (j, encoded) = receive(&finished);
                     ready.insert(j, encoded.unwrap_or_else(|p| panic::resume_unwind(p)));
                 };
                 if spawned < jobs.len() {
@@ -606,6 +607,24 @@ struct Part<'a> {
     dtype: DType,
     data: &'a [u8],
     base: Option<&'a [u8]>,
+}
+
+/// The next chunk encoding to arrive. A caller on a thread of the pool (inside
+/// `ThreadPool::install`) runs the pool's queued work while it waits, since the chunks it
+/// waits for may be queued behind it (with one thread, nothing else would run them); any
+/// other caller blocks.
+fn receive<T>(finished: &mpsc::Receiver<T>) -> T {
+    const EXPECT: &str = "every chunk sends its encoding";
+    loop {
+        let next = match rayon::yield_now() {
+            None => return finished.recv().expect(EXPECT),
+            Some(rayon::Yield::Executed) => finished.try_recv().ok(),
+            Some(rayon::Yield::Idle) => finished.recv_timeout(Duration::from_millis(1)).ok(),
+        };
+        if let Some(next) = next {
+            return next;
+        }
+    }
 }
 
 /// Encodes `parts` in parallel.

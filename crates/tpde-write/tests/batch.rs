@@ -87,3 +87,25 @@ fn a_refused_batch_writes_nothing() {
     let r = tpde_read::Reader::from_source(file).unwrap();
     assert_eq!(r.read("x").unwrap().as_ref(), &a[..]);
 }
+
+#[test]
+fn a_batch_written_from_inside_a_one_thread_pool_finishes() {
+    // `tpde bench` packs inside `ThreadPool::install`: the writer's own thread is the pool's
+    // only one, so it must run the chunks it waits for.
+    fn write(data: &[u8]) -> Vec<u8> {
+        let input = [TensorInput { name: "t", dtype: DType::U8, shape: &[100_000], data, base: None }];
+        let mut w = Writer::new(Vec::new(), options(Encoder::Zstd { level: 1 })).unwrap();
+        w.add_tensors(&input).unwrap();
+        w.finish().unwrap()
+    }
+    let data = bytes(100_000, 6);
+    let (done, finished) = std::sync::mpsc::channel();
+    let in_thread = data.clone();
+    std::thread::spawn(move || {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        let _ = done.send(pool.install(|| write(&in_thread)));
+    });
+    // A liveness bound, not a speed one: this takes milliseconds unless it deadlocks.
+    let in_pool = finished.recv_timeout(std::time::Duration::from_secs(120)).expect("deadlocked in the pool");
+    assert_eq!(in_pool, write(&data));
+}
