@@ -36,13 +36,12 @@ import sys
 
 import numpy as np
 
-from groups import group, read_safetensors
+from groups import GROUPS, group, read_safetensors
 
 CHUNK_BYTES = 4 << 20
 UINT = {"F32": np.uint32, "BF16": np.uint16, "F16": np.uint16}
 EXPONENT = {"F32": (23, 0xFF), "BF16": (7, 0xFF), "F16": (10, 0x1F)}
 MODELS = ["order-0", "exponent", "direction", "scale", "byte above"]
-GROUPS = ["weights", "exp_avg", "exp_avg_sq"]
 
 
 def read(path):

@@ -29,9 +29,8 @@ import time
 import numpy as np
 import zstandard
 
-from groups import group, groups, read_safetensors
+from groups import GROUPS, group, groups, read_safetensors
 
-GROUPS = ["weights", "exp_avg", "exp_avg_sq"]
 
 
 def planes_xor_zstd(cur, base, width):

@@ -8,6 +8,10 @@ import subprocess
 import sys
 
 
+# The groups the benchmarks report, in their order.
+GROUPS = ["weights", "exp_avg", "exp_avg_sq"]
+
+
 def group(name: str) -> str:
     if name.startswith("optimizer.exp_avg_sq."):
         return "exp_avg_sq"
