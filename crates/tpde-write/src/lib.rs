@@ -21,13 +21,16 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod atomic;
 pub mod lossy;
+
+pub use atomic::AtomicFile;
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
 use std::panic::{self, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -671,38 +674,30 @@ struct DedupKey {
     base: Option<[u8; 32]>,
 }
 
-/// A [`Writer`] to a file that appears under its final name only when complete.
+/// A [`Writer`] to a file that appears under its final name only when complete (see
+/// [`atomic`]: a crash leaves neither a partial file under the final name nor one beside it).
 pub struct FileWriter {
-    writer: Writer<BufWriter<tempfile::NamedTempFile>>,
-    path: PathBuf,
+    writer: Writer<BufWriter<AtomicFile>>,
 }
 
 impl FileWriter {
-    /// Creates a temporary file next to `path` and starts writing to it.
+    /// Starts a file that will appear at `path`.
     pub fn create(path: impl AsRef<Path>, options: WriteOptions) -> Result<Self, WriteError> {
-        let path = path.as_ref().to_path_buf();
-        let dir = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let stem = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let tmp = tempfile::Builder::new().prefix(&format!(".{stem}.")).suffix(".partial").tempfile_in(dir)?;
-        let writer = Writer::new(BufWriter::with_capacity(1 << 20, tmp), options)?;
-        Ok(FileWriter { writer, path })
+        let file = AtomicFile::create(path)?;
+        let writer = Writer::new(BufWriter::with_capacity(1 << 20, file), options)?;
+        Ok(FileWriter { writer })
     }
 
-    /// Writes the directory and trailer, syncs, and renames the file into place. On error the
-    /// temporary file is removed and nothing appears under the final name.
+    /// Writes the directory and trailer, syncs, and puts the file into place. On error
+    /// nothing appears under the final name and nothing is left beside it.
     pub fn finish(self) -> Result<File, WriteError> {
-        let tmp = self.writer.finish()?.into_inner().map_err(|e| e.into_error())?;
-        tmp.as_file().sync_all()?;
-        let file = tmp.persist(&self.path).map_err(|e| e.error)?;
-        Ok(file)
+        let file = self.writer.finish()?.into_inner().map_err(|e| e.into_error())?;
+        Ok(file.commit()?)
     }
 }
 
 impl std::ops::Deref for FileWriter {
-    type Target = Writer<BufWriter<tempfile::NamedTempFile>>;
+    type Target = Writer<BufWriter<AtomicFile>>;
     fn deref(&self) -> &Self::Target {
         &self.writer
     }

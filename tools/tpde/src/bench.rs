@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use indicatif::ProgressBar;
 use safetensors::SafeTensors;
 use tpde_codec::Encoder;
 use tpde_read::Reader;
@@ -79,7 +78,6 @@ fn zstd_cli(args: &[&str], input: &Path, output: &Path) -> Result<(), CliError> 
 pub fn run(input: &Path, workdir: &Path, runs: usize) -> Result<Vec<Row>, CliError> {
     let all = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let file_bytes = std::fs::metadata(input)?.len();
-    let hidden = ProgressBar::hidden();
     let out = |name: &str| -> PathBuf { workdir.join(name) };
     let mut rows = Vec::new();
     let mut logical = 0u64;
@@ -99,7 +97,7 @@ pub fn run(input: &Path, workdir: &Path, runs: usize) -> Result<Vec<Row>, CliErr
                         input,
                         &packed,
                         PackJob::keyframe(WriteOptions { encoder, ..WriteOptions::default() }),
-                        &hidden,
+                        &(),
                     )
                 })?;
                 Ok(())
@@ -112,7 +110,9 @@ pub fn run(input: &Path, workdir: &Path, runs: usize) -> Result<Vec<Row>, CliErr
                 mb_s: mb_per_s(report.logical_bytes, secs),
             });
             let unpacked = out("bench.unpacked.safetensors");
-            let secs = time(runs, || p.install(|| convert::unpack(&packed, None, &unpacked, &hidden).map(|_| ())))?;
+            let secs = time(runs, || {
+                p.install(|| convert::unpack(&packed, None, &unpacked, &()).map(|_| ()).map_err(CliError::from))
+            })?;
             rows.push(Row {
                 what: format!("tpde unpack ({label} file)"),
                 threads,

@@ -3,13 +3,14 @@
 #![forbid(unsafe_code)]
 
 pub mod bench;
-pub mod checkpoint;
 pub mod conformance;
-pub mod convert;
 pub mod demo;
 pub mod gpu_bench;
+pub mod gpu_unpack;
 pub mod inspect;
-pub mod safetensors_out;
+
+// The conversions live in the `tpde` library crate; the tools are a layer over it.
+pub use tpde::{checkpoint, convert, ratio};
 
 use std::fmt;
 
@@ -44,9 +45,15 @@ impl fmt::Display for CliError {
     }
 }
 
+impl From<tpde::Error> for CliError {
+    fn from(e: tpde::Error) -> Self {
+        CliError { code: if e.is_usage() { 2 } else { 1 }, kind: Some(e.kind()), message: e.to_string() }
+    }
+}
+
 impl From<tpde_read::ReadError> for CliError {
     fn from(e: tpde_read::ReadError) -> Self {
-        CliError { code: 1, kind: Some(e.kind()), message: e.to_string() }
+        tpde::Error::from(e).into()
     }
 }
 
@@ -58,18 +65,33 @@ impl From<tpde_gpu::GpuError> for CliError {
 
 impl From<tpde_write::WriteError> for CliError {
     fn from(e: tpde_write::WriteError) -> Self {
-        CliError { code: 1, kind: Some(e.kind()), message: e.to_string() }
+        tpde::Error::from(e).into()
     }
 }
 
 impl From<std::io::Error> for CliError {
     fn from(e: std::io::Error) -> Self {
-        CliError { code: 1, kind: Some(tpde_format::ErrorKind::Io), message: e.to_string() }
+        tpde::Error::from(e).into()
+    }
+}
+
+/// A progress bar on stderr, drawn from the library's [`tpde::Progress`] callbacks.
+pub struct Bar(pub ProgressBar);
+
+impl tpde::Progress for Bar {
+    fn set_length(&self, bytes: u64) {
+        self.0.set_length(bytes);
+    }
+    fn inc(&self, bytes: u64) {
+        self.0.inc(bytes);
+    }
+    fn finish(&self) {
+        self.0.finish_and_clear();
     }
 }
 
 /// A byte-count progress bar on stderr; indicatif hides it when stderr is not a terminal.
-pub fn progress_bar(len: u64, what: &str) -> ProgressBar {
+pub fn progress_bar(len: u64, what: &str) -> Bar {
     let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
     bar.set_style(
         ProgressStyle::with_template("{msg:>10} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
@@ -77,16 +99,7 @@ pub fn progress_bar(len: u64, what: &str) -> ProgressBar {
             .progress_chars("=> "),
     );
     bar.set_message(what.to_owned());
-    bar
-}
-
-/// `stored / logical`, the share of the raw bytes a file keeps (1.0 for empty input).
-pub fn ratio(stored: u64, logical: u64) -> f64 {
-    if logical == 0 {
-        1.0
-    } else {
-        stored as f64 / logical as f64
-    }
+    Bar(bar)
 }
 
 /// Megabytes (10^6 bytes) per second.

@@ -150,8 +150,8 @@ struct CodecArgs {
     codec: String,
     /// Which readers the codecs are chosen for: cpu (any codec), or gpu (only codecs a GPU
     /// decodes in parallel, spec §6.7: auto, raw and the lane forms).
-    #[arg(long, value_enum, default_value_t = convert::Profile::Cpu)]
-    profile: convert::Profile,
+    #[arg(long, value_enum, default_value_t = ProfileArg::Cpu)]
+    profile: ProfileArg,
     /// zstd level (1..=22, or negative for the fast modes); zstd's default is 3.
     #[arg(long, allow_negative_numbers = true)]
     level: Option<i32>,
@@ -164,9 +164,22 @@ struct CodecArgs {
     max_abs_error: Option<f64>,
 }
 
+/// Which readers `pack` chooses codecs for.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ProfileArg {
+    /// Any codec.
+    Cpu,
+    /// Only codecs a GPU decodes in parallel (spec §6.7): `raw` and the lane forms.
+    Gpu,
+}
+
 impl CodecArgs {
     fn options(&self) -> Result<WriteOptions, CliError> {
-        let encoder = convert::encoder(&self.codec, self.level, self.profile)?;
+        let profile = match self.profile {
+            ProfileArg::Cpu => convert::Profile::Cpu,
+            ProfileArg::Gpu => convert::Profile::Gpu,
+        };
+        let encoder = convert::encoder(&self.codec, self.level, profile)?;
         if self.chunk_size == 0 {
             return Err(CliError::usage("--chunk-size must be positive"));
         }
@@ -218,6 +231,7 @@ fn run(command: Command) -> Result<(), CliError> {
                 options,
                 base: base_ck.as_deref().zip(base.as_deref()).map(|(b, p)| (b, convert::path_hint(p, &output))),
                 max_abs_error: codec.max_abs_error,
+                exact: Default::default(),
                 keep_reconstruction: false,
             };
             let bar = progress_bar(0, "packing");
@@ -237,8 +251,10 @@ fn run(command: Command) -> Result<(), CliError> {
         }
         Command::Unpack { input, output, base, gpu } => {
             let bar = progress_bar(0, "unpacking");
-            let unpack = if gpu { convert::unpack_gpu } else { convert::unpack };
-            let r = unpack(&input, base.as_deref(), &output, &bar)?;
+            let r = match gpu {
+                true => tpde_tools::gpu_unpack::unpack_gpu(&input, base.as_deref(), &output, &bar)?,
+                false => convert::unpack(&input, base.as_deref(), &output, &bar)?,
+            };
             eprintln!(
                 "unpacked {} tensors ({}) in {:.2} s, {:.0} MB/s",
                 r.tensors,
@@ -340,8 +356,8 @@ fn pack_line(r: &convert::PackReport) -> String {
 fn verify(file: &std::path::Path, base: Option<&std::path::Path>) -> Result<(), CliError> {
     let r = checkpoint::open_tpde(file, base)?;
     let bar = progress_bar(r.tensors().iter().map(|t| t.byte_length).sum(), "verifying");
-    let report = r.verify_with(|t| bar.inc(t.byte_length))?;
-    bar.finish_and_clear();
+    let report = r.verify_with(|t| bar.0.inc(t.byte_length))?;
+    bar.0.finish_and_clear();
     println!(
         "ok: {} tensors, {} chunks, {} logical, {} stored; content digest {}",
         report.tensors,

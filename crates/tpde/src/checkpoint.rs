@@ -13,7 +13,7 @@ use tpde_format::DType;
 use tpde_read::{Base, BaseTensor, ReadError, Reader};
 
 use crate::convert::dtype_from_safetensors;
-use crate::CliError;
+use crate::Error;
 
 /// One tensor of a safetensors file.
 struct Entry {
@@ -41,11 +41,11 @@ struct Digests {
 
 impl SafetensorsFile {
     /// Maps and parses the file.
-    pub fn open(path: &Path) -> Result<Self, CliError> {
+    pub fn open(path: &Path) -> Result<Self, Error> {
         let st_err = |e: safetensors::SafeTensorError| {
-            CliError::failed(format!("{}: not a valid safetensors file: {e}", path.display()))
+            Error::malformed(format!("{}: not a valid safetensors file: {e}", path.display()))
         };
-        let map = tpde_read::map_file(path).map_err(|e| CliError::failed(format!("{}: {e}", path.display())))?;
+        let map = tpde_read::map_file(path).map_err(|e| Error::from(e).context(path.display()))?;
         let (header_len, header) = SafeTensors::read_metadata(&map).map_err(st_err)?;
         let st = SafeTensors::deserialize(&map).map_err(st_err)?;
         let data_start = 8 + header_len;
@@ -53,10 +53,10 @@ impl SafetensorsFile {
         for name in header.offset_keys() {
             let t = st.tensor(&name).map_err(st_err)?;
             let dtype = dtype_from_safetensors(t.dtype()).ok_or_else(|| {
-                CliError::failed(format!(
-                    "tensor {name:?}: safetensors dtype {:?} is not in TPDE's registry",
-                    t.dtype()
-                ))
+                Error::new(
+                    tpde_format::ErrorKind::UnsupportedFeature,
+                    format!("tensor {name:?}: safetensors dtype {:?} is not in TPDE's registry", t.dtype()),
+                )
             })?;
             let info = header.info(&name).expect("listed by offset_keys");
             let range = data_start + info.data_offsets.0..data_start + info.data_offsets.1;
@@ -155,17 +155,17 @@ impl Base for MemoryCheckpoint {
 }
 
 /// Whether the file at `path` starts with the TPDE magic.
-pub fn is_tpde(path: &Path) -> Result<bool, CliError> {
+pub fn is_tpde(path: &Path) -> Result<bool, Error> {
     use std::io::Read;
     let mut magic = [0u8; 8];
-    let mut f = std::fs::File::open(path).map_err(|e| CliError::failed(format!("{}: {e}", path.display())))?;
+    let mut f = std::fs::File::open(path).map_err(|e| Error::from(e).context(path.display()))?;
     let n = f.read(&mut magic)?;
     Ok(n == 8 && magic == tpde_format::header::MAGIC)
 }
 
 /// Opens a checkpoint to use as a base: a `.tpde` file (its own chain found through its path
 /// hints) or a `.safetensors` file.
-pub fn open_base(path: &Path) -> Result<Arc<dyn Base>, CliError> {
+pub fn open_base(path: &Path) -> Result<Arc<dyn Base>, Error> {
     if is_tpde(path)? {
         Ok(Arc::new(tpde_read::open_chain(path)?))
     } else {
@@ -177,7 +177,7 @@ pub fn open_base(path: &Path) -> Result<Arc<dyn Base>, CliError> {
 /// delta, to the base its path hint names (a `.tpde` with its own chain, or a `.safetensors`).
 /// When the hint leads nowhere the reader is returned as it is, and decoding a delta chunk fails
 /// naming the base's digest and hint.
-pub fn open_tpde(path: &Path, base: Option<&Path>) -> Result<Reader, CliError> {
+pub fn open_tpde(path: &Path, base: Option<&Path>) -> Result<Reader, Error> {
     let reader = Reader::open(path)?;
     if let Some(b) = base {
         return Ok(reader.with_base(open_base(b)?)?);

@@ -21,7 +21,8 @@ use rayon::prelude::*;
 use safetensors::tensor::TensorInfo;
 use safetensors::Dtype;
 
-use crate::CliError;
+use crate::Error;
+use tpde_format::ErrorKind;
 
 /// A tensor of the file being written: its bytes come later, piece by piece, from the caller.
 pub struct Entry {
@@ -68,8 +69,8 @@ fn groups<'o>(entries: &[Entry], order: &'o [usize]) -> Vec<&'o [usize]> {
 
 /// The header (its `u64` length, then JSON padded with spaces to a multiple of 8) for `entries`
 /// laid out in `order`.
-fn header(entries: &[Entry], order: &[usize], metadata: &BTreeMap<String, String>) -> Result<Vec<u8>, CliError> {
-    let json_err = |e: serde_json::Error| CliError::failed(format!("safetensors header: {e}"));
+fn header(entries: &[Entry], order: &[usize], metadata: &BTreeMap<String, String>) -> Result<Vec<u8>, Error> {
+    let json_err = |e: serde_json::Error| Error::new(ErrorKind::InvalidArgument, format!("safetensors header: {e}"));
     let mut map = serde_json::Map::new();
     if !metadata.is_empty() {
         map.insert("__metadata__".into(), serde_json::to_value(metadata).map_err(json_err)?);
@@ -80,7 +81,7 @@ fn header(entries: &[Entry], order: &[usize], metadata: &BTreeMap<String, String
         let info = TensorInfo { dtype: e.dtype, shape: e.shape.clone(), data_offsets: (offset, offset + e.len) };
         offset += e.len;
         if map.insert(e.name.clone(), serde_json::to_value(info).map_err(json_err)?).is_some() {
-            return Err(CliError::failed(format!("tensor {:?} appears twice", e.name)));
+            return Err(Error::new(ErrorKind::InvalidArgument, format!("tensor {:?} appears twice", e.name)));
         }
     }
     let mut json = serde_json::to_vec(&map).map_err(json_err)?;
@@ -99,8 +100,7 @@ struct Job {
     len: usize,
 }
 
-/// Writes `entries` to `output` atomically (a temporary file in the same folder, renamed into
-/// place once complete and synced). `open(i)` readies `entries[i]` once (a group of tensors at a
+/// Writes `entries` to `output` atomically ([`tpde_write::AtomicFile`]). `open(i)` readies `entries[i]` once (a group of tensors at a
 /// time); `piece(opened, j, buf)` then produces its piece `j`: bytes borrowed from what `open`
 /// returned, or written into `buf` (a reused buffer of any length and content). The first error
 /// in file order, from either or from writing, is returned, and nothing is left under `output`.
@@ -108,17 +108,13 @@ pub fn write<T: Send + Sync>(
     output: &Path,
     entries: &[Entry],
     metadata: &BTreeMap<String, String>,
-    open: impl Fn(usize) -> Result<T, CliError> + Sync,
-    piece: impl for<'p> Fn(&'p T, usize, &'p mut Vec<u8>) -> Result<&'p [u8], CliError> + Sync,
-) -> Result<(), CliError> {
+    open: impl Fn(usize) -> Result<T, Error> + Sync,
+    piece: impl for<'p> Fn(&'p T, usize, &'p mut Vec<u8>) -> Result<&'p [u8], Error> + Sync,
+) -> Result<(), Error> {
     let order = layout(entries);
     let header = header(entries, &order, metadata)?;
-    let dir = match output.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let tmp = tempfile::Builder::new().prefix(".tpde-unpack.").suffix(".partial").tempfile_in(dir)?;
-    let file = tmp.as_file();
+    let tmp = tpde_write::AtomicFile::create(output)?;
+    let file = tmp.file();
     write_at(file, &header, 0)?;
     let spare = Mutex::new(Vec::new());
     let mut offset = header.len() as u64;
@@ -130,7 +126,7 @@ pub fn write<T: Send + Sync>(
                 offset += len as u64;
             }
         }
-        let opened: Vec<OnceLock<Result<T, CliError>>> = group.iter().map(|_| OnceLock::new()).collect();
+        let opened: Vec<OnceLock<Result<T, Error>>> = group.iter().map(|_| OnceLock::new()).collect();
         // Pieces after a failed one are skipped; those before it still run, so the error
         // reported is the first in file order whatever the scheduling.
         let failed = AtomicUsize::new(usize::MAX);
@@ -145,7 +141,7 @@ pub fn write<T: Send + Sync>(
                 let bytes = piece(t, job.piece, &mut buf)?;
                 if bytes.len() != job.len {
                     let e = &entries[group[job.slot]];
-                    return Err(CliError::failed(format!(
+                    return Err(Error::malformed(format!(
                         "tensor {:?}: {} bytes decoded for piece {}, {} expected",
                         e.name,
                         bytes.len(),
@@ -165,8 +161,7 @@ pub fn write<T: Send + Sync>(
             return Err(e);
         }
     }
-    file.sync_all()?;
-    tmp.persist(output).map_err(|e| CliError::from(e.error))?;
+    tmp.commit()?;
     Ok(())
 }
 
@@ -281,7 +276,7 @@ mod tests {
         }
         for _ in 0..20 {
             let err = write(&path, &entries, &BTreeMap::new(), ok, |_, j, buf| match j {
-                300 | 600 | 900 => Err(CliError::failed(format!("piece {j} is corrupt"))),
+                300 | 600 | 900 => Err(Error::malformed(format!("piece {j} is corrupt"))),
                 _ => Ok(fill(buf, 3)),
             })
             .unwrap_err();
@@ -291,7 +286,7 @@ mod tests {
             &path,
             &entries,
             &BTreeMap::new(),
-            |i| if i == 1 { Err(CliError::failed("the base has no b")) } else { Ok(()) },
+            |i| if i == 1 { Err(Error::malformed("the base has no b")) } else { Ok(()) },
             |_, j, buf| Ok(fill(buf, entries[0].pieces[j])),
         )
         .unwrap_err();

@@ -3,22 +3,21 @@
 //! keys, and come back out on unpack.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::time::Instant;
 
-use indicatif::ProgressBar;
 use rayon::prelude::*;
 use safetensors::Dtype as StDtype;
 use tpde_codec::Encoder;
 use tpde_format::digest::{content_digest, tensor_digest, Digest, DigestInput};
 use tpde_format::metadata::{KEY_MAX_ABS_ERROR, KEY_PRODUCER, KEY_SOURCE_FORMAT, RESERVED_PREFIX};
-use tpde_format::{BaseRef, CodecTag, DType, MetadataValue, TensorEntry};
+use tpde_format::{BaseRef, CodecTag, DType, ErrorKind, MetadataValue, TensorEntry};
 use tpde_read::{Base, Reader, TensorChunks};
 use tpde_write::{lossy, FileWriter, TensorInput, WriteOptions};
 
-use crate::checkpoint::{self, open_tpde, MemoryCheckpoint, SafetensorsFile};
-use crate::{safetensors_out, CliError};
+use crate::checkpoint::{open_tpde, MemoryCheckpoint, SafetensorsFile};
+use crate::{safetensors_out, Error, Progress};
 
 /// The TPDE dtype of a safetensors dtype, if the registry has it.
 pub fn dtype_from_safetensors(d: StDtype) -> Option<DType> {
@@ -91,6 +90,8 @@ pub struct PackJob<'a> {
     pub base: Option<(&'a dyn Base, String)>,
     /// Lossy bound τ (`--max-abs-error`); `None` is lossless.
     pub max_abs_error: Option<f64>,
+    /// Tensors kept bit-exact even in a lossy pack (an optimizer's step counters).
+    pub exact: HashSet<String>,
     /// Keep the reconstruction of what was written (for the next delta of a lossy series).
     pub keep_reconstruction: bool,
 }
@@ -98,12 +99,15 @@ pub struct PackJob<'a> {
 impl PackJob<'_> {
     /// A keyframe, lossless.
     pub fn keyframe(options: WriteOptions) -> PackJob<'static> {
-        PackJob { options, base: None, max_abs_error: None, keep_reconstruction: false }
+        PackJob { options, base: None, max_abs_error: None, exact: HashSet::new(), keep_reconstruction: false }
     }
 }
 
+/// A tensor to pack: name, dtype, shape, little-endian bytes in row-major order.
+pub type TensorRef<'a> = (&'a str, DType, &'a [u64], &'a [u8]);
+
 /// Packs a safetensors file into a TPDE file, as a delta if the job has a base.
-pub fn pack(input: &Path, output: &Path, job: PackJob<'_>, bar: &ProgressBar) -> Result<PackReport, CliError> {
+pub fn pack(input: &Path, output: &Path, job: PackJob<'_>, bar: &dyn Progress) -> Result<PackReport, Error> {
     let src = SafetensorsFile::open(input)?;
     pack_file(&src, input, output, job, bar).map(|(r, _)| r)
 }
@@ -114,40 +118,66 @@ pub fn pack_file(
     input: &Path,
     output: &Path,
     job: PackJob<'_>,
-    bar: &ProgressBar,
-) -> Result<(PackReport, Option<MemoryCheckpoint>), CliError> {
+    bar: &dyn Progress,
+) -> Result<(PackReport, Option<MemoryCheckpoint>), Error> {
+    let lossless = job.max_abs_error.is_none();
+    let tensors: Vec<TensorRef<'_>> = src.tensors().collect();
+    let mut metadata: Vec<(String, String)> =
+        src.metadata().into_iter().flatten().map(|(k, v)| (k.clone(), v.clone())).collect();
+    metadata.sort();
+    let (report, kept, digests) = pack_tensors(&tensors, &metadata, "safetensors", output, job, bar).map_err(|e| {
+        if e.is_usage() {
+            e
+        } else {
+            e.context(input.display())
+        }
+    })?;
+    if lossless {
+        // The file decodes to `src`, so its digests are `src`'s, for the next delta of a series.
+        src.set_digests(report.content_digest, digests);
+    }
+    Ok((report, kept))
+}
+
+/// Writes `tensors` (in this order) and the string `metadata` (under the caller's keys, outside
+/// the reserved `tpde.` namespace) to a TPDE file at `output`, atomically; a delta if the job
+/// has a base. `source_format` is recorded as `tpde.source_format`. Returns what was written,
+/// the reconstruction if the job asked for it, and the tensors' digests in order.
+pub fn pack_tensors(
+    tensors: &[TensorRef<'_>],
+    metadata: &[(String, String)],
+    source_format: &str,
+    output: &Path,
+    job: PackJob<'_>,
+    bar: &dyn Progress,
+) -> Result<(PackReport, Option<MemoryCheckpoint>, Vec<Digest>), Error> {
     let start = Instant::now();
     let mut options = job.options;
     if let Some((base, hint)) = &job.base {
         options.base = Some(BaseRef { digest: base.content_digest()?, path_hint: hint.clone() });
     }
     if job.max_abs_error.is_some() && job.base.is_none() {
-        return Err(CliError::usage("--max-abs-error drops changes against a base: it needs --base"));
+        return Err(Error::usage("max_abs_error drops changes against a base: it needs a base"));
+    }
+    if let Some(k) = metadata.iter().map(|(k, _)| k).find(|k| k.starts_with(RESERVED_PREFIX)) {
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            format!("metadata key {k:?} is in TPDE's reserved `tpde.` namespace; rename it to pack this file"),
+        ));
     }
     let mut w = FileWriter::create(output, options)?;
     w.add_metadata(KEY_PRODUCER, MetadataValue::String(format!("tpde {}", env!("CARGO_PKG_VERSION"))))?;
-    w.add_metadata(KEY_SOURCE_FORMAT, MetadataValue::String("safetensors".into()))?;
+    w.add_metadata(KEY_SOURCE_FORMAT, MetadataValue::String(source_format.into()))?;
     if let Some(tau) = job.max_abs_error {
         w.add_metadata(KEY_MAX_ABS_ERROR, MetadataValue::F64(tau))?;
     }
-    if let Some(meta) = src.metadata() {
-        let mut keys: Vec<&String> = meta.keys().collect();
-        keys.sort();
-        for k in keys {
-            if k.starts_with(RESERVED_PREFIX) {
-                return Err(CliError::failed(format!(
-                    "{}: metadata key {k:?} is in TPDE's reserved `tpde.` namespace; rename it to pack this file",
-                    input.display()
-                )));
-            }
-            w.add_metadata(k.clone(), MetadataValue::String(meta[k].clone()))?;
-        }
+    for (k, v) in metadata {
+        w.add_metadata(k.clone(), MetadataValue::String(v.clone()))?;
     }
-    bar.set_length(src.tensors().map(|t| t.3.len() as u64).sum());
+    bar.set_length(tensors.iter().map(|t| t.3.len() as u64).sum());
     let mut report = PackReport::default();
     let mut kept = job.keep_reconstruction.then(MemoryCheckpoint::default);
     // Tensors go to the writer in batches, whose chunks it encodes in parallel.
-    let tensors: Vec<_> = src.tensors().collect();
     let mut batch: Vec<Pending<'_>> = Vec::new();
     let mut batch_bytes = 0;
     for (k, &(name, dtype, shape, data)) in tensors.iter().enumerate() {
@@ -157,7 +187,8 @@ pub fn pack_file(
             Some((b, _)) => b.tensor(name)?.filter(|t| t.dtype == dtype && t.shape == shape),
             None => None,
         };
-        let data: Cow<[u8]> = match (&base, job.max_abs_error) {
+        let tau = job.max_abs_error.filter(|_| !job.exact.contains(name));
+        let data: Cow<[u8]> = match (&base, tau) {
             (Some(b), Some(tau)) => Cow::Owned(lossy::snap_to_base(dtype, data, &b.data, tau)),
             _ => Cow::Borrowed(data),
         };
@@ -179,16 +210,12 @@ pub fn pack_file(
         shape: &t.shape,
         digest: &t.digest,
     }));
-    if job.max_abs_error.is_none() {
-        // Lossless: the file decodes to `src`, so its digests are `src`'s, for the next delta of
-        // a series.
-        src.set_digests(report.content_digest, w.tensors().iter().map(|t| t.digest).collect());
-    }
+    let digests = w.tensors().iter().map(|t| t.digest).collect();
     let file = w.finish()?;
     report.file_bytes = file.metadata()?.len();
     report.seconds = start.elapsed().as_secs_f64();
-    bar.finish_and_clear();
-    Ok((report, kept))
+    bar.finish();
+    Ok((report, kept, digests))
 }
 
 /// Logical bytes [`pack_file`] gives the writer at a time: enough tensors to keep every core
@@ -205,7 +232,7 @@ struct Pending<'a> {
     base: Option<tpde_read::BaseTensor<'a>>,
 }
 
-fn add_batch(w: &mut FileWriter, batch: &[Pending<'_>], report: &mut PackReport) -> Result<(), CliError> {
+fn add_batch(w: &mut FileWriter, batch: &[Pending<'_>], report: &mut PackReport) -> Result<(), Error> {
     // Base digests the base does not know are computed here, in parallel.
     let base_digests: Vec<Option<Digest>> =
         batch.par_iter().map(|p| p.base.as_ref().map(|b| b.digest.unwrap_or_else(|| tensor_digest(&b.data)))).collect();
@@ -265,19 +292,19 @@ pub fn pack_series(
     keyframe_every: usize,
     options: WriteOptions,
     max_abs_error: Option<f64>,
-    bar: &ProgressBar,
-) -> Result<Vec<SeriesEntry>, CliError> {
+    bar: &dyn Progress,
+) -> Result<Vec<SeriesEntry>, Error> {
     if keyframe_every == 0 {
-        return Err(CliError::usage("--keyframe-every must be at least 1"));
+        return Err(Error::usage("--keyframe-every must be at least 1"));
     }
     let mut inputs: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| CliError::failed(format!("{}: {e}", dir.display())))?
+        .map_err(|e| Error::from(e).context(dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
         .collect();
     inputs.sort();
     if inputs.is_empty() {
-        return Err(CliError::failed(format!("{}: no .safetensors files", dir.display())));
+        return Err(Error::new(ErrorKind::NotFound, format!("{}: no .safetensors files", dir.display())));
     }
     std::fs::create_dir_all(out_dir)?;
     let mut done = Vec::new();
@@ -302,6 +329,7 @@ pub fn pack_series(
         let job = PackJob {
             options: options.clone(),
             max_abs_error: max_abs_error.filter(|_| base.is_some()),
+            exact: HashSet::new(),
             keep_reconstruction: max_abs_error.is_some(),
             base,
         };
@@ -337,7 +365,7 @@ pub fn safetensors_metadata<S: tpde_read::Source>(r: &Reader<S>) -> BTreeMap<Str
 /// Decodes every tensor of a TPDE file (CRCs checked) and writes a safetensors file,
 /// atomically (temporary file, then rename), chunk by chunk (see [`safetensors_out`]). A delta
 /// decodes against `base` if given, else against the chain its path hints name.
-pub fn unpack(input: &Path, base: Option<&Path>, output: &Path, bar: &ProgressBar) -> Result<UnpackReport, CliError> {
+pub fn unpack(input: &Path, base: Option<&Path>, output: &Path, bar: &dyn Progress) -> Result<UnpackReport, Error> {
     let start = Instant::now();
     let r = open_tpde(input, base)?;
     // A tensor stored `raw` in one run is written straight from the map, in one piece.
@@ -368,63 +396,27 @@ pub fn unpack(input: &Path, base: Option<&Path>, output: &Path, bar: &ProgressBa
     Ok(unpack_report(&r, start))
 }
 
-/// [`unpack`] through the GPU decoder: the file (and, for a delta, its chain of bases, or a
-/// `.safetensors` base uploaded as it is) decoded on the device, read back, and each tensor
-/// checked against its digest before it is written.
-pub fn unpack_gpu(
-    input: &Path,
-    base: Option<&Path>,
-    output: &Path,
-    bar: &ProgressBar,
-) -> Result<UnpackReport, CliError> {
-    let start = Instant::now();
-    let gpu = tpde_gpu::Gpu::new()?;
-    let r = Reader::open(input)?;
-    let base_path =
-        base.map(Path::to_path_buf).or_else(|| tpde_read::hinted_base_path(input, &r).filter(|p| p.is_file()));
-    let base_ck = match base_path {
-        None => None,
-        Some(p) if checkpoint::is_tpde(&p)? => Some(gpu.load_chain(&p)?),
-        Some(p) => {
-            let st = SafetensorsFile::open(&p)?;
-            let tensors = st
-                .tensors()
-                .map(|(name, dtype, shape, data)| gpu.upload(name, dtype, shape, data))
-                .collect::<Result<Vec<_>, _>>()?;
-            Some(tpde_gpu::DeviceCheckpoint::new(tpde_read::Base::content_digest(&st)?, tensors))
-        }
-    };
-    let ck = gpu.load(&r, base_ck.as_ref())?;
-    let on_device: HashMap<&str, _> = r.tensors().iter().map(|t| t.name.as_str()).zip(ck.tensors()).collect();
-    write_unpacked(
-        &r,
-        output,
-        bar,
-        |t| vec![t.byte_length],
-        |t| Ok(gpu.read_back_verified(on_device[t.name.as_str()], t)?),
-        |bytes, _, _| Ok(bytes),
-    )?;
-    Ok(unpack_report(&r, start))
-}
-
 /// Writes the tensors of `r` to a safetensors file, as [`safetensors_out::write`] does: each
 /// tensor in the pieces of `pieces(t)`, readied by `open` and produced by `piece`.
-fn write_unpacked<'r, T: Send + Sync>(
+pub fn write_unpacked<'r, T: Send + Sync>(
     r: &'r Reader,
     output: &Path,
-    bar: &ProgressBar,
+    bar: &dyn Progress,
     pieces: impl Fn(&TensorEntry) -> Vec<u64>,
-    open: impl Fn(&'r TensorEntry) -> Result<T, CliError> + Sync,
-    piece: impl for<'p> Fn(&'p T, usize, &'p mut Vec<u8>) -> Result<&'p [u8], CliError> + Sync,
-) -> Result<(), CliError> {
-    let too_large = |t: &TensorEntry| CliError::failed(format!("tensor {:?}: too large for this platform", t.name));
+    open: impl Fn(&'r TensorEntry) -> Result<T, Error> + Sync,
+    piece: impl for<'p> Fn(&'p T, usize, &'p mut Vec<u8>) -> Result<&'p [u8], Error> + Sync,
+) -> Result<(), Error> {
+    let too_large = |t: &TensorEntry| {
+        Error::new(ErrorKind::LimitExceeded, format!("tensor {:?}: too large for this platform", t.name))
+    };
     let entries = r
         .tensors()
         .iter()
         .map(|t| {
             let shape = t.shape.iter().map(|&d| usize::try_from(d)).collect::<Result<Vec<_>, _>>();
-            let shape = shape
-                .map_err(|_| CliError::failed(format!("tensor {:?}: shape does not fit this platform", t.name)))?;
+            let shape = shape.map_err(|_| {
+                Error::new(ErrorKind::LimitExceeded, format!("tensor {:?}: shape does not fit this platform", t.name))
+            })?;
             let len = usize::try_from(t.byte_length).map_err(|_| too_large(t))?;
             let pieces =
                 pieces(t).into_iter().map(usize::try_from).collect::<Result<_, _>>().map_err(|_| too_large(t))?;
@@ -436,7 +428,7 @@ fn write_unpacked<'r, T: Send + Sync>(
                 pieces,
             })
         })
-        .collect::<Result<Vec<_>, CliError>>()?;
+        .collect::<Result<Vec<_>, Error>>()?;
     bar.set_length(r.tensors().iter().map(|t| t.byte_length).sum());
     safetensors_out::write(
         output,
@@ -449,11 +441,12 @@ fn write_unpacked<'r, T: Send + Sync>(
             Ok(bytes)
         },
     )?;
-    bar.finish_and_clear();
+    bar.finish();
     Ok(())
 }
 
-fn unpack_report(r: &Reader, start: Instant) -> UnpackReport {
+/// The report of an unpack of `r` that started at `start`.
+pub fn unpack_report(r: &Reader, start: Instant) -> UnpackReport {
     UnpackReport {
         tensors: r.tensors().len() as u64,
         logical_bytes: r.tensors().iter().map(|t| t.byte_length).sum(),
@@ -463,7 +456,7 @@ fn unpack_report(r: &Reader, start: Instant) -> UnpackReport {
 
 /// Compares every tensor (name, dtype, shape, bytes) and the metadata map of two safetensors
 /// files; returns a description of the first difference.
-pub fn compare_safetensors(a: &Path, b: &Path) -> Result<Option<String>, CliError> {
+pub fn compare_safetensors(a: &Path, b: &Path) -> Result<Option<String>, Error> {
     let (fa, fb) = (SafetensorsFile::open(a)?, SafetensorsFile::open(b)?);
     let mut ta: Vec<_> = fa.tensors().collect();
     let mut tb: Vec<_> = fb.tensors().collect();
@@ -482,7 +475,7 @@ pub fn compare_safetensors(a: &Path, b: &Path) -> Result<Option<String>, CliErro
 }
 
 /// Which readers `pack` chooses codecs for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Profile {
     /// Any codec.
     Cpu,
@@ -492,9 +485,9 @@ pub enum Profile {
 
 /// Parses a codec name (`auto`, `raw`, `zstd` or any registered tag) into an encoder for
 /// `profile`; a codec the profile excludes is a usage error.
-pub fn encoder(codec: &str, level: Option<i32>, profile: Profile) -> Result<Encoder, CliError> {
+pub fn encoder(codec: &str, level: Option<i32>, profile: Profile) -> Result<Encoder, Error> {
     if level.is_some() && codec != "zstd" {
-        return Err(CliError::usage("--level applies to --codec zstd only"));
+        return Err(Error::usage("--level applies to --codec zstd only"));
     }
     let encoder = match codec {
         "auto" => Encoder::Auto,
@@ -504,13 +497,13 @@ pub fn encoder(codec: &str, level: Option<i32>, profile: Profile) -> Result<Enco
             let level = level.unwrap_or(3);
             let range = zstd::compression_level_range();
             if !range.contains(&level) {
-                return Err(CliError::usage(format!("--level {level} is outside zstd's {range:?}")));
+                return Err(Error::usage(format!("--level {level} is outside zstd's {range:?}")));
             }
             Encoder::Zstd { level }
         }
         other => CodecTag::from_name(other).map(Encoder::Codec).ok_or_else(|| {
             let names: Vec<&str> = CodecTag::ALL.iter().map(|t| t.name()).collect();
-            CliError::usage(format!("unknown codec {other:?}: expected auto, auto-serial, {}", names.join(", ")))
+            Error::usage(format!("unknown codec {other:?}: expected auto, auto-serial, {}", names.join(", ")))
         })?,
     };
     let gpu_ok = match encoder {
@@ -520,7 +513,7 @@ pub fn encoder(codec: &str, level: Option<i32>, profile: Profile) -> Result<Enco
     };
     if profile == Profile::Gpu && !gpu_ok {
         let names: Vec<&str> = CodecTag::ALL.iter().filter(|t| t.gpu_parallel()).map(|t| t.name()).collect();
-        return Err(CliError::usage(format!(
+        return Err(Error::usage(format!(
             "--profile gpu writes only codecs a GPU decodes in parallel: auto, {}; not {codec}",
             names.join(", ")
         )));
@@ -543,7 +536,7 @@ pub struct AgainstReport {
 
 /// Decodes `file` and compares it with `original`: bit-exact for a lossless file; for a lossy
 /// one every float element within the recorded τ (non-finite values and integers exact).
-pub fn verify_against(file: &Path, base: Option<&Path>, original: &Path) -> Result<AgainstReport, CliError> {
+pub fn verify_against(file: &Path, base: Option<&Path>, original: &Path) -> Result<AgainstReport, Error> {
     let r = open_tpde(file, base)?;
     let orig = SafetensorsFile::open(original)?;
     let bound = match r.metadata(KEY_MAX_ABS_ERROR) {
@@ -553,12 +546,20 @@ pub fn verify_against(file: &Path, base: Option<&Path>, original: &Path) -> Resu
     let mut rep = AgainstReport { bound, ..AgainstReport::default() };
     let names: std::collections::HashSet<&str> = orig.tensors().map(|t| t.0).collect();
     if let Some(extra) = r.tensors().iter().find(|t| !names.contains(t.name.as_str())) {
-        return Err(CliError::failed(format!("tensor {:?} is not in {}", extra.name, original.display())));
+        return Err(Error::new(
+            ErrorKind::ChecksumMismatch,
+            format!("tensor {:?} is not in {}", extra.name, original.display()),
+        ));
     }
     for (name, dtype, shape, want) in orig.tensors() {
-        let t = r.tensor(name).map_err(|_| CliError::failed(format!("tensor {name:?} is missing from the file")))?;
+        let t = r.tensor(name).map_err(|_| {
+            Error::new(ErrorKind::ChecksumMismatch, format!("tensor {name:?} is missing from the file"))
+        })?;
         if t.dtype != dtype || t.shape != shape {
-            return Err(CliError::failed(format!("tensor {name:?}: dtype or shape differs from the original")));
+            return Err(Error::new(
+                ErrorKind::ChecksumMismatch,
+                format!("tensor {name:?}: dtype or shape differs from the original"),
+            ));
         }
         let got = r.read_tensor(t)?;
         rep.tensors += 1;
@@ -573,13 +574,21 @@ pub fn verify_against(file: &Path, base: Option<&Path>, original: &Path) -> Resu
             }
             let (Some(x), Some(y), Some(tau)) = (lossy::element_value(dtype, a), lossy::element_value(dtype, b), bound)
             else {
-                return Err(CliError::failed(format!("tensor {name:?} element {i} differs and the file is lossless")));
+                let why = match bound {
+                    None => "the file is lossless",
+                    Some(_) => "it is not a float, and a lossy file keeps every integer exactly",
+                };
+                return Err(Error::new(
+                    ErrorKind::ChecksumMismatch,
+                    format!("tensor {name:?} element {i} differs, and {why}"),
+                ));
             };
             let err = (x - y).abs();
             if !(x.is_finite() && y.is_finite() && err <= tau) {
-                return Err(CliError::failed(format!(
-                    "tensor {name:?} element {i}: {x} decoded, {y} original, error {err} over the bound {tau}"
-                )));
+                return Err(Error::new(
+                    ErrorKind::ChecksumMismatch,
+                    format!("tensor {name:?} element {i}: {x} decoded, {y} original, error {err} over the bound {tau}"),
+                ));
             }
             rep.max_abs_error = rep.max_abs_error.max(err);
         }

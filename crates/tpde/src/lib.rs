@@ -1,0 +1,122 @@
+//! TPDE checkpoints in one dependency.
+//!
+//! This crate re-exports the format ([`format`]), the reader ([`read`]) and the writer
+//! ([`write`]), and holds what every front end needs on top of them: safetensors files in and out
+//! ([`convert`], [`safetensors_out`]), bases and chains of deltas ([`checkpoint`]), codec names
+//! ([`convert::encoder`]). The `tpde` command-line tools and the Python package are thin layers
+//! over it; a Rust program that embeds TPDE adds this crate alone.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod checkpoint;
+pub mod convert;
+pub mod safetensors_out;
+
+use std::fmt;
+
+pub use tpde_codec as codec;
+pub use tpde_format as format;
+pub use tpde_read as read;
+pub use tpde_write as write;
+
+pub use tpde_codec::Encoder;
+pub use tpde_format::{DType, ErrorKind, MetadataValue};
+pub use tpde_read::{Base, Reader};
+pub use tpde_write::{FileWriter, WriteOptions, Writer};
+
+/// Why an operation failed: a category to match on (the spec's error categories, plus
+/// `invalid-argument` for a caller's mistake) and a message that says where and what.
+#[derive(Clone, Debug)]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+    usage: bool,
+}
+
+impl Error {
+    /// A failure of category `kind`.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error { kind, message: message.into(), usage: false }
+    }
+
+    /// The caller asked for something that cannot be done as asked (a bad option or a
+    /// combination of them), before any file was read.
+    pub fn usage(message: impl Into<String>) -> Self {
+        Error { kind: ErrorKind::InvalidArgument, message: message.into(), usage: true }
+    }
+
+    /// The input is not what it claims to be (a damaged safetensors file, a duplicate name).
+    pub fn malformed(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Malformed, message)
+    }
+
+    /// The category.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// Whether the error is a misuse of options rather than a failure of the input or the
+    /// system (the CLI's exit code 2).
+    pub fn is_usage(&self) -> bool {
+        self.usage
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The same error with `context` (a path, a tensor) in front of its message.
+    pub fn context(mut self, context: impl fmt::Display) -> Self {
+        self.message = format!("{context}: {}", self.message);
+        self
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<tpde_read::ReadError> for Error {
+    fn from(e: tpde_read::ReadError) -> Self {
+        Error::new(e.kind(), e.to_string())
+    }
+}
+
+impl From<tpde_write::WriteError> for Error {
+    fn from(e: tpde_write::WriteError) -> Self {
+        Error::new(e.kind(), e.to_string())
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::new(ErrorKind::Io, e.to_string())
+    }
+}
+
+/// Progress of a long operation, in logical tensor bytes. The CLI draws a bar; other callers
+/// pass `&()` to ignore it.
+pub trait Progress: Sync {
+    /// The total, once known.
+    fn set_length(&self, _bytes: u64) {}
+    /// `bytes` more are done (called from any thread).
+    fn inc(&self, _bytes: u64) {}
+    /// The operation is over.
+    fn finish(&self) {}
+}
+
+impl Progress for () {}
+
+/// `stored / logical`, the share of the raw bytes a file keeps (1.0 for empty input).
+pub fn ratio(stored: u64, logical: u64) -> f64 {
+    if logical == 0 {
+        1.0
+    } else {
+        stored as f64 / logical as f64
+    }
+}
