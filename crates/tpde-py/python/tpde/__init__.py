@@ -1,0 +1,117 @@
+"""TPDE: neural-network checkpoints as keyframes and bit-exact temporal deltas.
+
+The API follows safetensors', so that existing code changes one import::
+
+    import tpde.torch
+    tpde.torch.save_file(model.state_dict(), "step1000.tpde")
+    tpde.torch.save_file(model.state_dict(), "step1100.tpde", base="step1000.tpde")  # a delta
+    tensors = tpde.torch.load_file("step1100.tpde")  # its base found through its path hint
+
+    with tpde.safe_open("step1100.tpde", framework="pt") as f:
+        w = f.get_slice("lm_head.weight")[:128]  # decodes only the chunks it needs
+
+``tpde.torch.Checkpointer`` writes a training loop's checkpoints as a chain of deltas.
+Everything is done by the Rust crates; this package converts types.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional, Union
+
+from . import _dtypes
+from ._tpde import TpdeError, __version__
+
+__all__ = ["TpdeError", "safe_open", "__version__"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+# TpdeError is raised by the extension with a `kind`; one made in Python gets one too.
+TpdeError.kind = "invalid-argument"
+
+
+def _file(path: PathLike, base: Optional[PathLike]):
+    from ._tpde import File
+
+    return File(os.fspath(path), None if base is None else os.fspath(base))
+
+
+class safe_open:
+    """An open `.tpde` file, as `safetensors.safe_open`.
+
+    ``framework`` is ``"pt"`` (torch tensors) or ``"np"`` (numpy arrays). ``base`` is the
+    checkpoint a delta decodes against (a ``.tpde`` or ``.safetensors`` path); without it a
+    delta's base is found through the path hint it records. Tensors stored ``raw`` come back
+    as read-only numpy views of the memory map (torch tensors are copied once, since torch has
+    no read-only tensors); others are decoded straight into the returned array.
+    """
+
+    def __init__(self, path: PathLike, framework: str = "pt", device: str = "cpu", base: Optional[PathLike] = None):
+        self._framework = _dtypes.framework(framework)
+        self._device = device
+        self._file = _file(path, base)
+
+    def __enter__(self) -> "safe_open":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._file = None
+
+    def _f(self):
+        if self._file is None:
+            raise TpdeError("the file is closed")
+        return self._file
+
+    def keys(self) -> List[str]:
+        """Tensor names, in the file's order."""
+        return self._f().keys()
+
+    def metadata(self) -> Dict[str, str]:
+        """The user's metadata (entries outside TPDE's reserved ``tpde.`` namespace)."""
+        return self._f().metadata()
+
+    def get_tensor(self, name: str):
+        """The whole tensor ``name``."""
+        dtype, shape = self._f().info(name)
+        flat = self._f().read(name)
+        return _dtypes.to_framework(flat, dtype, shape, self._framework, self._device)
+
+    def get_slice(self, name: str) -> "TensorSlice":
+        """A lazy view of tensor ``name``: index it to read part of it."""
+        return TensorSlice(self, name)
+
+
+class TensorSlice:
+    """A tensor not yet read. ``[...]`` with ints, slices (any step) and ``...`` reads only the
+    chunks that hold the selected elements."""
+
+    def __init__(self, f: safe_open, name: str):
+        self._open = f
+        self._name = name
+        self._dtype, self._shape = f._f().info(name)
+
+    def get_shape(self) -> List[int]:
+        return list(self._shape)
+
+    def get_dtype(self) -> str:
+        return self._dtype
+
+    def __getitem__(self, key: Any):
+        import numpy as np
+
+        sel = _dtypes.normalize_index(key, self._shape)
+        size = _dtypes.DTYPE_SIZE[self._dtype]
+        out_shape = [len(ix) for ix, keep in sel if keep]
+        if any(len(ix) == 0 for ix, _ in sel):
+            flat = np.zeros(0, dtype=np.uint8)
+            return _dtypes.to_framework(flat, self._dtype, out_shape, self._open._framework, self._open._device)
+        strides = _dtypes.row_major_strides(self._shape)
+        # The flat element offsets of every selected element, by broadcasting each axis's
+        # indices over the others.
+        offsets = np.zeros((), dtype=np.int64)
+        for (ix, _), stride in zip(sel, strides):
+            offsets = offsets[..., None] + np.asarray(ix, dtype=np.int64) * stride
+        lo, hi = int(offsets.min()), int(offsets.max()) + 1
+        raw = self._open._f().read_range(self._name, lo * size, hi * size)
+        elems = raw.view(_dtypes.STORAGE[size])[offsets - lo]
+        flat = np.ascontiguousarray(elems).reshape(-1).view(np.uint8)
+        return _dtypes.to_framework(flat, self._dtype, out_shape, self._open._framework, self._open._device)

@@ -1,0 +1,323 @@
+"""``tpde.torch.Checkpointer``: a training loop's checkpoints as a chain of keyframes and deltas.
+
+Layout of a checkpoint folder::
+
+    DIR/step-0000000100.tpde   one file per complete checkpoint, named by its step
+
+Each file holds the state's tensors under names that are their paths in the state
+(``model/encoder.weight``, ``optim/state/3/exp_avg``), so that a tensor's name is the same at
+every step and a delta finds its base tensor. The rest of the state (nesting, ints, floats,
+strings, lists, tuples, ``None``, the optimizer's ``param_groups``) is stored as JSON in the
+file's metadata under ``checkpoint.state`` (schema ``tpde-state/1``, below), never as pickle.
+
+Commit protocol: a checkpoint exists once its file has its final name, and a file gets its
+final name only whole (the writer writes an unnamed file, ``O_TMPFILE``, and links it into place
+after syncing it, then syncs the folder; where the filesystem has no unnamed files, a hidden
+``.partial`` file is renamed instead, and the partial files of writers that are gone are removed
+by the next writer). A save killed at any moment therefore leaves the folder as it was before
+it, or with the new checkpoint complete. Old checkpoints are deleted newest first, so that a
+kill during ``keep_last`` pruning never leaves a delta whose base is gone.
+
+``tpde-state/1``: a value is a JSON scalar (str, int, float, bool, null) or an object with one
+key: ``{"tensor": NAME}`` (a tensor stored under NAME; ``"device"`` may follow),
+``{"list": [...]}``, ``{"tuple": [...]}``, ``{"dict": [[KEY, VALUE], ...]}`` (KEY a JSON scalar:
+optimizer states are keyed by int), ``{"float": "nan" | "inf" | "-inf"}``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+from . import _dtypes, _tpde
+
+SCHEMA = "tpde-state/1"
+_NAME = re.compile(r"^step-(\d{10})\.tpde$")
+
+
+def _file_name(step: int) -> str:
+    return f"step-{step:010d}.tpde"
+
+
+class _Flattener:
+    """Turns a nested state into (JSON tree, tensors by name)."""
+
+    def __init__(self) -> None:
+        self.tensors: Dict[str, torch.Tensor] = {}
+        self.exact: List[str] = []
+        # Tensors already seen, by storage and view: a tensor met twice (tied weights) is
+        # stored once and restored as one tensor.
+        self._seen: Dict[Tuple, str] = {}
+
+    def value(self, v: Any, path: str) -> Any:
+        if isinstance(v, torch.Tensor):
+            return self._tensor(v, path)
+        if v is None or isinstance(v, (bool, str)):
+            return v
+        if isinstance(v, int):
+            return int(v)
+        if isinstance(v, float):
+            return v if math.isfinite(v) else {"float": repr(v)}
+        if isinstance(v, dict):
+            items = []
+            for k, x in v.items():
+                if not (k is None or isinstance(k, (bool, int, float, str))):
+                    raise TypeError(f"{path or 'state'}: dict key {k!r} of type {type(k).__name__} cannot be saved")
+                items.append([k, self.value(x, f"{path}/{k}" if path else str(k))])
+            return {"dict": items}
+        if isinstance(v, (list, tuple)):
+            out = [self.value(x, f"{path}/{i}") for i, x in enumerate(v)]
+            return {"tuple": out} if isinstance(v, tuple) else {"list": out}
+        raise TypeError(
+            f"{path or 'state'}: a {type(v).__name__} cannot be saved (tensors, dicts, lists, tuples, "
+            "str, int, float, bool and None can)"
+        )
+
+    def _tensor(self, t: torch.Tensor, path: str) -> Dict[str, Any]:
+        key = (t.device, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+        name = self._seen.get(key) if t.numel() > 0 else None
+        if name is None:
+            name = path
+            n = 1
+            while name in self.tensors:  # a key with a "/" in it could repeat a path
+                n += 1
+                name = f"{path}#{n}"
+            self.tensors[name] = t
+            self._seen[key] = name
+            # An optimizer's step counter stays exact in a lossy checkpoint.
+            if path.rsplit("/", 1)[-1] == "step" or not (t.is_floating_point()):
+                self.exact.append(name)
+        node: Dict[str, Any] = {"tensor": name}
+        if t.device.type != "cpu":
+            node["device"] = str(t.device)
+        return node
+
+
+def _unflatten(node: Any, tensors: Dict[str, torch.Tensor], map_location: Any) -> Any:
+    if not isinstance(node, dict):
+        return node
+    (kind, v), *rest = node.items()
+    if kind == "tensor":
+        t = tensors[v]
+        if map_location is None:
+            device = node.get("device", "cpu")
+            return t if device == "cpu" else t.to(device)
+        return t if str(map_location) == "cpu" else t.to(map_location)
+    if kind == "dict":
+        return {k: _unflatten(x, tensors, map_location) for k, x in v}
+    if kind == "list":
+        return [_unflatten(x, tensors, map_location) for x in v]
+    if kind == "tuple":
+        return tuple(_unflatten(x, tensors, map_location) for x in v)
+    if kind == "float":
+        return float(v)
+    raise _tpde.TpdeError(f"checkpoint state: unknown node {kind!r} (schema {SCHEMA})")
+
+
+class Checkpointer:
+    """Saves and restores a training state (any nesting of dicts, lists and tuples of tensors
+    and plain values) in ``directory``, one ``.tpde`` file per step.
+
+    Every ``keyframe_every``-th checkpoint is a keyframe; the others are deltas against the
+    checkpoint before (so a restore decodes at most ``keyframe_every`` files). ``keep_last``
+    keeps that many checkpoints (and the files they need as bases). ``async_save`` returns from
+    ``save`` once the tensors are copied, and encodes and writes on a background thread.
+    ``max_abs_error`` makes deltas lossy within that bound for floating-point tensors (integer
+    tensors and optimizer step counters stay exact); it is recorded in each file.
+    """
+
+    def __init__(
+        self,
+        directory: Any,
+        keyframe_every: int = 10,
+        keep_last: Optional[int] = None,
+        async_save: bool = False,
+        max_abs_error: Optional[float] = None,
+        codec: str = "auto",
+    ):
+        if keyframe_every < 1:
+            raise _tpde.TpdeError("keyframe_every must be at least 1")
+        if keep_last is not None and keep_last < 1:
+            raise _tpde.TpdeError("keep_last must be at least 1 (or None to keep all)")
+        if max_abs_error is not None and not (math.isfinite(max_abs_error) and max_abs_error >= 0):
+            raise _tpde.TpdeError("max_abs_error must be a finite number >= 0")
+        self.directory = os.fspath(directory)
+        self.keyframe_every = keyframe_every
+        self.keep_last = keep_last
+        self.async_save = async_save
+        self.max_abs_error = max_abs_error
+        self.codec = codec
+        os.makedirs(self.directory, exist_ok=True)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tpde-save") if async_save else None
+        self._pending: Optional[Future] = None
+        # Host copies of the last async save's tensors, reused when the next has the same layout.
+        self._buffers: Dict[str, torch.Tensor] = {}
+        self._lock = threading.Lock()
+
+    # -- listing -----------------------------------------------------------------------------
+
+    def steps(self) -> List[int]:
+        """The steps of the complete checkpoints in the folder, ascending."""
+        out = []
+        for name in os.listdir(self.directory):
+            m = _NAME.match(name)
+            if m:
+                out.append(int(m.group(1)))
+        return sorted(out)
+
+    def latest(self) -> Optional[int]:
+        """The newest complete checkpoint's step, or None."""
+        steps = self.steps()
+        return steps[-1] if steps else None
+
+    def path(self, step: int) -> str:
+        """The file of the checkpoint of ``step``."""
+        return os.path.join(self.directory, _file_name(step))
+
+    # -- saving ------------------------------------------------------------------------------
+
+    def save(self, step: int, state: Any) -> None:
+        """Saves ``state`` as the checkpoint of ``step`` (an int ≥ 0, above every saved step).
+        With ``async_save`` this returns once the tensors are copied; an error of an earlier
+        asynchronous save is raised here."""
+        step = int(step)
+        if not 0 <= step < 10**10:
+            raise _tpde.TpdeError(f"step must be in 0..10^10, not {step}")
+        self.wait()
+        latest = self.latest()
+        if latest is not None and step <= latest:
+            raise _tpde.TpdeError(f"step {step} is not after the latest checkpoint, step {latest}")
+        flat = _Flattener()
+        tree = flat.value(state, "")
+        if self._pool is None:
+            self._write(step, tree, flat.tensors, flat.exact)
+            return
+        snapshot = self._snapshot(flat.tensors)
+        self._pending = self._pool.submit(self._write, step, tree, snapshot, flat.exact)
+
+    def wait(self) -> None:
+        """Blocks until every pending asynchronous save is on disk; raises its error if it failed."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def _snapshot(self, tensors: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """CPU copies of ``tensors`` as they are now, into buffers reused from the last save."""
+        out = {}
+        for name, t in tensors.items():
+            buf = self._buffers.get(name)
+            if buf is None or buf.shape != t.shape or buf.dtype != t.dtype:
+                buf = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=t.is_cuda)
+                self._buffers[name] = buf
+            buf.copy_(t.detach(), non_blocking=t.is_cuda)
+            out[name] = buf
+        if any(t.is_cuda for t in tensors.values()):
+            torch.cuda.synchronize()
+        for name in set(self._buffers) - set(tensors):
+            del self._buffers[name]
+        return out
+
+    def _base_of_next(self) -> Tuple[Optional[int], int]:
+        """(base step, depth in its chain) for the next checkpoint: the latest checkpoint, or
+        None for a keyframe."""
+        latest = self.latest()
+        if latest is None or self.keyframe_every == 1:
+            return None, 0
+        meta = _tpde.File(self.path(latest), None).metadata()
+        depth = int(meta.get("checkpoint.depth", "0")) + 1
+        if depth >= self.keyframe_every:
+            return None, 0
+        return latest, depth
+
+    def _write(self, step: int, tree: Any, tensors: Dict[str, torch.Tensor], exact: List[str]) -> None:
+        with self._lock:
+            base, depth = self._base_of_next()
+            metadata = {
+                "checkpoint.format": SCHEMA,
+                "checkpoint.step": str(step),
+                "checkpoint.depth": str(depth),
+                "checkpoint.state": json.dumps(tree, separators=(",", ":")),
+            }
+            if base is not None:
+                metadata["checkpoint.base_step"] = str(base)
+            items = []
+            for name, t in tensors.items():
+                dtype, shape, data = _dtypes.from_torch(name, t)
+                items.append((name, dtype, shape, data))
+            _tpde.save(
+                self.path(step),
+                items,
+                metadata=metadata,
+                base=None if base is None else self.path(base),
+                codec=self.codec,
+                max_abs_error=self.max_abs_error if base is not None else None,
+                exact=set(exact),
+            )
+            self._prune()
+
+    def _prune(self) -> None:
+        if self.keep_last is None:
+            return
+        steps = self.steps()
+        keep = set(steps[-self.keep_last :])
+        # Every kept checkpoint needs its chain of bases.
+        for s in list(keep):
+            while True:
+                base = _tpde.File(self.path(s), None).metadata().get("checkpoint.base_step")
+                if base is None:
+                    break
+                s = int(base)
+                keep.add(s)
+        # Newest first: a delta goes before its base, so no remaining file loses its base.
+        for s in sorted(set(steps) - keep, reverse=True):
+            try:
+                os.remove(self.path(s))
+            except FileNotFoundError:
+                pass
+
+    # -- loading -----------------------------------------------------------------------------
+
+    def load(self, step: Optional[int] = None, map_location: Any = "cpu") -> Any:
+        """The state saved at ``step`` (default: the latest), tensors bit-exact. Tensors go to
+        ``map_location`` (None: the device they were saved from)."""
+        self.wait()
+        if step is None:
+            step = self.latest()
+            if step is None:
+                raise _tpde.TpdeError(f"{self.directory}: no checkpoint")
+        path = self.path(step)
+        if not os.path.exists(path):
+            err = _tpde.TpdeError(f"{path}: no checkpoint of step {step}")
+            err.kind = "not-found"
+            raise err
+        f = _tpde.File(path, None)
+        meta = f.metadata()
+        if meta.get("checkpoint.format") != SCHEMA:
+            err = _tpde.TpdeError(f"{path}: not a Checkpointer file (no {SCHEMA} state in its metadata)")
+            err.kind = "malformed"
+            raise err
+        tensors = {}
+        for name in f.keys():
+            dtype, shape = f.info(name)
+            tensors[name] = _dtypes.to_framework(f.read(name), dtype, shape, "pt")
+        return _unflatten(json.loads(meta["checkpoint.state"]), tensors, map_location)
+
+    def close(self) -> None:
+        """Waits for pending saves and stops the background thread."""
+        try:
+            self.wait()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+
+    def __enter__(self) -> "Checkpointer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

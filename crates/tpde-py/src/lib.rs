@@ -1,0 +1,253 @@
+//! `tpde._tpde`, the extension module under the Python package `tpde`.
+//!
+//! A thin layer over the `tpde` crate: it converts between Python and Rust types, releases the
+//! GIL around every read, decode, encode and write, and maps [`tpde::Error`] to
+//! `tpde.TpdeError` with the error's category as `kind`. Tensors cross as flat `uint8` numpy
+//! arrays; the Python modules give them their dtype and shape (numpy, ml_dtypes, torch).
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use numpy::ndarray::ArrayView1;
+use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1, PyUntypedArrayMethods};
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+use tpde::checkpoint::{open_base, open_tpde};
+use tpde::convert::{self, PackJob, TensorRef};
+use tpde::format::digest::to_hex;
+use tpde::format::metadata::RESERVED_PREFIX;
+use tpde::format::TensorEntry;
+use tpde::{DType, ErrorKind, Reader, WriteOptions};
+
+create_exception!(tpde, TpdeError, PyException, "A TPDE operation failed; `kind` is the error's category.");
+
+/// The Python exception for a TPDE error: `TpdeError(message)` with `kind` set.
+fn py_err(e: tpde::Error) -> PyErr {
+    Python::attach(|py| {
+        let err = TpdeError::new_err(e.to_string());
+        let value = err.value(py);
+        // Setting an attribute on a fresh exception instance cannot fail.
+        let _ = value.setattr("kind", e.kind().as_str());
+        err
+    })
+}
+
+fn invalid(message: impl Into<String>) -> PyErr {
+    py_err(tpde::Error::new(ErrorKind::InvalidArgument, message))
+}
+
+/// An open `.tpde` file (with its base attached, for a delta): the object behind
+/// `tpde.safe_open`. Arrays that view its memory map keep it alive.
+#[pyclass(frozen, module = "tpde._tpde")]
+struct File {
+    reader: Arc<Reader>,
+}
+
+impl File {
+    fn entry(&self, name: &str) -> PyResult<&TensorEntry> {
+        self.reader.tensor(name).map_err(|e| py_err(e.into()))
+    }
+}
+
+#[pymethods]
+impl File {
+    /// Opens `path`; a delta is attached to `base` if given, else to the base its path hint
+    /// names (which may be missing: reading a delta tensor then fails with `base-missing`).
+    #[new]
+    #[pyo3(signature = (path, base=None))]
+    fn new(py: Python<'_>, path: PathBuf, base: Option<PathBuf>) -> PyResult<Self> {
+        let reader = py.detach(|| open_tpde(&path, base.as_deref())).map_err(py_err)?;
+        Ok(File { reader: Arc::new(reader) })
+    }
+
+    /// Tensor names, in the file's order.
+    fn keys(&self) -> Vec<String> {
+        self.reader.tensors().iter().map(|t| t.name.clone()).collect()
+    }
+
+    /// The user's metadata: every entry outside the reserved `tpde.` namespace, as strings.
+    fn metadata(&self) -> BTreeMap<String, String> {
+        convert::safetensors_metadata(&self.reader)
+    }
+
+    /// Every metadata entry, reserved ones included, as strings.
+    fn all_metadata(&self) -> BTreeMap<String, String> {
+        self.reader.directory().metadata.iter().map(|m| (m.key.clone(), m.value.to_string())).collect()
+    }
+
+    /// `(dtype name, shape)` of a tensor.
+    fn info(&self, name: &str) -> PyResult<(&'static str, Vec<u64>)> {
+        let t = self.entry(name)?;
+        Ok((t.dtype.name(), t.shape.clone()))
+    }
+
+    /// Whether the file is a delta (needs a base).
+    fn is_delta(&self) -> bool {
+        self.reader.directory().base.is_some()
+    }
+
+    /// The hex content digest of what the file decodes to.
+    fn content_digest(&self) -> String {
+        to_hex(&self.reader.content_digest())
+    }
+
+    /// Bytes of the file, and stored (compressed) bytes of its tensors.
+    fn sizes(&self) -> (u64, u64) {
+        (self.reader.file_len(), self.reader.tensors().iter().map(|t| t.stored_length()).sum())
+    }
+
+    /// Checks every CRC and digest (decoding every tensor).
+    fn verify(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.reader.verify().map(|_| ())).map_err(|e| py_err(e.into()))
+    }
+
+    /// A tensor's bytes as a flat `uint8` array: a read-only view of the memory map when it is
+    /// stored `raw` (no copy), else decoded straight into a new array.
+    fn read<'py>(slf: &Bound<'py, Self>, name: &str) -> PyResult<Bound<'py, PyArray1<u8>>> {
+        let this = slf.get();
+        let t = this.entry(name)?;
+        if this.reader.is_zero_copy(t) {
+            let bytes = slf.py().detach(|| this.reader.read_tensor(t)).map_err(|e| py_err(e.into()))?;
+            let view = ArrayView1::from(&bytes[..]);
+            // SAFETY: `bytes` borrows the memory map owned by `this.reader`, which lives as
+            // long as `slf`; the array holds `slf` as its base object, so the map outlives it,
+            // and a map never moves. The array is made read-only before Python sees it.
+            let array = unsafe { PyArray1::borrow_from_array(&view, slf.clone().into_any()) };
+            array.readwrite().make_nonwriteable();
+            return Ok(array);
+        }
+        let len = usize::try_from(t.byte_length).map_err(|_| invalid(format!("tensor {name:?}: too large")))?;
+        let array = PyArray1::<u8>::zeros(slf.py(), len, false);
+        {
+            let mut rw = array.readwrite();
+            let out = rw.as_slice_mut().expect("a new array is contiguous");
+            slf.py().detach(|| this.reader.read_into(t, out)).map_err(|e| py_err(e.into()))?;
+        }
+        Ok(array)
+    }
+
+    /// Bytes `start..end` of a tensor, decoding only the chunks that cover them.
+    fn read_range<'py>(slf: &Bound<'py, Self>, name: &str, start: u64, end: u64) -> PyResult<Bound<'py, PyArray1<u8>>> {
+        let this = slf.get();
+        let t = this.entry(name)?;
+        if start > end || end > t.byte_length {
+            return Err(invalid(format!("tensor {name:?}: byte range {start}..{end} outside 0..{}", t.byte_length)));
+        }
+        let array = PyArray1::<u8>::zeros(slf.py(), (end - start) as usize, false);
+        {
+            let mut rw = array.readwrite();
+            let out = rw.as_slice_mut().expect("a new array is contiguous");
+            slf.py().detach(|| read_range(&this.reader, t, start, out)).map_err(py_err)?;
+        }
+        Ok(array)
+    }
+}
+
+/// Decodes the chunks of `t` that overlap `start..start + out.len()` into `out`.
+fn read_range(r: &Reader, t: &TensorEntry, start: u64, out: &mut [u8]) -> Result<(), tpde::Error> {
+    let end = start + out.len() as u64;
+    let chunks = r.tensor_chunks(t)?;
+    let mut buf = Vec::new();
+    let mut offset = 0u64;
+    for (i, c) in t.chunks.iter().enumerate() {
+        let (lo, hi) = (offset, offset + c.decoded_length);
+        offset = hi;
+        if hi <= start || lo >= end {
+            continue;
+        }
+        // Validation bounds a chunk's decoded length (MAX_CHUNK_DECODED_LEN).
+        buf.resize(c.decoded_length as usize, 0);
+        chunks.decode_into(i, &mut buf)?;
+        let (from, to) = (lo.max(start), hi.min(end));
+        out[(from - start) as usize..(to - start) as usize]
+            .copy_from_slice(&buf[(from - lo) as usize..(to - lo) as usize]);
+    }
+    Ok(())
+}
+
+/// Writes tensors to `path` atomically. `tensors` is a list of `(name, dtype name, shape,
+/// flat uint8 array)`; `metadata` the user's string entries. With `base` (a `.tpde` or
+/// `.safetensors` path) the file is a delta against it; `max_abs_error` makes a delta lossy,
+/// except for the tensors named in `exact`. Returns a dict of what was written.
+#[pyfunction]
+#[pyo3(signature = (path, tensors, metadata=None, base=None, codec="auto", max_abs_error=None, exact=None))]
+#[allow(clippy::too_many_arguments)]
+fn save<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    tensors: Vec<(String, String, Vec<u64>, PyReadonlyArray1<'py, u8>)>,
+    metadata: Option<BTreeMap<String, String>>,
+    base: Option<PathBuf>,
+    codec: &str,
+    max_abs_error: Option<f64>,
+    exact: Option<HashSet<String>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let encoder = convert::encoder(codec, None, convert::Profile::Cpu).map_err(py_err)?;
+    if let Some(t) = max_abs_error {
+        if !(t.is_finite() && t >= 0.0) {
+            return Err(invalid("max_abs_error must be a finite number >= 0"));
+        }
+    }
+    let mut refs: Vec<(String, DType, Vec<u64>)> = Vec::with_capacity(tensors.len());
+    for (name, dtype, shape, data) in &tensors {
+        let dt = DType::from_name(dtype).ok_or_else(|| invalid(format!("tensor {name:?}: unknown dtype {dtype:?}")))?;
+        let elements = shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d));
+        let want = elements.and_then(|n| n.checked_mul(dt.size()));
+        if want != Some(data.len() as u64) {
+            return Err(invalid(format!("tensor {name:?}: {} bytes given for shape {shape:?} of {dtype}", data.len())));
+        }
+        refs.push((name.clone(), dt, shape.clone()));
+    }
+    let slices: Vec<&[u8]> = tensors
+        .iter()
+        .map(|t| t.3.as_slice().map_err(|_| invalid("tensor data must be contiguous")))
+        .collect::<PyResult<_>>()?;
+    let metadata: Vec<(String, String)> = metadata.unwrap_or_default().into_iter().collect();
+    let report = py
+        .detach(|| {
+            let base_ck = base.as_deref().map(open_base).transpose()?;
+            let list: Vec<TensorRef<'_>> =
+                refs.iter().zip(&slices).map(|((n, d, s), data)| (n.as_str(), *d, s.as_slice(), *data)).collect();
+            let job = PackJob {
+                options: WriteOptions { encoder, ..WriteOptions::default() },
+                base: base_ck.as_deref().zip(base.as_deref()).map(|(b, p)| (b, convert::path_hint(p, &path))),
+                max_abs_error,
+                exact: exact.unwrap_or_default(),
+                keep_reconstruction: false,
+            };
+            convert::pack_tensors(&list, &metadata, "python", &path, job, &()).map(|(r, _, _)| r)
+        })
+        .map_err(py_err)?;
+    let d = PyDict::new(py);
+    d.set_item("tensors", report.tensors)?;
+    d.set_item("delta_tensors", report.delta_tensors)?;
+    d.set_item("logical_bytes", report.logical_bytes)?;
+    d.set_item("stored_bytes", report.stored_bytes)?;
+    d.set_item("file_bytes", report.file_bytes)?;
+    d.set_item("content_digest", to_hex(&report.content_digest))?;
+    d.set_item("seconds", report.seconds)?;
+    Ok(d)
+}
+
+/// The spec's dtype names, in registry order: `(name, bytes per element)`.
+#[pyfunction]
+fn dtypes(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyTuple>>> {
+    DType::ALL
+        .iter()
+        .map(|d| PyTuple::new(py, [d.name().into_pyobject(py)?.into_any(), d.size().into_pyobject(py)?.into_any()]))
+        .collect()
+}
+
+#[pymodule]
+fn _tpde(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("RESERVED_PREFIX", RESERVED_PREFIX)?;
+    m.add("TpdeError", m.py().get_type::<TpdeError>())?;
+    m.add_class::<File>()?;
+    m.add_function(wrap_pyfunction!(save, m)?)?;
+    m.add_function(wrap_pyfunction!(dtypes, m)?)?;
+    Ok(())
+}

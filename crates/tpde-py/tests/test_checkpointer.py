@@ -1,0 +1,223 @@
+"""tpde.torch.Checkpointer: resume bit-exact, chains, async snapshots, pruning, crash safety."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+
+import tpde
+from tpde.torch import Checkpointer
+
+
+class TinyLM(torch.nn.Module):
+    """An embedding tied to the output layer, a LayerNorm, and a buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(64, 32)
+        self.hidden = torch.nn.Linear(32, 32)
+        self.norm = torch.nn.LayerNorm(32)
+        self.out = torch.nn.Linear(32, 64, bias=False)
+        self.out.weight = self.embed.weight  # tied
+        self.register_buffer("seen", torch.zeros((), dtype=torch.int64))
+
+    def forward(self, x):
+        self.seen += x.numel()
+        return self.out(self.norm(torch.tanh(self.hidden(self.embed(x)))))
+
+
+def make(seed=0):
+    torch.manual_seed(seed)
+    model = TinyLM()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1, amsgrad=True)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.7)
+    return model, opt, sched
+
+
+def train_step(model, opt, sched, step):
+    g = torch.Generator().manual_seed(1000 + step)  # the batch depends on the step only
+    x = torch.randint(0, 64, (8, 12), generator=g)
+    loss = torch.nn.functional.cross_entropy(model(x[:, :-1]).reshape(-1, 64), x[:, 1:].reshape(-1))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    sched.step()
+
+
+def state(model, opt, sched, step):
+    return {"model": model.state_dict(), "optim": opt.state_dict(), "sched": sched.state_dict(), "step": step,
+            "note": ["plain", 1.5, None, (2, "x")]}
+
+
+def bits(t):
+    return t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+@pytest.mark.parametrize("async_save", [False, True])
+def test_resume_is_bit_exact(tmp_path, async_save):
+    steps, every, resume_at = 12, 2, 6
+    model, opt, sched = make()
+    with Checkpointer(tmp_path / "ck", keyframe_every=3, async_save=async_save) as ck:
+        for s in range(1, steps + 1):
+            train_step(model, opt, sched, s)
+            if s % every == 0:
+                ck.save(s, state(model, opt, sched, s))
+        ck.wait()
+        assert ck.steps() == list(range(every, steps + 1, every))
+        assert ck.latest() == steps
+        restored = ck.load(resume_at)
+    uninterrupted = {k: bits(v) for k, v in model.state_dict().items()}
+
+    model2, opt2, sched2 = make(seed=99)  # different initial weights: everything must come from the file
+    model2.load_state_dict(restored["model"])
+    opt2.load_state_dict(restored["optim"])
+    sched2.load_state_dict(restored["sched"])
+    assert restored["step"] == resume_at and restored["note"] == ["plain", 1.5, None, (2, "x")]
+    assert model2.out.weight is model2.embed.weight
+    for s in range(resume_at + 1, steps + 1):
+        train_step(model2, opt2, sched2, s)
+    resumed = {k: bits(v) for k, v in model2.state_dict().items()}
+    assert resumed == uninterrupted
+    assert sched2.get_last_lr() == sched.get_last_lr()
+
+
+def test_chain_layout_and_structure(tmp_path):
+    model, opt, sched = make()
+    ck = Checkpointer(tmp_path, keyframe_every=3)
+    for s in range(1, 8):
+        train_step(model, opt, sched, s)
+        ck.save(s, state(model, opt, sched, s))
+    depths = [tpde.safe_open(ck.path(s), "np").metadata()["checkpoint.depth"] for s in ck.steps()]
+    assert depths == ["0", "1", "2", "0", "1", "2", "0"]
+    raw = tpde.safe_open(ck.path(5), "np")
+    # The tied weight is stored once, under its first path; the optimizer keys by int.
+    assert "model/embed.weight" in raw.keys() and "model/out.weight" not in raw.keys()
+    st = ck.load(5)
+    assert st["model"]["out.weight"] is st["model"]["embed.weight"]
+    assert set(st["optim"]["state"]) == set(range(len(opt.param_groups[0]["params"])))
+    assert st["optim"]["param_groups"][0]["betas"] == (0.9, 0.999)
+    # A delta is smaller than its keyframe.
+    assert os.path.getsize(ck.path(5)) < os.path.getsize(ck.path(4))
+
+
+def test_tensors_added_removed_reshaped(tmp_path):
+    ck = Checkpointer(tmp_path, keyframe_every=5)
+    a = {"w": torch.randn(50, 20), "gone": torch.ones(3), "shape": torch.zeros(4, 4)}
+    b = {"w": a["w"] + 1e-3, "new": torch.arange(7), "shape": torch.ones(2, 8)}
+    ck.save(1, a)
+    ck.save(2, b)
+    back = ck.load(2)
+    assert set(back) == set(b)
+    for k in b:
+        assert bits(back[k]) == bits(b[k]) and back[k].shape == b[k].shape
+
+
+def test_async_save_keeps_the_values_at_call_time(tmp_path):
+    w = torch.zeros(2000, 500)
+    with Checkpointer(tmp_path, async_save=True) as ck:
+        for s in range(1, 4):
+            w.fill_(float(s))
+            ck.save(s, {"w": w})
+            w.fill_(-1.0)  # training goes on and changes the tensor at once
+        ck.wait()
+        for s in range(1, 4):
+            assert torch.all(ck.load(s)["w"] == float(s))
+
+
+def test_async_error_surfaces_on_the_next_call(tmp_path):
+    ck = Checkpointer(tmp_path / "ck", async_save=True)
+    ck.save(1, {"w": torch.ones(10)})
+    ck.wait()
+    os.remove(ck.path(1))  # the next delta's base is gone while the save runs
+    os.makedirs(ck.path(1))  # ...and its name is a folder: opening it fails
+    ck.save(2, {"w": torch.ones(10)})
+    with pytest.raises(tpde.TpdeError):
+        ck.wait()
+
+
+def test_keep_last_keeps_the_bases_it_needs(tmp_path):
+    ck = Checkpointer(tmp_path, keyframe_every=4, keep_last=2)
+    for s in range(1, 11):
+        ck.save(s, {"w": torch.full((100,), float(s))})
+        kept = ck.steps()
+        # Every kept checkpoint still loads, so its whole chain is there.
+        for k in kept:
+            assert torch.all(ck.load(k)["w"] == float(k))
+    # Keyframes at steps 1, 5 and 9; 10 is a delta on 9, so the last two need nothing older.
+    assert kept == [9, 10]
+    assert not [n for n in os.listdir(tmp_path) if not n.startswith("step-")]
+
+
+def test_lossy_checkpoints_keep_the_bound_and_exact_counters(tmp_path):
+    model, opt, sched = make()
+    ck = Checkpointer(tmp_path, keyframe_every=10, max_abs_error=1e-4)
+    originals = {}
+    for s in range(1, 5):
+        train_step(model, opt, sched, s)
+        st = state(model, opt, sched, s)
+        ck.save(s, st)
+        originals[s] = {k: v.clone() for k, v in model.state_dict().items() if v.is_floating_point()}
+        originals[s]["step"] = opt.state_dict()["state"][0]["step"].clone()
+    for s in range(1, 5):
+        back = ck.load(s)
+        for k, v in originals[s].items():
+            if k == "step":
+                assert bits(back["optim"]["state"][0]["step"]) == bits(v)  # counters exact
+                continue
+            assert (back["model"][k].double() - v.double()).abs().max() <= 1e-4  # closed loop: no drift
+    meta = tpde.safe_open(ck.path(3), "np")._f().all_metadata()
+    assert float(meta["tpde.max_abs_error"]) == 1e-4
+
+
+def test_rejects_what_it_cannot_store(tmp_path):
+    ck = Checkpointer(tmp_path)
+    with pytest.raises(TypeError, match="fn: a function cannot be saved"):
+        ck.save(1, {"fn": lambda x: x})
+    ck.save(2, {"w": torch.ones(1)})
+    with pytest.raises(tpde.TpdeError, match="not after"):
+        ck.save(2, {"w": torch.ones(1)})
+    with pytest.raises(tpde.TpdeError) as e:
+        ck.load(7)
+    assert e.value.kind == "not-found"
+
+
+SAVER = textwrap.dedent(
+    """
+    import sys, torch
+    from tpde.torch import Checkpointer
+    ck = Checkpointer(sys.argv[1], keyframe_every=3, keep_last=4)
+    start = (ck.latest() or 0) + 1
+    w = torch.randn(3_000_000)  # 12 MB: a save takes long enough to be killed inside
+    for s in range(start, start + 1000):
+        w[:: (s % 7) + 2] += 1e-3
+        ck.save(s, {"w": w, "step": s})
+        print(s, flush=True)
+    """
+)
+
+
+def test_sigkill_during_save_leaves_a_loadable_folder(tmp_path):
+    folder = tmp_path / "ck"
+    script = tmp_path / "saver.py"
+    script.write_text(SAVER)
+    seen = set()
+    # Each run is killed a different time after its first save finished (importing torch takes
+    # seconds), so the kill lands at different moments of the saves that follow.
+    for delay in [0.0, 0.04, 0.11, 0.23, 0.37, 0.6]:
+        p = subprocess.Popen([sys.executable, str(script), str(folder)], stdout=subprocess.PIPE, text=True)
+        assert p.stdout.readline(), "the saver died before its first save"
+        time.sleep(delay)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        ck = Checkpointer(folder)
+        steps = ck.steps()
+        seen.update(steps)
+        for s in steps:  # every listed step loads, and is the state of that step
+            assert ck.load(s)["step"] == s
+        junk = [n for n in os.listdir(folder) if not n.startswith("step-")]
+        assert not junk, f"a killed save left {junk}"
+    assert len(seen) > 6, "the runs should have saved several steps between them"
