@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: what `.ci/run` runs, and what a developer runs before pushing.
-# Works on a fresh machine: it installs what it needs (a Vulkan driver, cargo-fuzz) itself.
+# Works on a fresh machine: it installs what it needs (a Vulkan driver, cargo-fuzz, a Python
+# virtualenv with maturin, torch and pytest) itself.
 #   FUZZ_SECONDS  seconds per fuzz target (default 60; 0 skips fuzzing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +30,24 @@ cargo run --release --locked --bin tpde -- conformance conformance --quiet --gpu
 
 step "demo, as a user runs it"
 cargo run --release --locked --bin tpde -- demo | tail -n 6
+
+step "Python package: build into a virtualenv (target/pyenv, reused), then pytest"
+venv=target/pyenv
+reqs=crates/tpde-py/requirements-test.txt
+if ! cmp -s "$reqs" "$venv/requirements.installed"; then
+  rm -rf "$venv"
+  if ! python3 -m venv "$venv" 2>/dev/null; then
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo=sudo
+    $sudo apt-get update -qq
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv python3-pip >/dev/null
+    python3 -m venv "$venv"
+  fi
+  "$venv/bin/pip" install -q -r "$reqs"
+  cp "$reqs" "$venv/requirements.installed"
+fi
+VIRTUAL_ENV="$PWD/$venv" "$venv/bin/maturin" develop --release --locked -q -m crates/tpde-py/Cargo.toml
+"$venv/bin/python" -m pytest -q -p no:cacheprovider crates/tpde-py/tests
 
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 if [ "$FUZZ_SECONDS" -gt 0 ]; then
