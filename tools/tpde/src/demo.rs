@@ -127,3 +127,132 @@ pub fn workdir(dir: Option<PathBuf>) -> Result<(PathBuf, Option<tempfile::TempDi
         }
     }
 }
+
+/// A tiny language model the demo really trains: each byte of text predicts the next through
+/// an embedding (256 × `width`) and an output matrix (`width` × 256), with AdamW, as a training
+/// loop would. Its checkpoints (weights, both AdamW moments, the step) are what TPDE is for: a
+/// series of states a few steps apart.
+pub struct TinyModel {
+    width: usize,
+    /// Embedding, then output matrix, row-major; each parameter with its AdamW moments.
+    params: [Vec<f32>; 2],
+    exp_avg: [Vec<f32>; 2],
+    exp_avg_sq: [Vec<f32>; 2],
+    step: u64,
+}
+
+impl TinyModel {
+    /// A model of the given width, weights ~ N(0, 0.02) from `seed`.
+    pub fn new(width: usize, seed: u64) -> Self {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let init = Normal::new(0.0f32, 0.02).expect("valid");
+        let mut draw = |n: usize| (0..n).map(|_| init.sample(&mut rng)).collect::<Vec<f32>>();
+        let params = [draw(256 * width), draw(width * 256)];
+        let zeros = [vec![0.0; 256 * width], vec![0.0; width * 256]];
+        TinyModel { width, params, exp_avg: zeros.clone(), exp_avg_sq: zeros, step: 0 }
+    }
+
+    /// One AdamW step (lr 3e-3, betas 0.9/0.999, weight decay 0.01) on `batch` (current byte,
+    /// next byte) pairs; returns the batch's mean cross-entropy in nats.
+    pub fn train_step(&mut self, batch: &[(u8, u8)]) -> f32 {
+        let w = self.width;
+        let mut grads = [vec![0.0f32; 256 * w], vec![0.0f32; w * 256]];
+        let mut loss = 0.0;
+        for &(x, y) in batch {
+            let e = &self.params[0][x as usize * w..(x as usize + 1) * w];
+            let mut logits = [0.0f32; 256];
+            for (k, ek) in e.iter().enumerate() {
+                for (l, o) in logits.iter_mut().zip(&self.params[1][k * 256..(k + 1) * 256]) {
+                    *l += ek * o;
+                }
+            }
+            let max = logits.iter().cloned().fold(f32::MIN, f32::max);
+            let sum: f32 = logits.iter().map(|l| (l - max).exp()).sum();
+            loss += sum.ln() + max - logits[y as usize];
+            // d loss / d logits = softmax - onehot.
+            let mut d: Vec<f32> = logits.iter().map(|l| (l - max).exp() / sum).collect();
+            d[y as usize] -= 1.0;
+            for k in 0..w {
+                let row = &self.params[1][k * 256..(k + 1) * 256];
+                grads[0][x as usize * w + k] += row.iter().zip(&d).map(|(o, g)| o * g).sum::<f32>();
+                for (g, dj) in grads[1][k * 256..(k + 1) * 256].iter_mut().zip(&d) {
+                    *g += e[k] * dj;
+                }
+            }
+        }
+        self.step += 1;
+        let (lr, b1, b2, eps, wd) = (3e-3f32, 0.9f32, 0.999f32, 1e-8f32, 0.01f32);
+        let (c1, c2) = (1.0 - b1.powi(self.step as i32), 1.0 - b2.powi(self.step as i32));
+        let n = batch.len() as f32;
+        for i in 0..2 {
+            for (((p, m), v), g) in
+                self.params[i].iter_mut().zip(&mut self.exp_avg[i]).zip(&mut self.exp_avg_sq[i]).zip(&grads[i])
+            {
+                let g = g / n;
+                *m = b1 * *m + (1.0 - b1) * g;
+                *v = b2 * *v + (1.0 - b2) * g * g;
+                *p = *p * (1.0 - lr * wd) - lr * (*m / c1) / ((*v / c2).sqrt() + eps);
+            }
+        }
+        loss / n
+    }
+
+    /// Writes the training state as a safetensors file; returns its logical byte count.
+    pub fn save(&self, path: &Path) -> Result<u64, CliError> {
+        let w = self.width;
+        let shapes = [vec![256, w], vec![w, 256]];
+        let names = ["embed.weight", "out.weight"];
+        let mut tensors: Vec<(String, Owned)> = Vec::new();
+        for i in 0..2 {
+            let t = |data: &[f32]| Owned {
+                dtype: Dtype::F32,
+                shape: shapes[i].clone(),
+                data: f32_bytes(data.iter().copied()),
+            };
+            tensors.push((format!("model.{}", names[i]), t(&self.params[i])));
+            tensors.push((format!("optimizer.exp_avg.{}", names[i]), t(&self.exp_avg[i])));
+            tensors.push((format!("optimizer.exp_avg_sq.{}", names[i]), t(&self.exp_avg_sq[i])));
+        }
+        let step = Owned { dtype: Dtype::I64, shape: vec![], data: (self.step as i64).to_le_bytes().to_vec() };
+        tensors.push(("optimizer.step".into(), step));
+        let logical = tensors.iter().map(|(_, t)| t.data.len() as u64).sum();
+        let meta = HashMap::from([("step".to_string(), self.step.to_string())]);
+        safetensors::serialize_to_file(tensors.iter().map(|(n, t)| (n.as_str(), t)), Some(meta), path)
+            .map_err(|e| CliError::failed(format!("{}: {e}", path.display())))?;
+        Ok(logical)
+    }
+}
+
+/// The text the demo model learns from: TPDE's own specification.
+pub const TRAINING_TEXT: &str = include_str!("../../../spec/tpde-v1.md");
+
+/// Trains a [`TinyModel`] for `steps` steps on [`TRAINING_TEXT`] (batches of 256 byte pairs
+/// drawn from `seed`), saving `DIR/stepNNNNNN.safetensors` every `every` steps. Returns each
+/// checkpoint's (step, loss at that step, path, logical bytes).
+pub fn train_checkpoints(
+    dir: &Path,
+    width: usize,
+    steps: u64,
+    every: u64,
+    seed: u64,
+) -> Result<Vec<(u64, f32, PathBuf, u64)>, CliError> {
+    let text = TRAINING_TEXT.as_bytes();
+    let mut model = TinyModel::new(width, seed);
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x7064_6500);
+    let mut out = Vec::new();
+    for step in 1..=steps {
+        let batch: Vec<(u8, u8)> = (0..256)
+            .map(|_| {
+                let i = rng.gen_range(0..text.len() - 1);
+                (text[i], text[i + 1])
+            })
+            .collect();
+        let loss = model.train_step(&batch);
+        if step % every == 0 {
+            let path = dir.join(format!("step{step:06}.safetensors"));
+            let logical = model.save(&path)?;
+            out.push((step, loss, path, logical));
+        }
+    }
+    Ok(out)
+}
