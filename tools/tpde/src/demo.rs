@@ -184,10 +184,9 @@ impl TinyModel {
         let (lr, b1, b2, eps, wd) = (3e-3f32, 0.9f32, 0.999f32, 1e-8f32, 0.01f32);
         let (c1, c2) = (1.0 - b1.powi(self.step as i32), 1.0 - b2.powi(self.step as i32));
         let n = batch.len() as f32;
-        for i in 0..2 {
-            for (((p, m), v), g) in
-                self.params[i].iter_mut().zip(&mut self.exp_avg[i]).zip(&mut self.exp_avg_sq[i]).zip(&grads[i])
-            {
+        let (params, moments) = (self.params.iter_mut(), self.exp_avg.iter_mut().zip(self.exp_avg_sq.iter_mut()));
+        for ((param, (exp_avg, exp_avg_sq)), grad) in params.zip(moments).zip(&grads) {
+            for (((p, m), v), g) in param.iter_mut().zip(exp_avg.iter_mut()).zip(exp_avg_sq.iter_mut()).zip(grad) {
                 let g = g / n;
                 *m = b1 * *m + (1.0 - b1) * g;
                 *v = b2 * *v + (1.0 - b2) * g * g;
