@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Dict, Iterable, Optional
 
-from . import _dtypes, _tpde
+from . import _tpde
 from . import safe_open
 
 
