@@ -15,7 +15,7 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
-use tpde::checkpoint::{open_base, open_tpde};
+use tpde::checkpoint::{open_base, open_tpde, read_range};
 use tpde::convert::{self, PackJob, TensorRef};
 use tpde::format::digest::to_hex;
 use tpde::format::metadata::RESERVED_PREFIX;
@@ -144,28 +144,6 @@ impl File {
         }
         Ok(array)
     }
-}
-
-/// Decodes the chunks of `t` that overlap `start..start + out.len()` into `out`.
-fn read_range(r: &Reader, t: &TensorEntry, start: u64, out: &mut [u8]) -> Result<(), tpde::Error> {
-    let end = start + out.len() as u64;
-    let chunks = r.tensor_chunks(t)?;
-    let mut buf = Vec::new();
-    let mut offset = 0u64;
-    for (i, c) in t.chunks.iter().enumerate() {
-        let (lo, hi) = (offset, offset + c.decoded_length);
-        offset = hi;
-        if hi <= start || lo >= end {
-            continue;
-        }
-        // Validation bounds a chunk's decoded length (MAX_CHUNK_DECODED_LEN).
-        buf.resize(c.decoded_length as usize, 0);
-        chunks.decode_into(i, &mut buf)?;
-        let (from, to) = (lo.max(start), hi.min(end));
-        out[(from - start) as usize..(to - start) as usize]
-            .copy_from_slice(&buf[(from - lo) as usize..(to - lo) as usize]);
-    }
-    Ok(())
 }
 
 /// Writes tensors to `path` atomically. `tensors` is a list of `(name, dtype name, shape,
