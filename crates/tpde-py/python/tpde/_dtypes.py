@@ -2,6 +2,7 @@
 between flat uint8 arrays (what the extension reads and writes) and typed arrays."""
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Any, List, Sequence, Tuple
 
@@ -44,7 +45,9 @@ def framework(name: str) -> str:
     raise TpdeError(f'framework must be "pt" or "np", not {name!r}')
 
 
+@functools.lru_cache(maxsize=None)
 def torch_dtypes():
+    """The torch dtype of each TPDE dtype name (built once: torch is imported lazily)."""
     import torch
 
     return {
@@ -64,6 +67,11 @@ def torch_dtypes():
         "f8_e4m3": torch.float8_e4m3fn,
         "f8_e5m2": torch.float8_e5m2,
     }
+
+
+@functools.lru_cache(maxsize=None)
+def torch_dtype_names():
+    return {v: k for k, v in torch_dtypes().items()}
 
 
 def to_framework(flat: np.ndarray, dtype: str, shape: Sequence[int], fw: str, device: str = "cpu") -> Any:
@@ -102,7 +110,7 @@ def from_torch(name: str, t: Any) -> Tuple[str, List[int], np.ndarray]:
     a contiguous CPU tensor, else a contiguous CPU copy."""
     import torch
 
-    names = {v: k for k, v in torch_dtypes().items()}
+    names = torch_dtype_names()
     if t.dtype not in names:
         raise TpdeError(f"tensor {name!r}: torch dtype {t.dtype} has no TPDE dtype")
     if t.is_sparse or t.layout != torch.strided:
