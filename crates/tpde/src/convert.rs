@@ -257,17 +257,32 @@ fn add_batch(w: &mut FileWriter, batch: &[Pending<'_>], report: &mut PackReport)
     Ok(())
 }
 
-/// The path hint to record for `base` in a file written at `output`: the base's file name when
-/// both are in one folder, its absolute path otherwise.
+/// The path hint to record for `base` in a file written at `output`: the base's path relative
+/// to the output's folder (`base.tpde`, `../step-100/rank-0.tpde`), so that a folder of
+/// checkpoints copied elsewhere keeps its chains; the absolute path when there is no relative
+/// one (another drive), or when either folder cannot be resolved.
 pub fn path_hint(base: &Path, output: &Path) -> String {
     let dir_of = |p: &Path| {
         let d = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
         d.canonicalize().ok()
     };
-    match (dir_of(base), dir_of(output), base.file_name()) {
-        (Some(a), Some(b), Some(name)) if a == b => name.to_string_lossy().into_owned(),
-        _ => base.canonicalize().unwrap_or_else(|_| base.to_path_buf()).display().to_string(),
+    let absolute = || base.canonicalize().unwrap_or_else(|_| base.to_path_buf()).display().to_string();
+    let (Some(from), Some(to), Some(name)) = (dir_of(output), dir_of(base), base.file_name()) else {
+        return absolute();
+    };
+    let (mut a, mut b) = (from.components().peekable(), to.components().peekable());
+    if a.peek() != b.peek() {
+        return absolute(); // no common root
     }
+    while a.peek().is_some() && a.peek() == b.peek() {
+        a.next();
+        b.next();
+    }
+    let mut rel = std::path::PathBuf::new();
+    a.for_each(|_| rel.push(".."));
+    b.for_each(|c| rel.push(c));
+    rel.push(name);
+    rel.display().to_string()
 }
 
 /// What `pack-series` did, file by file.
@@ -594,4 +609,27 @@ pub fn verify_against(file: &Path, base: Option<&Path>, original: &Path) -> Resu
         }
     }
     Ok(rep)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::path_hint;
+    use std::fs;
+
+    #[test]
+    fn path_hints_are_relative_to_the_output_folder() {
+        let root = tempfile::tempdir().unwrap();
+        let (a, b) = (root.path().join("step-1"), root.path().join("step-2/deep"));
+        fs::create_dir_all(&a).unwrap();
+        fs::create_dir_all(&b).unwrap();
+        let base = a.join("rank-0.tpde");
+        fs::write(&base, b"").unwrap();
+        assert_eq!(path_hint(&base, &a.join("next.tpde")), "rank-0.tpde");
+        let up = path_hint(&base, &b.join("rank-0.tpde"));
+        assert_eq!(std::path::Path::new(&up), std::path::Path::new("../../step-1/rank-0.tpde"));
+        // A hint resolves from the output's folder to the base.
+        assert_eq!(b.join(&up).canonicalize().unwrap(), base.canonicalize().unwrap());
+        let down = path_hint(&b.join("x.tpde"), &root.path().join("y.tpde"));
+        assert_eq!(std::path::Path::new(&down), std::path::Path::new("step-2/deep/x.tpde"));
+    }
 }

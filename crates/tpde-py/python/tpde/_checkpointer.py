@@ -36,6 +36,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from . import _dtypes, _tpde
+from ._errors import error
 
 SCHEMA = "tpde-state/1"
 _NAME = re.compile(r"^step-(\d{10})\.tpde$")
@@ -293,15 +294,11 @@ class Checkpointer:
                 raise _tpde.TpdeError(f"{self.directory}: no checkpoint")
         path = self.path(step)
         if not os.path.exists(path):
-            err = _tpde.TpdeError(f"{path}: no checkpoint of step {step}")
-            err.kind = "not-found"
-            raise err
+            raise error("not-found", f"{path}: no checkpoint of step {step}")
         f = _tpde.File(path, None)
         meta = f.metadata()
         if meta.get("checkpoint.format") != SCHEMA:
-            err = _tpde.TpdeError(f"{path}: not a Checkpointer file (no {SCHEMA} state in its metadata)")
-            err.kind = "malformed"
-            raise err
+            raise error("malformed", f"{path}: not a Checkpointer file (no {SCHEMA} state in its metadata)")
         tensors = {}
         for name in f.keys():
             dtype, shape = f.info(name)

@@ -9,8 +9,8 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 
 from typing import Any, Dict, Optional
 
-from . import _dtypes, _files
-from ._checkpointer import Checkpointer
+from .. import _dtypes, _files
+from .._checkpointer import Checkpointer
 
 __all__ = ["save_file", "load_file", "Checkpointer"]
 

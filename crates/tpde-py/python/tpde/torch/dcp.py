@@ -1,0 +1,383 @@
+"""TPDE as a storage backend of ``torch.distributed.checkpoint`` (DCP)::
+
+    import torch.distributed.checkpoint as dcp
+    from tpde.torch.dcp import TpdeStorageWriter, TpdeStorageReader
+
+    dcp.save(state_dict, storage_writer=TpdeStorageWriter("ckpt/step-200", base="ckpt/step-100"))
+    dcp.load(state_dict, storage_reader=TpdeStorageReader("ckpt/step-200"))
+
+DCP plans the save (which rank writes which shard, one copy of each replicated tensor) and the
+load (which part of which stored shard each rank needs, for any world size); this module stores
+what it plans. Layout of a checkpoint folder::
+
+    DIR/rank-00000.tpde   one file per rank with something to write: its tensor shards and
+    DIR/rank-00001.tpde   DCP's byte items (pickled Python values), as TPDE tensors
+    DIR/.metadata         DCP's Metadata (pickled, as FileSystemWriter writes it), written last
+
+Names in a rank file: a tensor shard is ``FQN@O0,O1,...`` (its offsets in the whole tensor), a
+byte item ``FQN`` (uint8). ``Metadata.storage_data`` maps each item's ``MetadataIndex`` to the
+tuple ``(file, name, file's content digest)``: plain values, so that the metadata unpickles
+without this module's classes.
+
+Deltas: with ``base=`` (an earlier checkpoint folder written by this writer), each rank's file is
+a delta against the base file that holds most of the same shards (same FQN, offsets and shape),
+found through the base's metadata. A shard in no such place (moved to another rank, resharded to
+another world size) is stored as keyframe chunks inside the delta file: smaller savings, never a
+wrong answer. Base files are named by relative path hints, so a folder of checkpoints can move.
+
+Commit: the folder is a checkpoint once ``.metadata`` exists. The coordinator removes an
+earlier ``.metadata`` before any rank writes (``prepare_global_plan``) and writes the new one
+atomically in ``finish``, after every rank's file is complete; the reader also checks each rank
+file's content digest against the metadata. A save that dies part way therefore leaves a folder
+``TpdeStorageReader`` refuses, never a mix of two saves.
+"""
+from __future__ import annotations
+
+import dataclasses
+import io
+import math
+import os
+import pickle
+import uuid
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex, StorageMeta
+from torch.distributed.checkpoint.planner import (
+    LoadItemType,
+    LoadPlan,
+    LoadPlanner,
+    SavePlan,
+    SavePlanner,
+    WriteItem,
+    WriteItemType,
+)
+from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
+from torch.futures import Future
+
+from .. import _dtypes, _tpde
+from .._errors import error
+
+__all__ = ["TpdeStorageWriter", "TpdeStorageReader", "METADATA_FILE", "FORMAT"]
+
+METADATA_FILE = ".metadata"
+FORMAT = "tpde-dcp/1"
+# The DCP metadata version this writer produces (FileSystemWriter's of the same torch).
+_DCP_VERSION = "1.0.0"
+
+
+def _rank_file(i: int) -> str:
+    return f"rank-{i:05d}.tpde"
+
+
+def _item_name(index: MetadataIndex) -> str:
+    """A write item's tensor name in its rank file: the same for the same shard at every save,
+    so that a delta finds its base tensor."""
+    if index.offset is None:
+        return index.fqn
+    return f"{index.fqn}@{','.join(str(o) for o in index.offset)}"
+
+
+def _read_metadata(path: str, role: str) -> Metadata:
+    """The committed DCP metadata of checkpoint folder ``path``, checked to be this module's."""
+    file = os.path.join(path, METADATA_FILE)
+    missing = "base-missing" if role == "base" else "not-found"
+    if not os.path.isdir(path):
+        raise error(missing, f"{path}: no such checkpoint folder")
+    try:
+        with open(file, "rb") as f:
+            metadata = pickle.load(f)
+    except FileNotFoundError:
+        raise error(
+            missing, f"{path}: not a complete checkpoint (no {METADATA_FILE}: its save did not finish)"
+        ) from None
+    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError) as e:
+        raise error("malformed", f"{file}: unreadable DCP metadata ({e})") from None
+    wrong = "base-mismatch" if role == "base" else "malformed"
+    if not isinstance(metadata, Metadata) or not isinstance(metadata.storage_data, dict):
+        raise error(wrong, f"{file}: not DCP metadata")
+    for v in metadata.storage_data.values():
+        if not (isinstance(v, tuple) and len(v) == 3 and all(isinstance(x, str) for x in v)):
+            raise error(
+                wrong,
+                f"{path}: not a TPDE checkpoint (its metadata was written by another storage writer, "
+                "e.g. FileSystemWriter)",
+            )
+    return metadata
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    """Writes ``path`` whole or not at all: a synced temporary file renamed into place, then the
+    folder synced so that the rename survives a power loss."""
+    folder = os.path.dirname(path) or "."
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.{uuid.uuid4().hex[:8]}.partial")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    _sync_folder(folder)
+
+
+def _sync_folder(folder: str) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class TpdeStorageWriter(StorageWriter):
+    """Writes a DCP checkpoint into folder ``path``: one ``.tpde`` file per rank, deltas against
+    the checkpoint folder ``base`` if given (see the module's documentation).
+
+    ``codec`` is the TPDE codec (default: the writer's choice per chunk). ``max_abs_error`` makes
+    the floating-point shards of a delta lossy within that bound (byte items, integer tensors and
+    optimizer step counters stay exact); it is recorded in each file. ``metadata`` (str to str) is
+    stored in every rank file.
+    """
+
+    def __init__(
+        self,
+        path: Any,
+        base: Any = None,
+        *,
+        codec: str = "auto",
+        max_abs_error: Optional[float] = None,
+        metadata: Optional[Dict[str, str]] = None,
+    ) -> None:
+        super().__init__()
+        self.path = os.fspath(path)
+        self.base = None if base is None else os.fspath(base)
+        self.codec = codec
+        if max_abs_error is not None and not (math.isfinite(max_abs_error) and max_abs_error >= 0):
+            raise error("invalid-argument", "max_abs_error must be a finite number >= 0")
+        if max_abs_error is not None and base is None:
+            raise error("invalid-argument", "max_abs_error drops changes against a base: it needs base=")
+        self.max_abs_error = max_abs_error
+        self.metadata = dict(metadata or {})
+        self._base_metadata: Optional[Metadata] = None
+        if self.base is not None:
+            self._check_base_path()
+            self._base_metadata = _read_metadata(self.base, "base")
+        self.rank: Optional[int] = None
+        self.is_coordinator = False
+        self.save_id = uuid.uuid4().hex
+
+    def _check_base_path(self) -> None:
+        if os.path.exists(self.path) and os.path.exists(self.base) and os.path.samefile(self.path, self.base):
+            raise error("invalid-argument", f"{self.path}: a checkpoint cannot be its own base")
+
+    @property
+    def checkpoint_id(self) -> str:
+        return self.path
+
+    def reset(self, checkpoint_id: Any = None) -> None:
+        if checkpoint_id:
+            self.path = os.fspath(checkpoint_id)
+            if self.base is not None:
+                self._check_base_path()
+        self.save_id = uuid.uuid4().hex
+
+    def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
+        self.is_coordinator = is_coordinator
+        self.rank = kwargs.get("rank")
+        if not kwargs.get("use_collectives", True):
+            raise error("invalid-argument", "TpdeStorageWriter needs DCP's collectives (use_collectives=True)")
+
+    def storage_meta(self) -> StorageMeta:
+        return StorageMeta(checkpoint_id=self.path, save_id=self.save_id)
+
+    def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
+        os.makedirs(self.path, exist_ok=True)
+        return plan
+
+    def prepare_global_plan(self, plans: List[SavePlan]) -> List[SavePlan]:
+        # The coordinator runs this before any rank writes: withdrawing an earlier checkpoint's
+        # metadata makes a save into a used folder all or nothing.
+        old = os.path.join(self.path, METADATA_FILE)
+        if os.path.exists(old):
+            os.remove(old)
+            _sync_folder(self.path)
+        return [dataclasses.replace(p, storage_data=_rank_file(i)) for i, p in enumerate(plans)]
+
+    def _base_file(self, items: List[WriteItem]) -> Optional[str]:
+        """The base checkpoint's file that holds most of ``items``' bytes, or None."""
+        if self._base_metadata is None:
+            return None
+        held: Dict[str, int] = {}
+        for item in items:
+            stored = self._base_metadata.storage_data.get(item.index)
+            if stored is not None and stored[1] == _item_name(item.index):
+                held[stored[0]] = held.get(stored[0], 0) + (item.tensor_storage_size() or 0)
+        if not held:
+            return None
+        file = max(sorted(held), key=held.__getitem__)
+        path = os.path.join(self.base, file)
+        digest = next(v[2] for v in self._base_metadata.storage_data.values() if v[0] == file)
+        if not os.path.isfile(path):
+            raise error("base-missing", f"{path}: the base checkpoint's file is missing")
+        actual = _tpde.File(path, None).content_digest()
+        if actual != digest:
+            raise error(
+                "base-mismatch",
+                f"{path}: content digest {actual} is not the {digest} the base's metadata records",
+            )
+        return path
+
+    def write_data(self, plan: SavePlan, planner: SavePlanner) -> "Future[List[WriteResult]]":
+        file = plan.storage_data
+        tensors: List[Tuple[str, str, List[int], np.ndarray]] = []
+        exact = set()
+        sizes = []
+        for item in plan.items:
+            name = _item_name(item.index)
+            data = planner.resolve_data(item)
+            if item.type == WriteItemType.BYTE_IO:
+                raw = np.frombuffer(data.getvalue(), dtype=np.uint8)
+                tensors.append((name, "u8", [raw.size], raw))
+                exact.add(name)
+                sizes.append(raw.size)
+            else:
+                dtype, shape, flat = _dtypes.from_torch(name, data)
+                tensors.append((name, dtype, shape, flat))
+                if not data.is_floating_point() or item.index.fqn.rsplit(".", 1)[-1] == "step":
+                    exact.add(name)
+                sizes.append(flat.size)
+        results: List[WriteResult] = []
+        if tensors:
+            base = self._base_file(plan.items)
+            metadata = {**self.metadata, "dcp.format": FORMAT}
+            report = _tpde.save(
+                os.path.join(self.path, file),
+                tensors,
+                metadata=metadata,
+                base=base,
+                codec=self.codec,
+                max_abs_error=self.max_abs_error if base is not None else None,
+                exact=exact,
+            )
+            digest = report["content_digest"]
+            for item, (name, *_), size in zip(plan.items, tensors, sizes):
+                results.append(WriteResult(index=item.index, size_in_bytes=size, storage_data=(file, name, digest)))
+        fut: Future = Future()
+        fut.set_result(results)
+        return fut
+
+    def finish(self, metadata: Metadata, results: List[List[WriteResult]]) -> None:
+        metadata.version = _DCP_VERSION
+        metadata.storage_data = {r.index: r.storage_data for rank in results for r in rank}
+        metadata.storage_meta = self.storage_meta()
+        _write_atomically(os.path.join(self.path, METADATA_FILE), pickle.dumps(metadata))
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
+        return isinstance(checkpoint_id, (str, os.PathLike)) and "://" not in os.fspath(checkpoint_id)
+
+
+class TpdeStorageReader(StorageReader):
+    """Reads a checkpoint folder written by ``TpdeStorageWriter``, with any world size: each
+    rank decodes only the chunks of the stored shards that cover the parts it loads. A delta's
+    base files are found through their path hints."""
+
+    def __init__(self, path: Any) -> None:
+        super().__init__()
+        self.path = os.fspath(path)
+        self.storage_data: Dict[MetadataIndex, Tuple[str, str, str]] = {}
+        self.load_id = uuid.uuid4().hex
+        # Read now, so that a folder that is no checkpoint fails here with its TpdeError: inside
+        # dcp.load, torch turns a storage reader's metadata error into an AssertionError.
+        self._metadata: Optional[Metadata] = _read_metadata(self.path, "checkpoint")
+
+    @property
+    def checkpoint_id(self) -> str:
+        return self.path
+
+    def reset(self, checkpoint_id: Any = None) -> None:
+        self.storage_data = {}
+        if checkpoint_id and os.fspath(checkpoint_id) != self.path:
+            self.path = os.fspath(checkpoint_id)
+            self._metadata = None
+        self.load_id = uuid.uuid4().hex
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        metadata = self._metadata or _read_metadata(self.path, "checkpoint")
+        self._metadata = None  # a later load reads the folder again
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+    def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
+        self.storage_data = metadata.storage_data
+
+    def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
+        return plan
+
+    def prepare_global_plan(self, plans: List[LoadPlan]) -> List[LoadPlan]:
+        return plans
+
+    def _open(self, file: str, digest: str) -> Any:
+        path = os.path.join(self.path, file)
+        if not os.path.isfile(path):
+            raise error("not-found", f"{path}: a file of the checkpoint is missing")
+        f = _tpde.File(path, None)
+        if f.content_digest() != digest:
+            raise error(
+                "checksum-mismatch",
+                f"{path}: content digest {f.content_digest()} is not the {digest} the checkpoint's "
+                "metadata records (a file of another save)",
+            )
+        return f
+
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> "Future[None]":
+        files: Dict[str, Any] = {}
+        for req in plan.items:
+            stored = self.storage_data.get(req.storage_index)
+            if stored is None:
+                raise error("not-found", f"{self.path}: no stored item {req.storage_index}")
+            file, name, digest = stored
+            f = files.get(file)
+            if f is None:
+                f = files[file] = self._open(file, digest)
+            if req.type == LoadItemType.BYTE_IO:
+                planner.load_bytes(req, io.BytesIO(f.read(name).tobytes()))
+                continue
+            part = _read_box(f, name, req.storage_offsets, req.lengths)
+            target = planner.resolve_tensor(req).detach()
+            if target.size() != part.size():
+                raise error(
+                    "malformed", f"{file}: {name} gives a {list(part.size())} part where {list(target.size())} is asked"
+                )
+            target.copy_(part)
+            planner.commit_tensor(req, target)
+        fut: Future = Future()
+        fut.set_result(None)
+        return fut
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
+        return isinstance(checkpoint_id, (str, os.PathLike)) and os.path.isfile(
+            os.path.join(os.fspath(checkpoint_id), METADATA_FILE)
+        )
+
+
+def _read_box(f: Any, name: str, offsets: Any, lengths: Any) -> torch.Tensor:
+    """The box ``offsets`` + ``lengths`` of stored tensor ``name``, decoding only the chunks that
+    hold its rows (a row-major tensor's box lies within the rows it spans)."""
+    dtype, shape = f.info(name)
+    if len(offsets) != len(shape) or any(o < 0 or o + n > s for o, n, s in zip(offsets, lengths, shape)):
+        raise error("malformed", f"{name}: box {list(offsets)}+{list(lengths)} is outside its shape {shape}")
+    if not shape:
+        return _dtypes.to_framework(f.read(name), dtype, shape, "pt")
+    row = math.prod(shape[1:]) * _dtypes.DTYPE_SIZE[dtype]
+    first, count = offsets[0], lengths[0]
+    raw = f.read_range(name, first * row, (first + count) * row)
+    rows = _dtypes.to_framework(raw, dtype, [count, *shape[1:]], "pt")
+    return rows[(slice(None),) + tuple(slice(o, o + n) for o, n in zip(offsets[1:], lengths[1:]))]
