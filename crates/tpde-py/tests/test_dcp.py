@@ -33,7 +33,7 @@ def run_job(tmp_path, world, expect_exit=0, **job):
         for r in range(world)
     ]
     try:
-        codes = [p.wait(timeout=240) for p in procs]
+        codes = [p.wait(timeout=120) for p in procs]
     finally:
         for p in procs:
             if p.poll() is None:
@@ -192,3 +192,19 @@ def test_a_box_read_decodes_the_right_elements(tmp_path):
     with pytest.raises(tpde.TpdeError) as e:
         _read_box(f, "t", (290, 0, 0), (20, 7, 11))
     assert e.value.kind == "malformed"
+
+
+@pytest.mark.parametrize("async_save", [False, True])
+def test_checkpointer_under_torch_distributed(tmp_path, async_save):
+    ck = tmp_path / "ck"
+    _, reports = run_job(tmp_path, 2, action="checkpointer", path=str(ck), versions=5, async_save=async_save)
+    for rep in reports:
+        assert rep["bad"] == [] and rep["steps"] == [400, 500], rep
+    # keyframe_every=3: steps 100 K, 200 D, 300 D, 400 K, 500 D; keep_last=2 keeps 400 and 500.
+    assert sorted(os.listdir(ck)) == ["step-0000000400", "step-0000000500"]
+    with tpde.safe_open(ck / "step-0000000500" / "rank-00001.tpde", "np") as f:
+        assert f._f().is_delta() and f.metadata()["checkpoint.base_step"] == "400"
+    with tpde.safe_open(ck / "step-0000000400" / "rank-00001.tpde", "np") as f:
+        assert not f._f().is_delta()
+    # Loaded by another world size, through DCP directly.
+    loads(tmp_path, 3, ck / "step-0000000500", 4)

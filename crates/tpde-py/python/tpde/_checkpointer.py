@@ -3,6 +3,9 @@
 Layout of a checkpoint folder::
 
     DIR/step-0000000100.tpde   one file per complete checkpoint, named by its step
+    DIR/step-0000000100/       or, under torch.distributed, one DCP checkpoint folder per step
+                               (tpde.torch.dcp: a .tpde file per rank, complete once its
+                               .metadata exists)
 
 Each file holds the state's tensors under names that are their paths in the state
 (``model/encoder.weight``, ``optim/state/3/exp_avg``), so that a tensor's name is the same at
@@ -28,7 +31,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import pickle
 import re
+import shutil
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
@@ -39,11 +44,19 @@ from . import _dtypes, _tpde
 from ._errors import error
 
 SCHEMA = "tpde-state/1"
-_NAME = re.compile(r"^step-(\d{10})\.tpde$")
+SCHEMA_DCP = "tpde-dcp-state/1"  # a step saved through DCP: the state's layout is DCP's metadata
+_NAME = re.compile(r"^step-(\d{10})(\.tpde)?$")
 
 
-def _file_name(step: int) -> str:
-    return f"step-{step:010d}.tpde"
+def _dcp():
+    """tpde.torch.dcp, imported only when used (it imports torch.distributed.checkpoint)."""
+    from .torch import dcp
+
+    return dcp
+
+
+def _file_name(step: int, distributed: bool = False) -> str:
+    return f"step-{step:010d}" if distributed else f"step-{step:010d}.tpde"
 
 
 class _Flattener:
@@ -131,6 +144,12 @@ class Checkpointer:
     ``save`` once the tensors are copied, and encodes and writes on a background thread.
     ``max_abs_error`` makes deltas lossy within that bound for floating-point tensors (integer
     tensors and optimizer step counters stay exact); it is recorded in each file.
+
+    Under ``torch.distributed`` (``process_group`` given, or a default group of more than one
+    rank) every rank calls ``save`` and ``load`` together, and each step is a DCP checkpoint
+    folder written through ``tpde.torch.dcp``: sharded states (FSDP, DTensor) are saved by
+    every rank at once, deltas included, and ``load(step, state=...)`` loads into ``state`` in
+    place (DCP resharding it to the current world size). Rank 0 decides the chain and prunes.
     """
 
     def __init__(
@@ -141,6 +160,7 @@ class Checkpointer:
         async_save: bool = False,
         max_abs_error: Optional[float] = None,
         codec: str = "auto",
+        process_group: Any = None,
     ):
         if keyframe_every < 1:
             raise _tpde.TpdeError("keyframe_every must be at least 1")
@@ -154,8 +174,24 @@ class Checkpointer:
         self.async_save = async_save
         self.max_abs_error = max_abs_error
         self.codec = codec
+        self.process_group = process_group
+        self.distributed = process_group is not None or (
+            torch.distributed.is_available()
+            and torch.distributed.is_initialized()
+            and torch.distributed.get_world_size() > 1
+        )
         os.makedirs(self.directory, exist_ok=True)
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tpde-save") if async_save else None
+        # The group the checkpoint's collectives run on. An asynchronous save runs them on a
+        # background thread, so it gets a group of its own (gloo: the staged state is on the
+        # CPU), lest they interleave with the training's collectives on the same group.
+        self._group = process_group
+        if self.distributed and async_save:
+            dist = torch.distributed
+            ranks = None if process_group is None else dist.get_process_group_ranks(process_group)
+            self._group = dist.new_group(ranks=ranks, backend="gloo")
+        self._pool = None if self.distributed else (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="tpde-save") if async_save else None
+        )
         self._pending: Optional[Future] = None
         # Host copies of the last async save's tensors, reused when the next has the same layout.
         self._buffers: Dict[str, torch.Tensor] = {}
@@ -168,7 +204,7 @@ class Checkpointer:
         out = []
         for name in os.listdir(self.directory):
             m = _NAME.match(name)
-            if m:
+            if m and (m.group(2) or os.path.isfile(os.path.join(self.directory, name, _dcp().METADATA_FILE))):
                 out.append(int(m.group(1)))
         return sorted(out)
 
@@ -178,8 +214,17 @@ class Checkpointer:
         return steps[-1] if steps else None
 
     def path(self, step: int) -> str:
-        """The file of the checkpoint of ``step``."""
-        return os.path.join(self.directory, _file_name(step))
+        """The file (under torch.distributed: the folder) of the checkpoint of ``step``."""
+        return os.path.join(self.directory, _file_name(step, self.distributed))
+
+    def _metadata(self, step: int) -> Dict[str, str]:
+        """The ``checkpoint.*`` metadata of a step's file (of a folder: its first rank file's)."""
+        path = self.path(step)
+        if self.distributed:
+            with open(os.path.join(path, _dcp().METADATA_FILE), "rb") as f:
+                files = {v[0] for v in pickle.load(f).storage_data.values()}
+            path = os.path.join(path, min(files))
+        return _tpde.File(path, None).metadata()
 
     # -- saving ------------------------------------------------------------------------------
 
@@ -191,6 +236,9 @@ class Checkpointer:
         if not 0 <= step < 10**10:
             raise _tpde.TpdeError(f"step must be in 0..10^10, not {step}")
         self.wait()
+        if self.distributed:
+            self._save_distributed(step, state)
+            return
         latest = self.latest()
         if latest is not None and step <= latest:
             raise _tpde.TpdeError(f"step {step} is not after the latest checkpoint, step {latest}")
@@ -207,6 +255,8 @@ class Checkpointer:
         pending, self._pending = self._pending, None
         if pending is not None:
             pending.result()
+            if self.distributed:
+                self._prune_distributed()
 
     def _snapshot(self, tensors: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         """CPU copies of ``tensors`` as they are now, into buffers reused from the last save."""
@@ -230,7 +280,7 @@ class Checkpointer:
         latest = self.latest()
         if latest is None or self.keyframe_every == 1:
             return None, 0
-        meta = _tpde.File(self.path(latest), None).metadata()
+        meta = self._metadata(latest)
         depth = int(meta.get("checkpoint.depth", "0")) + 1
         if depth >= self.keyframe_every:
             return None, 0
@@ -270,29 +320,86 @@ class Checkpointer:
         # Every kept checkpoint needs its chain of bases.
         for s in list(keep):
             while True:
-                base = _tpde.File(self.path(s), None).metadata().get("checkpoint.base_step")
+                base = self._metadata(s).get("checkpoint.base_step")
                 if base is None:
                     break
                 s = int(base)
                 keep.add(s)
         # Newest first: a delta goes before its base, so no remaining file loses its base.
         for s in sorted(set(steps) - keep, reverse=True):
+            path = self.path(s)
             try:
-                os.remove(self.path(s))
+                if self.distributed:
+                    # Uncommitted first: a folder being deleted is no longer a checkpoint.
+                    os.remove(os.path.join(path, _dcp().METADATA_FILE))
+                    shutil.rmtree(path)
+                else:
+                    os.remove(path)
             except FileNotFoundError:
                 pass
 
+    # -- under torch.distributed -------------------------------------------------------------
+
+    def _rank(self) -> int:
+        return torch.distributed.get_rank(self._group)
+
+    def _save_distributed(self, step: int, state: Any) -> None:
+        import torch.distributed.checkpoint as dcp
+
+        # Rank 0 decides the chain; every rank must use the same base.
+        plan: List[Any] = [None]
+        if self._rank() == 0:
+            latest = self.latest()
+            if latest is not None and step <= latest:
+                plan[0] = ("error", f"step {step} is not after the latest checkpoint, step {latest}")
+            else:
+                plan[0] = ("ok",) + self._base_of_next()
+        src = torch.distributed.get_global_rank(self._group, 0) if self._group is not None else 0
+        torch.distributed.broadcast_object_list(plan, src=src, group=self._group)
+        if plan[0][0] == "error":
+            raise _tpde.TpdeError(plan[0][1])
+        _, base, depth = plan[0]
+        metadata = {"checkpoint.format": SCHEMA_DCP, "checkpoint.step": str(step), "checkpoint.depth": str(depth)}
+        if base is not None:
+            metadata["checkpoint.base_step"] = str(base)
+        writer = _dcp().TpdeStorageWriter(
+            self.path(step),
+            base=None if base is None else self.path(base),
+            codec=self.codec,
+            max_abs_error=self.max_abs_error if base is not None else None,
+            metadata=metadata,
+        )
+        if self.async_save:
+            self._pending = dcp.async_save(state, storage_writer=writer, process_group=self._group)
+        else:
+            dcp.save(state, storage_writer=writer, process_group=self._group)
+            self._prune_distributed()
+
+    def _prune_distributed(self) -> None:
+        if self._rank() == 0:
+            self._prune()
+        torch.distributed.barrier(group=self._group)
+
     # -- loading -----------------------------------------------------------------------------
 
-    def load(self, step: Optional[int] = None, map_location: Any = "cpu") -> Any:
+    def load(self, step: Optional[int] = None, map_location: Any = "cpu", state: Any = None) -> Any:
         """The state saved at ``step`` (default: the latest), tensors bit-exact. Tensors go to
-        ``map_location`` (None: the device they were saved from)."""
+        ``map_location`` (None: the device they were saved from). Under torch.distributed, the
+        checkpoint is loaded into ``state`` (a state dict of the layout to load into, DTensors
+        as sharded now), which is returned."""
         self.wait()
         if step is None:
             step = self.latest()
             if step is None:
-                raise _tpde.TpdeError(f"{self.directory}: no checkpoint")
+                raise error("not-found", f"{self.directory}: no checkpoint")
         path = self.path(step)
+        if self.distributed:
+            import torch.distributed.checkpoint as dcp
+
+            if state is None:
+                raise error("invalid-argument", "under torch.distributed, load needs state= (the state dict to load into)")
+            dcp.load(state, storage_reader=_dcp().TpdeStorageReader(path), process_group=self._group)
+            return state
         if not os.path.exists(path):
             raise error("not-found", f"{path}: no checkpoint of step {step}")
         f = _tpde.File(path, None)
