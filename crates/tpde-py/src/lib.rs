@@ -16,10 +16,11 @@ use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use tpde::checkpoint::{open_base, open_tpde, read_range};
-use tpde::convert::{self, PackJob, TensorRef};
+use tpde::convert::{self, PackJob, PackReport, TensorRef};
 use tpde::format::digest::to_hex;
 use tpde::format::metadata::RESERVED_PREFIX;
 use tpde::format::TensorEntry;
+use tpde::sharded;
 use tpde::{DType, ErrorKind, Reader, WriteOptions};
 
 create_exception!(tpde, TpdeError, PyException, "A TPDE operation failed; `kind` is the error's category.");
@@ -199,6 +200,10 @@ fn save<'py>(
             convert::pack_tensors(&list, &metadata, "python", &path, job, &()).map(|(r, _, _)| r)
         })
         .map_err(py_err)?;
+    pack_report(py, &report)
+}
+
+fn pack_report<'py>(py: Python<'py>, report: &PackReport) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("tensors", report.tensors)?;
     d.set_item("delta_tensors", report.delta_tensors)?;
@@ -208,6 +213,44 @@ fn save<'py>(
     d.set_item("content_digest", to_hex(&report.content_digest))?;
     d.set_item("seconds", report.seconds)?;
     Ok(d)
+}
+
+/// `tpde pack`: a `.safetensors` file or a Hugging Face sharded folder into one `.tpde` file
+/// at `output`, a delta against `base` if given.
+#[pyfunction]
+#[pyo3(signature = (input, output, base=None, codec="auto", max_abs_error=None))]
+fn pack<'py>(
+    py: Python<'py>,
+    input: PathBuf,
+    output: PathBuf,
+    base: Option<PathBuf>,
+    codec: &str,
+    max_abs_error: Option<f64>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let encoder = convert::encoder(codec, None, convert::Profile::Cpu).map_err(py_err)?;
+    let report = py
+        .detach(|| {
+            let base_ck = base.as_deref().map(open_base).transpose()?;
+            let job = PackJob {
+                options: WriteOptions { encoder, ..WriteOptions::default() },
+                base: base_ck.as_deref().zip(base.as_deref()).map(|(b, p)| (b, convert::path_hint(p, &output))),
+                max_abs_error,
+                exact: Default::default(),
+                keep_reconstruction: false,
+            };
+            sharded::pack_file_or_folder(&input, &output, job, &())
+        })
+        .map_err(py_err)?;
+    pack_report(py, &report)
+}
+
+/// `tpde unpack`: a `.tpde` file into a `.safetensors` file, or, if it was packed from a
+/// sharded folder and `output` does not end in `.safetensors`, into that folder again.
+#[pyfunction]
+#[pyo3(signature = (input, output, base=None))]
+fn unpack(py: Python<'_>, input: PathBuf, output: PathBuf, base: Option<PathBuf>) -> PyResult<(u64, u64)> {
+    let r = py.detach(|| sharded::unpack_file_or_folder(&input, base.as_deref(), &output, &())).map_err(py_err)?;
+    Ok((r.tensors, r.logical_bytes))
 }
 
 /// The spec's dtype names, in registry order: `(name, bytes per element)`.
@@ -226,6 +269,8 @@ fn _tpde(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("TpdeError", m.py().get_type::<TpdeError>())?;
     m.add_class::<File>()?;
     m.add_function(wrap_pyfunction!(save, m)?)?;
+    m.add_function(wrap_pyfunction!(pack, m)?)?;
+    m.add_function(wrap_pyfunction!(unpack, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;
     Ok(())
 }

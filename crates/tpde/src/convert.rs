@@ -383,6 +383,22 @@ pub fn safetensors_metadata<S: tpde_read::Source>(r: &Reader<S>) -> BTreeMap<Str
 pub fn unpack(input: &Path, base: Option<&Path>, output: &Path, bar: &dyn Progress) -> Result<UnpackReport, Error> {
     let start = Instant::now();
     let r = open_tpde(input, base)?;
+    let all: Vec<usize> = (0..r.tensors().len()).collect();
+    bar.set_length(r.tensors().iter().map(|t| t.byte_length).sum());
+    unpack_tensors(&r, &all, &safetensors_metadata(&r), output, bar)?;
+    bar.finish();
+    Ok(unpack_report(&r, start))
+}
+
+/// Writes the tensors `select` (indices into `r.tensors()`) of an open file, with `metadata`,
+/// to the safetensors file `output`, decoding chunk by chunk.
+pub fn unpack_tensors(
+    r: &Reader,
+    select: &[usize],
+    metadata: &BTreeMap<String, String>,
+    output: &Path,
+    bar: &dyn Progress,
+) -> Result<(), Error> {
     // A tensor stored `raw` in one run is written straight from the map, in one piece.
     enum Opened<'r> {
         Whole(Cow<'r, [u8]>),
@@ -393,7 +409,9 @@ pub fn unpack(input: &Path, base: Option<&Path>, output: &Path, bar: &dyn Progre
         false => t.chunks.iter().map(|c| c.decoded_length).collect(),
     };
     write_unpacked(
-        &r,
+        r,
+        select,
+        metadata,
         output,
         bar,
         pieces,
@@ -407,14 +425,17 @@ pub fn unpack(input: &Path, base: Option<&Path>, output: &Path, bar: &dyn Progre
                 Ok(buf)
             }
         },
-    )?;
-    Ok(unpack_report(&r, start))
+    )
 }
 
-/// Writes the tensors of `r` to a safetensors file, as [`safetensors_out::write`] does: each
-/// tensor in the pieces of `pieces(t)`, readied by `open` and produced by `piece`.
+/// Writes the tensors `select` of `r` to a safetensors file with `metadata`, as
+/// [`safetensors_out::write`] does: each tensor in the pieces of `pieces(t)`, readied by `open`
+/// and produced by `piece`. Progress goes to `bar` (whose length the caller sets).
+#[allow(clippy::too_many_arguments)]
 pub fn write_unpacked<'r, T: Send + Sync>(
     r: &'r Reader,
+    select: &[usize],
+    metadata: &BTreeMap<String, String>,
     output: &Path,
     bar: &dyn Progress,
     pieces: impl Fn(&TensorEntry) -> Vec<u64>,
@@ -424,10 +445,10 @@ pub fn write_unpacked<'r, T: Send + Sync>(
     let too_large = |t: &TensorEntry| {
         Error::new(ErrorKind::LimitExceeded, format!("tensor {:?}: too large for this platform", t.name))
     };
-    let entries = r
-        .tensors()
+    let entries = select
         .iter()
-        .map(|t| {
+        .map(|&i| {
+            let t = &r.tensors()[i];
             let shape = t.shape.iter().map(|&d| usize::try_from(d)).collect::<Result<Vec<_>, _>>();
             let shape = shape.map_err(|_| {
                 Error::new(ErrorKind::LimitExceeded, format!("tensor {:?}: shape does not fit this platform", t.name))
@@ -444,20 +465,17 @@ pub fn write_unpacked<'r, T: Send + Sync>(
             })
         })
         .collect::<Result<Vec<_>, Error>>()?;
-    bar.set_length(r.tensors().iter().map(|t| t.byte_length).sum());
     safetensors_out::write(
         output,
         &entries,
-        &safetensors_metadata(r),
-        |i| open(&r.tensors()[i]),
+        metadata,
+        |i| open(&r.tensors()[select[i]]),
         |opened, j, buf| {
             let bytes = piece(opened, j, buf)?;
             bar.inc(bytes.len() as u64);
             Ok(bytes)
         },
-    )?;
-    bar.finish();
-    Ok(())
+    )
 }
 
 /// The report of an unpack of `r` that started at `start`.

@@ -11,6 +11,7 @@
 pub mod checkpoint;
 pub mod convert;
 pub mod safetensors_out;
+pub mod sharded;
 
 use std::fmt;
 

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use tpde::checkpoint::{self, SafetensorsFile};
-use tpde::convert::{unpack_report, write_unpacked, UnpackReport};
+use tpde::convert::{safetensors_metadata, unpack_report, write_unpacked, UnpackReport};
 use tpde::Progress;
 use tpde_read::Reader;
 
@@ -40,8 +40,12 @@ pub fn unpack_gpu(
     };
     let ck = gpu.load(&r, base_ck.as_ref())?;
     let on_device: HashMap<&str, _> = r.tensors().iter().map(|t| t.name.as_str()).zip(ck.tensors()).collect();
+    let all: Vec<usize> = (0..r.tensors().len()).collect();
+    bar.set_length(r.tensors().iter().map(|t| t.byte_length).sum());
     write_unpacked(
         &r,
+        &all,
+        &safetensors_metadata(&r),
         output,
         bar,
         |t| vec![t.byte_length],
@@ -50,5 +54,6 @@ pub fn unpack_gpu(
         },
         |bytes, _, _| Ok(bytes),
     )?;
+    bar.finish();
     Ok(unpack_report(&r, start))
 }

@@ -10,7 +10,7 @@ pub mod gpu_unpack;
 pub mod inspect;
 
 // The conversions live in the `tpde` library crate; the tools are a layer over it.
-pub use tpde::{checkpoint, convert, ratio};
+pub use tpde::{checkpoint, convert, ratio, sharded};
 
 use std::fmt;
 

@@ -401,3 +401,62 @@ fn auto_writes_lane_forms_and_auto_serial_the_1_1_codecs() {
         assert_eq!(convert::compare_safetensors(&b, &d.join("b.out.safetensors")).unwrap(), None, "{suffix}");
     }
 }
+
+/// A sharded folder as `save_pretrained` writes one: two shards and an index.
+fn sharded_folder(dir: &Path, scale: f32) -> std::path::PathBuf {
+    use safetensors::tensor::{serialize_to_file, Dtype, TensorView};
+    let folder = dir.join(format!("model-{scale}"));
+    std::fs::create_dir_all(&folder).unwrap();
+    let values = |n: usize, seed: f32| -> Vec<u8> {
+        (0..n).flat_map(|i| ((i as f32 * 0.37 + seed).sin() * scale).to_le_bytes()).collect()
+    };
+    let mut weight_map = serde_json::Map::new();
+    for (shard, names) in [
+        ("model-00001-of-00002.safetensors", ["a.weight", "a.bias"]),
+        ("model-00002-of-00002.safetensors", ["b.weight", "b.bias"]),
+    ] {
+        let data: Vec<(&str, Vec<u8>)> =
+            names.iter().enumerate().map(|(k, &n)| (n, values(64 * (k + 1), k as f32))).collect();
+        let views: Vec<(&str, TensorView)> =
+            data.iter().map(|(n, d)| (*n, TensorView::new(Dtype::F32, vec![d.len() / 4], d).unwrap())).collect();
+        let meta = std::collections::HashMap::from([("format".to_string(), "pt".to_string())]);
+        serialize_to_file(views, Some(meta), &folder.join(shard)).unwrap();
+        for n in names {
+            weight_map.insert(n.into(), shard.into());
+        }
+    }
+    let index = serde_json::json!({"metadata": {"total_size": 768}, "weight_map": weight_map});
+    std::fs::write(folder.join("model.safetensors.index.json"), index.to_string()).unwrap();
+    folder
+}
+
+#[test]
+fn sharded_folders_pack_to_one_file_and_unpack_to_the_same_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (a, b) = (sharded_folder(d, 1.0), sharded_folder(d, 1.001));
+    tpde().arg("pack").arg(&a).arg("-o").arg(d.join("a.tpde")).assert().success();
+    tpde().arg("pack").arg(&b).arg("--base").arg(d.join("a.tpde")).arg("-o").arg(d.join("b.tpde")).assert().success();
+    tpde().arg("unpack").arg(d.join("b.tpde")).arg("-o").arg(d.join("out")).assert().success();
+    for shard in ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"] {
+        assert_eq!(convert::compare_safetensors(&b.join(shard), &d.join("out").join(shard)).unwrap(), None, "{shard}");
+    }
+    let index = |p: &Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(p.join("model.safetensors.index.json")).unwrap()).unwrap()
+    };
+    assert_eq!(index(&b), index(&d.join("out")));
+    // Every tensor in one file, when the output is a .safetensors.
+    tpde().arg("unpack").arg(d.join("b.tpde")).arg("-o").arg(d.join("all.safetensors")).assert().success();
+    // The GPU path writes one file only: a folder output is a usage error (exit 2).
+    tpde().args(["unpack", "--gpu"]).arg(d.join("b.tpde")).arg("-o").arg(d.join("gpu-out")).assert().code(2);
+    // A folder without an index is not a sharded checkpoint.
+    std::fs::remove_file(a.join("model.safetensors.index.json")).unwrap();
+    tpde()
+        .arg("pack")
+        .arg(&a)
+        .arg("-o")
+        .arg(d.join("x.tpde"))
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("index.json"));
+}

@@ -21,12 +21,36 @@ from typing import Any, Dict, List, Optional, Union
 from . import _dtypes
 from ._tpde import TpdeError, __version__
 
-__all__ = ["TpdeError", "safe_open", "__version__"]
+__all__ = ["TpdeError", "safe_open", "pack", "unpack", "__version__"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 # TpdeError is raised by the extension with a `kind`; one made in Python gets one too.
 TpdeError.kind = "invalid-argument"
+
+
+def pack(
+    input: PathLike,
+    output: PathLike,
+    base: Optional[PathLike] = None,
+    codec: str = "auto",
+    max_abs_error: Optional[float] = None,
+) -> Dict[str, Any]:
+    """As ``tpde pack``: a ``.safetensors`` file, or a Hugging Face sharded folder (its shards
+    and ``*.safetensors.index.json``), into one ``.tpde`` file; a delta against ``base`` (a
+    ``.tpde`` or ``.safetensors``) if given. Returns what was written (sizes, digest)."""
+    from ._tpde import pack as _pack
+
+    return _pack(os.fspath(input), os.fspath(output), None if base is None else os.fspath(base), codec, max_abs_error)
+
+
+def unpack(input: PathLike, output: PathLike, base: Optional[PathLike] = None) -> None:
+    """As ``tpde unpack``: a ``.tpde`` file into a ``.safetensors`` file; a file packed from a
+    sharded folder into that folder again (same shards, same index), unless ``output`` ends in
+    ``.safetensors``."""
+    from ._tpde import unpack as _unpack
+
+    _unpack(os.fspath(input), os.fspath(output), None if base is None else os.fspath(base))
 
 
 def _file(path: PathLike, base: Optional[PathLike]):

@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand};
 use indicatif::HumanBytes;
 use tpde_read::Reader;
 use tpde_tools::convert::PackJob;
-use tpde_tools::{bench, checkpoint, conformance, convert, demo, mb_per_s, progress_bar, ratio, CliError};
+use tpde_tools::{bench, checkpoint, conformance, convert, demo, mb_per_s, progress_bar, ratio, sharded, CliError};
 use tpde_write::{WriteOptions, DEFAULT_CHUNK_BYTES};
 
 /// TPDE: checkpoints as keyframes and bit-exact deltas.
@@ -23,9 +23,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Pack a safetensors file into a .tpde file: a keyframe, or with --base a delta.
+    /// Pack a safetensors file, or a Hugging Face sharded folder (its shards and
+    /// *.safetensors.index.json), into one .tpde file: a keyframe, or with --base a delta.
     Pack {
-        /// The .safetensors input.
+        /// The .safetensors input, or a sharded folder.
         input: PathBuf,
         /// The .tpde output (written atomically).
         #[arg(short, long)]
@@ -49,11 +50,12 @@ enum Command {
         #[command(flatten)]
         codec: CodecArgs,
     },
-    /// Unpack a .tpde file into a safetensors file.
+    /// Unpack a .tpde file into a safetensors file; a file packed from a sharded folder into
+    /// that folder again (its shards, then its index), unless the output ends in .safetensors.
     Unpack {
         /// The .tpde input.
         input: PathBuf,
-        /// The .safetensors output (written atomically).
+        /// The .safetensors output, or the folder (each file written atomically).
         #[arg(short, long)]
         output: PathBuf,
         /// The base of a delta (default: found through the path hint the file records).
@@ -235,7 +237,7 @@ fn run(command: Command) -> Result<(), CliError> {
                 keep_reconstruction: false,
             };
             let bar = progress_bar(0, "packing");
-            let r = convert::pack(&input, &output, job, &bar)?;
+            let r = sharded::pack_file_or_folder(&input, &output, job, &bar)?;
             eprintln!("{}", pack_line(&r));
             Ok(())
         }
@@ -252,8 +254,11 @@ fn run(command: Command) -> Result<(), CliError> {
         Command::Unpack { input, output, base, gpu } => {
             let bar = progress_bar(0, "unpacking");
             let r = match gpu {
+                true if sharded::unpacks_to_folder(&input, &output)? => {
+                    return Err(CliError::usage("--gpu unpacks to one file: give an output ending in .safetensors"));
+                }
                 true => tpde_tools::gpu_unpack::unpack_gpu(&input, base.as_deref(), &output, &bar)?,
-                false => convert::unpack(&input, base.as_deref(), &output, &bar)?,
+                false => sharded::unpack_file_or_folder(&input, base.as_deref(), &output, &bar)?,
             };
             eprintln!(
                 "unpacked {} tensors ({}) in {:.2} s, {:.0} MB/s",

@@ -1,0 +1,287 @@
+//! Hugging Face sharded folders: `model-0000k-of-0000n.safetensors` files and the
+//! `model.safetensors.index.json` that maps each tensor to its shard.
+//!
+//! [`pack_folder`] packs every tensor of such a folder into one TPDE file (a delta with a base,
+//! as for one file) and records the layout in two metadata entries (strings, outside the
+//! reserved `tpde.` namespace, so any reader sees them as user metadata):
+//!
+//! - `safetensors.index`: `{"name": INDEX FILE NAME, "metadata": THE INDEX'S "metadata"}`;
+//! - `safetensors.shards`: `[{"file": SHARD, "tensors": [NAMES IN FILE ORDER], "metadata":
+//!   THE SHARD'S __metadata__ OR null}, ...]`.
+//!
+//! [`unpack_folder`] writes the same shards back (same names, the same tensors in each, the
+//! same metadata) and then the index, so that a folder with its index is complete.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde_json::{json, Map, Value};
+use tpde_format::ErrorKind;
+use tpde_read::Reader;
+
+use crate::checkpoint::{open_tpde, SafetensorsFile};
+use crate::convert::{pack_tensors, unpack_report, unpack_tensors, PackJob, PackReport, UnpackReport};
+use crate::{Error, Progress};
+
+/// The metadata key of the index's name and metadata.
+pub const KEY_INDEX: &str = "safetensors.index";
+/// The metadata key of the shards' layout.
+pub const KEY_SHARDS: &str = "safetensors.shards";
+/// How a sharded folder's index file name ends.
+pub const INDEX_SUFFIX: &str = ".safetensors.index.json";
+/// `tpde.source_format` of a packed folder.
+pub const SOURCE_FORMAT: &str = "safetensors-sharded";
+
+/// One shard of a folder: its file name, its tensors in file order and its `__metadata__`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Shard {
+    /// The shard's file name (no folder).
+    pub file: String,
+    /// Its tensors, in the shard's order.
+    pub tensors: Vec<String>,
+    /// Its safetensors `__metadata__`, if it had one.
+    pub metadata: Option<BTreeMap<String, String>>,
+}
+
+/// The layout of a sharded folder, as recorded in a TPDE file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Layout {
+    /// The index file's name.
+    pub index_name: String,
+    /// The index's `metadata` object (`total_size`, ...), as it was.
+    pub index_metadata: Map<String, Value>,
+    /// The shards, in name order.
+    pub shards: Vec<Shard>,
+}
+
+/// The index file of `dir` if it is a sharded folder (exactly one `*.safetensors.index.json`).
+pub fn index_file(dir: &Path) -> Result<Option<PathBuf>, Error> {
+    if !dir.is_dir() {
+        return Ok(None);
+    }
+    let io = |e: std::io::Error| Error::new(ErrorKind::Io, format!("{}: {e}", dir.display()));
+    let mut found = Vec::new();
+    for entry in fs::read_dir(dir).map_err(io)? {
+        let name = entry.map_err(io)?.file_name();
+        if name.to_string_lossy().ends_with(INDEX_SUFFIX) {
+            found.push(dir.join(name));
+        }
+    }
+    found.sort();
+    match found.len() {
+        0 => Err(Error::usage(format!(
+            "{}: a folder without a *{INDEX_SUFFIX} file is not a sharded checkpoint",
+            dir.display()
+        ))),
+        1 => Ok(found.pop()),
+        _ => Err(Error::usage(format!(
+            "{}: {} index files ({}); pack one model at a time",
+            dir.display(),
+            found.len(),
+            found.iter().map(|p| p.file_name().unwrap_or_default().to_string_lossy()).collect::<Vec<_>>().join(", ")
+        ))),
+    }
+}
+
+/// A shard file name may name only a file beside the index: no folder, no `..`, no hidden
+/// file, so that unpacking a file never writes outside its output folder.
+fn check_file_name(name: &str, what: &str, suffix: &str) -> Result<(), Error> {
+    let plain = !name.is_empty()
+        && !name.starts_with('.')
+        && !name.contains(['/', '\\', '\0'])
+        && name.ends_with(suffix)
+        && name.len() <= 255;
+    match plain {
+        true => Ok(()),
+        false => Err(Error::malformed(format!("{what} {name:?} is not a plain *{suffix} file name"))),
+    }
+}
+
+/// Packs every tensor of the sharded folder `dir` into `output` (a delta if `job` has a base),
+/// recording its layout; tensors go in shard order, each shard's in its file order.
+pub fn pack_folder(dir: &Path, output: &Path, job: PackJob<'_>, bar: &dyn Progress) -> Result<PackReport, Error> {
+    let index_path = index_file(dir)?.expect("index_file of a folder");
+    let malformed = |msg: String| Error::malformed(format!("{}: {msg}", index_path.display()));
+    let text = fs::read_to_string(&index_path)
+        .map_err(|e| Error::new(ErrorKind::Io, format!("{}: {e}", index_path.display())))?;
+    let index: Value = serde_json::from_str(&text).map_err(|e| malformed(format!("not JSON: {e}")))?;
+    let weight_map = index
+        .get("weight_map")
+        .and_then(Value::as_object)
+        .ok_or_else(|| malformed("no \"weight_map\" object".into()))?;
+    let index_metadata = match index.get("metadata") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(_) => return Err(malformed("\"metadata\" is not an object".into())),
+    };
+    let mut files: Vec<&str> = Vec::new();
+    for (name, file) in weight_map {
+        let file = file.as_str().ok_or_else(|| malformed(format!("tensor {name:?}: its shard is not a string")))?;
+        check_file_name(file, "shard", ".safetensors")?;
+        files.push(file);
+    }
+    files.sort_unstable();
+    files.dedup();
+    let opened: Vec<(&str, SafetensorsFile)> =
+        files.iter().map(|&f| Ok((f, SafetensorsFile::open(&dir.join(f))?))).collect::<Result<_, Error>>()?;
+    let mut shards = Vec::new();
+    let mut tensors = Vec::new();
+    for (file, st) in &opened {
+        let names: Vec<String> = st.tensors().map(|t| t.0.to_string()).collect();
+        for n in &names {
+            if weight_map.get(n).and_then(Value::as_str) != Some(*file) {
+                return Err(malformed(format!("tensor {n:?} is in {file} but the index does not map it there")));
+            }
+        }
+        tensors.extend(st.tensors());
+        shards.push(Shard {
+            file: file.to_string(),
+            tensors: names,
+            metadata: st.metadata().map(|m| m.clone().into_iter().collect()),
+        });
+    }
+    if tensors.len() != weight_map.len() {
+        let present: HashSet<&str> = tensors.iter().map(|t| t.0).collect();
+        let missing = weight_map.keys().find(|n| !present.contains(n.as_str())).map(String::as_str).unwrap_or("?");
+        return Err(malformed(format!("tensor {missing:?} is in the index but in none of its shards")));
+    }
+    let layout = Layout {
+        index_name: index_path.file_name().unwrap_or_default().to_string_lossy().into_owned(),
+        index_metadata,
+        shards,
+    };
+    let (report, _, _) = pack_tensors(&tensors, &layout.to_metadata(), SOURCE_FORMAT, output, job, bar)
+        .map_err(|e| if e.is_usage() { e } else { e.context(dir.display()) })?;
+    Ok(report)
+}
+
+impl Layout {
+    /// The two metadata entries that record this layout.
+    pub fn to_metadata(&self) -> Vec<(String, String)> {
+        let index = json!({"name": self.index_name, "metadata": self.index_metadata});
+        let shards: Vec<Value> =
+            self.shards.iter().map(|s| json!({"file": s.file, "tensors": s.tensors, "metadata": s.metadata})).collect();
+        vec![(KEY_INDEX.into(), index.to_string()), (KEY_SHARDS.into(), Value::Array(shards).to_string())]
+    }
+
+    /// The layout a file records, if it was packed from a sharded folder; checked against the
+    /// file's tensors (each in exactly one shard) and for plain file names.
+    pub fn of(r: &Reader) -> Result<Option<Layout>, Error> {
+        let get = |key: &str| r.directory().metadata.iter().find(|m| m.key == key).map(|m| m.value.to_string());
+        let (Some(index), Some(shards)) = (get(KEY_INDEX), get(KEY_SHARDS)) else {
+            return Ok(None);
+        };
+        let bad = |what: &str| Error::malformed(format!("the {what} metadata of a sharded layout is not valid"));
+        let index: Value = serde_json::from_str(&index).map_err(|_| bad(KEY_INDEX))?;
+        let index_name = index.get("name").and_then(Value::as_str).ok_or_else(|| bad(KEY_INDEX))?.to_string();
+        check_file_name(&index_name, "index", INDEX_SUFFIX)?;
+        let index_metadata = index.get("metadata").and_then(Value::as_object).cloned().ok_or_else(|| bad(KEY_INDEX))?;
+        let shards: Vec<Value> = serde_json::from_str(&shards).map_err(|_| bad(KEY_SHARDS))?;
+        let names: HashMap<&str, usize> = r.tensors().iter().enumerate().map(|(i, t)| (t.name.as_str(), i)).collect();
+        let mut seen = HashSet::new();
+        let mut files = HashSet::new();
+        let mut out = Vec::new();
+        for s in shards {
+            let file = s.get("file").and_then(Value::as_str).ok_or_else(|| bad(KEY_SHARDS))?.to_string();
+            check_file_name(&file, "shard", ".safetensors")?;
+            if !files.insert(file.clone()) {
+                return Err(Error::malformed(format!("shard {file:?} is listed twice")));
+            }
+            let tensors: Vec<String> = serde_json::from_value(s.get("tensors").cloned().unwrap_or(Value::Null))
+                .map_err(|_| bad(KEY_SHARDS))?;
+            for t in &tensors {
+                if !names.contains_key(t.as_str()) || !seen.insert(t.clone()) {
+                    return Err(Error::malformed(format!(
+                        "shard {file:?}: tensor {t:?} is not in the file, or in two shards"
+                    )));
+                }
+            }
+            let metadata = serde_json::from_value(s.get("metadata").cloned().unwrap_or(Value::Null))
+                .map_err(|_| bad(KEY_SHARDS))?;
+            out.push(Shard { file, tensors, metadata });
+        }
+        if seen.len() != r.tensors().len() {
+            return Err(Error::malformed("the sharded layout leaves tensors of the file out"));
+        }
+        Ok(Some(Layout { index_name, index_metadata, shards: out }))
+    }
+}
+
+/// Unpacks a file packed by [`pack_folder`] into the folder `output`: every shard (atomically),
+/// then the index (atomically), so that a folder whose index exists is complete.
+pub fn unpack_folder(
+    input: &Path,
+    base: Option<&Path>,
+    output: &Path,
+    bar: &dyn Progress,
+) -> Result<UnpackReport, Error> {
+    let start = Instant::now();
+    let r = open_tpde(input, base)?;
+    let layout = Layout::of(&r).map_err(|e| e.context(input.display()))?.ok_or_else(|| {
+        Error::usage(format!(
+            "{}: not packed from a sharded folder (no {KEY_SHARDS} metadata); unpack it to a .safetensors file",
+            input.display()
+        ))
+    })?;
+    fs::create_dir_all(output).map_err(|e| Error::new(ErrorKind::Io, format!("{}: {e}", output.display())))?;
+    let index_of: HashMap<&str, usize> = r.tensors().iter().enumerate().map(|(i, t)| (t.name.as_str(), i)).collect();
+    bar.set_length(r.tensors().iter().map(|t| t.byte_length).sum());
+    let mut weight_map = BTreeMap::new();
+    for shard in &layout.shards {
+        let select: Vec<usize> = shard.tensors.iter().map(|t| index_of[t.as_str()]).collect();
+        unpack_tensors(&r, &select, &shard.metadata.clone().unwrap_or_default(), &output.join(&shard.file), bar)?;
+        weight_map.extend(shard.tensors.iter().map(|t| (t.clone(), shard.file.clone())));
+    }
+    let index = json!({"metadata": layout.index_metadata, "weight_map": weight_map});
+    let text =
+        serde_json::to_string_pretty(&index).map_err(|e| Error::new(ErrorKind::InvalidArgument, e.to_string()))?;
+    let path = output.join(&layout.index_name);
+    let io = |e: std::io::Error| Error::new(ErrorKind::Io, format!("{}: {e}", path.display()));
+    let mut f = tpde_write::AtomicFile::create(&path).map_err(io)?;
+    f.write_all(text.as_bytes()).and_then(|_| f.write_all(b"\n")).map_err(io)?;
+    f.commit().map_err(io)?;
+    bar.finish();
+    Ok(unpack_report(&r, start))
+}
+
+/// Whether the TPDE file `path` was packed from a sharded folder (it records a layout).
+pub fn is_sharded(path: &Path) -> Result<bool, Error> {
+    let r = Reader::open(path).map_err(|e| Error::from(e).context(path.display()))?;
+    Ok(r.directory().metadata.iter().any(|m| m.key == KEY_SHARDS))
+}
+
+/// `tpde pack`: a sharded folder with [`pack_folder`], a safetensors file with
+/// [`crate::convert::pack`].
+pub fn pack_file_or_folder(
+    input: &Path,
+    output: &Path,
+    job: PackJob<'_>,
+    bar: &dyn Progress,
+) -> Result<PackReport, Error> {
+    match input.is_dir() {
+        true => pack_folder(input, output, job, bar),
+        false => crate::convert::pack(input, output, job, bar),
+    }
+}
+
+/// Whether `tpde unpack` of `input` to `output` writes a folder: when the file was packed from a
+/// sharded folder, unless `output` ends in `.safetensors` (then one file holds every tensor).
+pub fn unpacks_to_folder(input: &Path, output: &Path) -> Result<bool, Error> {
+    Ok(output.extension().map_or(true, |e| e != "safetensors") && is_sharded(input)?)
+}
+
+/// `tpde unpack`: into a folder or one safetensors file, as [`unpacks_to_folder`] says.
+pub fn unpack_file_or_folder(
+    input: &Path,
+    base: Option<&Path>,
+    output: &Path,
+    bar: &dyn Progress,
+) -> Result<UnpackReport, Error> {
+    match unpacks_to_folder(input, output)? {
+        true => unpack_folder(input, base, output, bar),
+        false => crate::convert::unpack(input, base, output, bar),
+    }
+}
