@@ -208,3 +208,33 @@ def test_checkpointer_under_torch_distributed(tmp_path, async_save):
         assert not f._f().is_delta()
     # Loaded by another world size, through DCP directly.
     loads(tmp_path, 3, ck / "step-0000000500", 4)
+
+
+def test_a_rank_file_of_another_save_is_refused(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    _dcp_single(dcp.save, _single_state(), storage_writer=TpdeStorageWriter(a))
+    _dcp_single(dcp.save, _single_state(2.0), storage_writer=TpdeStorageWriter(b))
+    shutil.copy(b / "rank-00000.tpde", a / "rank-00000.tpde")
+    with pytest.raises(BaseException) as e:
+        _dcp_single(dcp.load, _single_state(0), storage_reader=TpdeStorageReader(a))
+    err = _unwrap(e.value)
+    assert isinstance(err, tpde.TpdeError) and err.kind == "checksum-mismatch", err
+
+
+def test_lossy_deltas_keep_their_bound_and_exact_items(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    base = {**_single_state(), "optim": {"step": torch.tensor(10.0)}}
+    _dcp_single(dcp.save, base, storage_writer=TpdeStorageWriter(a))
+    new = {**_single_state(1.0001), "optim": {"step": torch.tensor(11.0)}}
+    tau = 1e-3
+    _dcp_single(dcp.save, new, storage_writer=TpdeStorageWriter(b, base=a, max_abs_error=tau))
+    with tpde.safe_open(b / "rank-00000.tpde", "np") as f:
+        assert float(f._f().all_metadata()["tpde.max_abs_error"]) == tau
+    got = {**_single_state(0), "optim": {"step": torch.tensor(0.0)}}
+    _dcp_single(dcp.load, got, storage_reader=TpdeStorageReader(b))
+    err = (got["w"] - new["w"]).abs().max().item()
+    assert 0 < err <= tau  # some changes were dropped, none by more than tau
+    assert got["optim"]["step"].item() == 11.0 and torch.equal(got["b"], new["b"])  # exact
+    with pytest.raises(tpde.TpdeError) as e:
+        TpdeStorageWriter(tmp_path / "c", max_abs_error=tau)
+    assert e.value.kind == "invalid-argument"
