@@ -27,6 +27,13 @@ cargo test --workspace --locked
 step "conformance corpus, as another implementation would run it"
 cargo run --release --locked --bin tpde -- conformance conformance --quiet
 cargo run --release --locked --bin tpde -- conformance conformance --quiet --gpu
+# The portable runner implementers copy, with the reference reader as its adapter; and a reader
+# that rejects everything must fail it.
+python3 conformance/run.py --quiet -- target/release/tpde conformance-read
+if python3 conformance/run.py --quiet -- python3 -c 'print("{\"error\": \"malformed\"}")' >/dev/null; then
+  echo "conformance/run.py passed a reader that rejects every file" >&2
+  exit 1
+fi
 
 step "demo, as a user runs it"
 cargo run --release --locked --bin tpde -- demo | tail -n 6

@@ -223,3 +223,28 @@ impl Directory {
         self.metadata.iter().find(|m| m.key == key).map(|m| &m.value)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Directory;
+    use crate::ErrorKind;
+
+    /// §8 sets no limit on a metadata value: one longer than the directory breaks its syntax
+    /// (R12, `malformed`) at every length, 300 MiB included.
+    #[test]
+    fn an_overlong_metadata_value_is_malformed() {
+        for value_len in [9u32, 1 << 20, 300 << 20, u32::MAX] {
+            let mut d = Vec::new();
+            d.extend(1u32.to_le_bytes()); // metadata_count
+            d.extend(0u32.to_le_bytes()); // tensor_count
+            d.push(0); // base_kind
+            d.extend(1u16.to_le_bytes());
+            d.push(b'k');
+            d.push(0x05); // string
+            d.extend(value_len.to_le_bytes());
+            d.extend(b"12345678");
+            let e = Directory::parse(&d).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Malformed, "value_len {value_len}: {e}");
+        }
+    }
+}

@@ -117,9 +117,10 @@ impl Header {
         if prefix != &MAGIC[..prefix.len()] || (prefix.is_empty() && file_len == 0) {
             return Err(FormatError::NotTpde { found: prefix.to_vec(), expected: MAGIC });
         }
-        if bytes.len() >= 12 {
+        // R2 needs only bytes 8..10 (the minor version is reported when there).
+        if bytes.len() >= 10 {
             let major = u16::from_le_bytes([bytes[8], bytes[9]]);
-            let minor = u16::from_le_bytes([bytes[10], bytes[11]]);
+            let minor = bytes.get(10..12).map_or(0, |m| u16::from_le_bytes([m[0], m[1]]));
             if major != FORMAT_MAJOR {
                 return Err(FormatError::UnsupportedVersion { major, minor, supported: FORMAT_MAJOR });
             }
@@ -168,7 +169,7 @@ mod tests {
     }
 
     #[test]
-    fn rejections_in_spec_order() {
+    fn each_rule_alone() {
         let good = Header::new(0, 64, 0).to_bytes();
         let mut b = good;
         b[9] = 2; // major 0x0201
@@ -190,7 +191,38 @@ mod tests {
         b[12] = 48;
         assert_eq!(Header::parse(&reseal(b), 64).unwrap_err().kind(), ErrorKind::Malformed);
         assert_eq!(Header::parse(&good[..20], 20).unwrap_err().kind(), ErrorKind::Truncated);
-        assert_eq!(Header::parse(&good[..3], 3).unwrap_err().kind(), ErrorKind::Truncated);
-        assert_eq!(Header::parse(b"", 0).unwrap_err().kind(), ErrorKind::NotTpde);
+    }
+
+    /// Spec §9's precedences P1–P3 between the header's rules, on headers breaking several.
+    #[test]
+    fn precedence_between_header_rules() {
+        let good = Header::new(0, 64, 0).to_bytes();
+        let kind = |b: &[u8]| Header::parse(b, b.len() as u64).unwrap_err().kind();
+        // P1: R1 first; a short file is R1 unless it is the start of the magic (then R5).
+        assert_eq!(kind(b""), ErrorKind::NotTpde);
+        assert_eq!(kind(&good[..3]), ErrorKind::Truncated);
+        assert_eq!(kind(&good[..8]), ErrorKind::Truncated);
+        assert_eq!(kind(b"\x89TPX"), ErrorKind::NotTpde);
+        let mut b = good;
+        b[0] = b'P'; // wrong magic and a wrong major version: R1
+        b[8] = 2;
+        assert_eq!(kind(&b), ErrorKind::NotTpde);
+        // P2: R2 needs bytes 8..10 only, and comes before R3 and R5.
+        let mut b = good;
+        b[8] = 2;
+        assert_eq!(kind(&b[..10]), ErrorKind::UnsupportedVersion);
+        assert_eq!(kind(&b[..11]), ErrorKind::UnsupportedVersion);
+        assert_eq!(kind(&b), ErrorKind::UnsupportedVersion, "before the header CRC");
+        assert_eq!(kind(&good[..9]), ErrorKind::Truncated);
+        // P3: R5 before R3; R3 before R4 and R8 (fields are acted on once the CRC matches).
+        let mut b = good;
+        b[60] ^= 1;
+        assert_eq!(kind(&b[..40]), ErrorKind::Truncated);
+        let mut b = good;
+        b[16] = 0x02; // an unknown required flag, CRC not resealed
+        assert_eq!(kind(&b), ErrorKind::ChecksumMismatch);
+        let mut b = good;
+        b[40] = 1; // a reserved byte, CRC not resealed
+        assert_eq!(kind(&b), ErrorKind::ChecksumMismatch);
     }
 }

@@ -15,7 +15,7 @@ use std::io::{Read, Seek};
 
 use crate::binio::{custom, read_bytes, read_utf8};
 use crate::error::{FormatError, Location};
-use crate::limits::{MAX_DIRECTORY_LEN, MAX_KEY_LEN};
+use crate::limits::MAX_KEY_LEN;
 
 /// Reserved key: the training step of the checkpoint (`u64`).
 pub const KEY_STEP: &str = "tpde.step";
@@ -148,7 +148,9 @@ impl std::fmt::Display for MetadataValue {
 #[binrw::parser(reader, endian)]
 fn read_value(type_code: u8, len: u32) -> BinResult<MetadataValue> {
     let pos = reader.stream_position()?;
-    let bytes = read_bytes(reader, endian, (len.into(), MAX_DIRECTORY_LEN, "metadata value"))?;
+    // §8 sets no limit of its own on a value: one longer than the directory's remaining bytes
+    // breaks the directory's syntax (R12), whatever its length.
+    let bytes = read_bytes(reader, endian, (len.into(), u64::MAX, "metadata value"))?;
     MetadataValue::decode(type_code, bytes).map_err(|detail| {
         custom(pos, FormatError::Malformed { what: "metadata value", location: Location::at(pos), detail })
     })

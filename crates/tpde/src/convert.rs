@@ -278,11 +278,11 @@ pub fn path_hint(base: &Path, output: &Path) -> String {
         a.next();
         b.next();
     }
-    let mut rel = std::path::PathBuf::new();
-    a.for_each(|_| rel.push(".."));
-    b.for_each(|c| rel.push(c));
-    rel.push(name);
-    rel.display().to_string()
+    // Spec §7.3: components separated by `/` whatever the platform's separator.
+    let mut rel: Vec<String> = a.map(|_| "..".to_string()).collect();
+    rel.extend(b.map(|c| c.as_os_str().to_string_lossy().into_owned()));
+    rel.push(name.to_string_lossy().into_owned());
+    rel.join("/")
 }
 
 /// What `pack-series` did, file by file.

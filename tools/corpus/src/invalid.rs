@@ -26,6 +26,7 @@ pub fn all(g: &mut Gen) {
     lanes(g);
     contexts(g);
     base_contexts(g);
+    single_rule(g);
 }
 
 /// The manifest entry of `invalid/{name}.tpde`, read on its own.
@@ -1047,4 +1048,62 @@ fn base_contexts(g: &mut Gen) {
     for (path, description, bytes) in cases {
         bad_delta(g, path, "R25", &description, bytes, CONTEXT_BASE, Malformed);
     }
+}
+
+/// Files that break one rule where an older file breaks two (spec §9's precedences), and the
+/// points the 1.4 revision made explicit: short files (P1, P2) and `tpde.max_abs_error`'s type.
+fn single_rule(g: &mut Gen) {
+    let small = g.get(SMALL_RAW).bytes.clone();
+    let mut crc = small.clone();
+    crc[60] ^= 1;
+    bad(
+        g,
+        "r03-header-crc-field",
+        "R3",
+        "a flipped bit in header_crc32 itself: only R3 is broken",
+        crc,
+        ChecksumMismatch,
+    );
+    let mut trailer = small.clone();
+    let n = trailer.len();
+    trailer[n - 12] ^= 1;
+    bad(
+        g,
+        "r07-trailer-crc-field",
+        "R7",
+        "a flipped bit in trailer_crc32 itself: only R7 is broken",
+        trailer,
+        ChecksumMismatch,
+    );
+    bad(
+        g,
+        "r05-magic-prefix",
+        "R5",
+        "the first 5 bytes of the magic, nothing else (P1)",
+        small[..5].to_vec(),
+        Truncated,
+    );
+    let mut major = small[..10].to_vec();
+    major[8] = 2;
+    bad(
+        g,
+        "r02-major-2-in-10-bytes",
+        "R2",
+        "the magic and major version 2, 10 bytes in all: R2 needs only bytes 8-9 (P2)",
+        major,
+        UnsupportedVersion,
+    );
+    let lossy = g.get("valid/delta-lossy.tpde").bytes.clone();
+    bad_delta(
+        g,
+        "r17-max-abs-error-type",
+        "R17",
+        "tpde.max_abs_error as a string (the spec says f64)",
+        edit_dir(&lossy, |d| {
+            let m = d.metadata.iter_mut().find(|m| m.key == "tpde.max_abs_error").expect("the bound");
+            m.value = MetadataValue::String("0.001".into());
+        }),
+        DELTA_BASE,
+        Malformed,
+    );
 }

@@ -37,6 +37,7 @@ pub fn all(g: &mut Gen) {
     lanes(g);
     contexts(g);
     base_contexts(g);
+    clarifications(g);
 }
 
 /// Bytes of `values` as `dtype` (a float dtype that `half` or the std covers, or an integer).
@@ -741,4 +742,48 @@ fn base_contexts(g: &mut Gen) {
             assert!(coded, "{path}: {} has no base-context record", t.name);
         }
     }
+}
+
+/// Points the spec's 1.4 revision made explicit (§2.1, §6 zstd), each tested by a file.
+fn clarifications(g: &mut Gen) {
+    // A delta whose tensors all use keyframe codecs, read with no base at all: each tensor
+    // decodes without the base, so a reader returns them (§2.1, §6.3).
+    let mut rng = Rng::new(41);
+    let added = vec![
+        T::new(
+            "added.weight",
+            DType::F32,
+            &[16, 8],
+            encode(DType::F32, &(0..128).map(|_| rng.normal(0.02)).collect::<Vec<_>>()),
+        ),
+        T::new("added.step", DType::I64, &[], 7i64.to_le_bytes().to_vec()),
+    ];
+    g.valid(
+        Spec::new(
+            "valid/delta-keyframe-chunks-only.tpde",
+            "§2.1",
+            "a delta (BASE flag, base reference) whose every chunk uses a keyframe codec, read with no base: its tensors decode without one",
+        )
+        .encoder(Encoder::Zstd { level: 3 })
+        .tensors(added)
+        .base(DELTA_BASE),
+    );
+    g.cases.last_mut().expect("just added").base = None;
+
+    // A skippable frame (RFC 8878 §3.1.2) before the data frame of a zstd chunk decodes to
+    // nothing (§6, zstd).
+    let small = g.get(SMALL_ZSTD).bytes.clone();
+    let d = surgery::directory(&small).expect("a valid file");
+    let c = &d.tensors[0].chunks[0];
+    let mut stored = vec![0x50, 0x2A, 0x4D, 0x18, 4, 0, 0, 0];
+    stored.extend_from_slice(b"tpde");
+    stored.extend_from_slice(&small[c.offset as usize..(c.offset + c.stored_length) as usize]);
+    let skippable = surgery::with_chunk(&small, 0, 0, &stored).expect("surgery");
+    g.valid_derived(
+        "valid/codec-zstd-skippable-frame.tpde",
+        "§6",
+        "a zstd chunk whose data frame follows a skippable frame of 4 bytes: it decodes to nothing",
+        SMALL_ZSTD,
+        skippable,
+    );
 }

@@ -42,3 +42,19 @@ fn the_spec_names_the_files_of_every_rule() {
         assert!(case.rule.starts_with('§') || rules.contains(&case.rule.as_str()), "{}: rule {}", case.file, case.rule);
     }
 }
+
+#[test]
+fn the_corpus_readme_cannot_go_stale() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("conformance/README.md")).unwrap();
+    let version = format!("\"spec_version\": \"{}\"", tpde_corpus::SPEC_VERSION);
+    assert!(readme.contains(&version), "conformance/README.md's manifest example must say {version}");
+    // Counts belong to the manifest: a number of files in the README would go stale.
+    let words: Vec<&str> = readme.split_whitespace().collect();
+    for w in words.windows(3) {
+        let counted = w[0].trim_matches(|c: char| !c.is_ascii_digit()).parse::<u32>().is_ok()
+            && ((w[1].starts_with("valid") || w[1].starts_with("invalid")) && w[2].starts_with("file")
+                || w[1].starts_with("files"));
+        assert!(!counted, "conformance/README.md counts files ({}); point to the manifest instead", w.join(" "));
+    }
+}

@@ -97,6 +97,19 @@ enum Command {
         #[arg(long)]
         gpu: bool,
     },
+    /// Read one file as the conformance corpus does and print the JSON that
+    /// `conformance/run.py` expects of a reader (the reference reader as that runner's example).
+    #[command(hide = true)]
+    ConformanceRead {
+        /// The file.
+        file: PathBuf,
+        /// Its base, then that base's base, and so on.
+        #[arg(long)]
+        base: Vec<PathBuf>,
+        /// Find the bases through the files' path hints instead.
+        #[arg(long)]
+        follow_hints: bool,
+    },
     /// Same as `tpde-inspect`.
     Inspect {
         /// The .tpde file.
@@ -310,6 +323,10 @@ fn run(command: Command) -> Result<(), CliError> {
                 true => Err(CliError::failed("conformance: some files failed")),
                 false => Ok(()),
             }
+        }
+        Command::ConformanceRead { file, base, follow_hints } => {
+            println!("{}", conformance::read_one_json(&file, &base, follow_hints));
+            Ok(())
         }
         Command::Demo { dir } => run_demo(dir),
         Command::BenchGpu { input, base, runs } => {
