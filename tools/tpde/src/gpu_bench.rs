@@ -93,7 +93,7 @@ pub fn run(gpu: &Gpu, input: &Path, base: Option<&Path>, runs: usize) -> Result<
         ("raw".into(), Encoder::Raw, false),
         ("zstd -3 (CPU-decoded, uploaded)".into(), Encoder::Zstd { level: 3 }, false),
         ("planes (serial rANS on the CPU)".into(), Encoder::Codec(CodecTag::Planes), false),
-        ("planes-lanes (auto)".into(), Encoder::Auto, false),
+        ("auto (lane and context forms)".into(), Encoder::Auto, false),
     ];
     if base_st.is_some() {
         cases.push(("delta, auto-serial".into(), Encoder::AutoSerial, true));

@@ -460,3 +460,34 @@ fn sharded_folders_pack_to_one_file_and_unpack_to_the_same_folder() {
         .code(2)
         .stderr(predicates::str::contains("index.json"));
 }
+
+/// `pack --help` names every codec of the registry, and says what `auto` writes for a keyframe
+/// and for a delta: the codecs a real pack with `auto` chose.
+#[test]
+fn the_codec_help_matches_the_registry_and_what_auto_writes() {
+    let help = tpde().args(["pack", "--help"]).assert().success().get_output().stdout.clone();
+    let help = String::from_utf8(help).unwrap().split_whitespace().collect::<Vec<_>>().join(" ");
+    for tag in tpde_format::CodecTag::ALL {
+        assert!(help.contains(tag.name()), "pack --help does not name codec {}", tag.name());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    model(d, "a.safetensors", 5, 1);
+    model(d, "b.safetensors", 6, 1);
+    tpde().args(["pack", "a.safetensors", "-o", "a.tpde"]).current_dir(d).assert().success();
+    tpde().args(["pack", "b.safetensors", "--base", "a.tpde", "-o", "b.tpde"]).current_dir(d).assert().success();
+    // The codec of most stored bytes in each file.
+    let main_codec = |file: &str| {
+        let r = tpde_read::Reader::open(d.join(file)).unwrap();
+        let mut bytes = std::collections::HashMap::<tpde_format::CodecTag, u64>::new();
+        for c in r.tensors().iter().flat_map(|t| &t.chunks) {
+            *bytes.entry(c.codec).or_default() += c.stored_length;
+        }
+        bytes.into_iter().max_by_key(|&(_, b)| b).unwrap().0
+    };
+    let keyframe = main_codec("a.tpde");
+    assert!(help.contains(&format!("{} for a keyframe", keyframe.name())), "auto writes {keyframe} keyframes: {help}");
+    let delta = main_codec("b.tpde");
+    let against = help.split("against a base").nth(1).unwrap();
+    assert!(against.split("auto-serial").next().unwrap().contains(delta.name()), "auto writes {delta} deltas: {help}");
+}

@@ -57,7 +57,9 @@ fn the_command_fails_on_a_reader_that_would_not_conform() {
         .code(1)
         .stdout(contains("FAIL R24").not())
         .stdout(contains("valid/small-raw.tpde: rejected (checksum-mismatch)"))
-        .stdout(contains("invalid/r03-header-crc.tpde: accepted; expected checksum-mismatch"))
+        .stdout(contains(
+            "invalid/r03-header-crc.tpde: the file breaks R3 (spec §9): accepted; expected checksum-mismatch",
+        ))
         .stdout(contains("valid/stray.tpde: not listed in the manifest"))
         .stdout(contains("3 failed"));
 }

@@ -155,12 +155,15 @@ enum Command {
 /// Codec choice shared by `pack` and `pack-series`.
 #[derive(clap::Args)]
 struct CodecArgs {
-    /// Chunk codec: auto (per chunk, the smallest lossless form in lane form, which decodes
-    /// several lanes at a time on a CPU and in parallel on a GPU: planes-lanes for a keyframe,
-    /// the best delta against a base), auto-serial (the smallest among the format 1.1 codecs:
-    /// 0.1-0.7% smaller, readable by 1.1 readers, slower to decode), raw, zstd, planes,
-    /// delta-xor, delta-sub, sparse-elias-delta, sparse-fibonacci, sparse-rice, sparse-packed,
-    /// or a lane form (planes-lanes, delta-xor-lanes, delta-sub-lanes, sparse-packed-lanes).
+    /// Chunk codec: auto (per chunk, the smallest lossless form among those that decode lanes
+    /// side by side on a CPU and in parallel on a GPU: planes-context for a keyframe, which
+    /// falls back to planes-lanes records where contexts do not pay; against a base the
+    /// smallest of delta-xor-context, delta-sub-context and sparse-packed-lanes),
+    /// auto-serial (the smallest among the format 1.1 codecs: readable by 1.1 readers, slower
+    /// to decode), or one codec for every chunk: raw, zstd, planes, delta-xor, delta-sub,
+    /// sparse-elias-delta, sparse-fibonacci, sparse-rice, sparse-packed, planes-lanes,
+    /// delta-xor-lanes, delta-sub-lanes, sparse-packed-lanes, planes-context,
+    /// delta-xor-context, delta-sub-context.
     #[arg(long, default_value = "auto")]
     codec: String,
     /// Which readers the codecs are chosen for: cpu (any codec), or gpu (only codecs a GPU
