@@ -297,10 +297,8 @@ fn pack_series_chains_with_keyframes() {
 }
 
 #[test]
+#[cfg_attr(feature = "skip-gpu-tests", ignore = "built with --features skip-gpu-tests: no GPU adapter")]
 fn gpu_profile_and_gpu_unpack() {
-    if std::env::var_os("TPDE_SKIP_GPU_TESTS").is_some() {
-        return eprintln!("skipping: TPDE_SKIP_GPU_TESTS is set");
-    }
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let a = model(d, "a.safetensors", 5, 1);
