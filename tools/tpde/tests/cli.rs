@@ -242,30 +242,104 @@ fn deltas_through_the_command_line() {
 
 #[test]
 fn lossy_deltas_are_bounded_recorded_and_checked() {
+    // Real training checkpoints (the demo's TinyModel, AdamW), 10 steps apart: small changes.
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    model(d, "a.safetensors", 5, 1);
-    model(d, "c.safetensors", 6, 2);
-    tpde().args(["pack", "c.safetensors", "--max-abs-error", "0.01", "-o", "c.tpde"]).current_dir(d).assert().code(2);
+    std::fs::create_dir(d.join("train")).unwrap();
+    let ckpts = demo::train_checkpoints(&d.join("train"), 64, 40, 10, 3).unwrap();
+    let (a, b) = (&ckpts[0].2, &ckpts[1].2);
+    let tau = "0.0001";
+    tpde().arg("pack").arg(b).args(["--max-abs-error", tau, "-o"]).arg(d.join("x.tpde")).assert().code(2);
     tpde()
-        .args(["pack", "c.safetensors", "--base", "a.safetensors", "--max-abs-error", "0.01", "-o", "c.tpde"])
-        .current_dir(d)
+        .arg("pack")
+        .arg(b)
+        .arg("--base")
+        .arg(a)
+        .args(["--max-abs-error", tau, "-o"])
+        .arg(d.join("b.tpde"))
         .assert()
         .success();
     tpde()
-        .args(["inspect", "c.tpde"])
-        .current_dir(d)
+        .arg("inspect")
+        .arg(d.join("b.tpde"))
         .assert()
         .success()
         .stdout(predicates::str::contains("tpde.max_abs_error"));
-    tpde()
-        .args(["verify", "c.tpde", "--against", "c.safetensors"])
-        .current_dir(d)
+    // Within the bound of its own original, and something was dropped (the error is not 0).
+    let out = tpde()
+        .arg("verify")
+        .arg(d.join("b.tpde"))
+        .arg("--against")
+        .arg(b)
         .assert()
         .success()
-        .stdout(predicates::str::contains("within the recorded bound 1e-2"));
-    // Not within the bound of another checkpoint.
-    tpde().args(["verify", "c.tpde", "--against", "a.safetensors"]).current_dir(d).assert().code(1);
+        .get_output()
+        .stdout
+        .clone();
+    let out = String::from_utf8(out).unwrap();
+    assert!(out.contains("within the recorded bound 1e-4"), "{out}");
+    let max: f64 = out.rsplit("max abs error ").next().unwrap().trim().parse().unwrap();
+    assert!(max > 0.0 && max <= 1e-4, "{out}");
+    // Against the base, the integers (the step counter) differ: reported as such.
+    tpde()
+        .arg("verify")
+        .arg(d.join("b.tpde"))
+        .arg("--against")
+        .arg(a)
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains("a lossy file keeps every integer exactly"));
+    // Against a checkpoint with the same integers and floats moved past the bound: the float
+    // check fails, naming the bound.
+    let moved = d.join("moved.safetensors");
+    let st = std::fs::read(b).unwrap();
+    let parsed = safetensors::SafeTensors::deserialize(&st).unwrap();
+    let mut owned: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> =
+        parsed.tensors().into_iter().map(|(n, t)| (n, t.dtype(), t.shape().to_vec(), t.data().to_vec())).collect();
+    let f32s = owned.iter_mut().find(|t| t.1 == safetensors::Dtype::F32).unwrap();
+    let x = f32::from_le_bytes(f32s.3[..4].try_into().unwrap()) + 1e-3;
+    f32s.3[..4].copy_from_slice(&x.to_le_bytes());
+    let views: Vec<(String, safetensors::tensor::TensorView)> = owned
+        .iter()
+        .map(|(n, dt, sh, data)| (n.clone(), safetensors::tensor::TensorView::new(*dt, sh.clone(), data).unwrap()))
+        .collect();
+    safetensors::tensor::serialize_to_file(views, None, &moved).unwrap();
+    tpde()
+        .arg("verify")
+        .arg(d.join("b.tpde"))
+        .arg("--against")
+        .arg(&moved)
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains("over the bound 0.0001"));
+    // A lossy chain: every delta snapped against its base as it decodes (closed loop), so each
+    // file is within the bound of its own original, however long the chain.
+    tpde()
+        .arg("pack-series")
+        .arg(d.join("train"))
+        .args(["--keyframe-every", "10", "--max-abs-error", tau, "-o"])
+        .arg(d.join("chain"))
+        .assert()
+        .success();
+    assert!(ckpts.len() >= 4);
+    for (k, (_, _, original, _)) in ckpts.iter().enumerate() {
+        let packed = d.join("chain").join(original.file_name().unwrap()).with_extension("tpde");
+        let out = tpde()
+            .arg("verify")
+            .arg(&packed)
+            .arg("--against")
+            .arg(original)
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        let out = String::from_utf8(out).unwrap();
+        match k {
+            0 => assert!(out.contains("bit-exact against"), "the keyframe is lossless: {out}"),
+            _ => assert!(out.contains("within the recorded bound 1e-4"), "step {k}: {out}"),
+        }
+    }
 }
 
 #[test]
