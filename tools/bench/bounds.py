@@ -12,8 +12,9 @@ writer's chunks of 4 MiB, this script takes the difference of the bit patterns b
 code length of each plane under a ladder of context models, each adding to the one before:
 
   order-0     one table per plane (`delta-sub-lanes`, format 1.2)
-  exponent    the base element's exponent, the 16 values around the chunk's median
-              (`delta-*-context`, format 1.4, spec §6.4.1)
+  exponent    the base element's exponent mapped as TPDE's writer maps it: the chunk's 16 most
+              frequent exponents a table each, every other one the table of the nearest of
+              them by value (`delta-*-context`, format 1.4, spec §6.4.1)
   direction   weights: which way the base's exp_avg pushes the weight's pattern, its sign XOR the
               weight's sign (32 contexts; not in the format)
   scale       8 buckets of a second tensor's exponent against this one's: for weights
@@ -93,6 +94,19 @@ def around_median(values, n):
     return np.clip(values - (m - n // 2), 0, n - 1)
 
 
+def writer_map(values, n):
+    """values as n contexts the way TPDE's writer maps base contexts (spec §6.4.1): the n most
+    frequent values a context each, every other value the context of the nearest of them by
+    value."""
+    kept, counts = np.unique(values, return_counts=True)
+    top = np.sort(kept[np.argsort(-counts, kind="stable")[:n]])
+    # The nearest kept value: compare with the neighbours on either side in sorted order.
+    hi = np.clip(np.searchsorted(top, values), 0, len(top) - 1)
+    lo = np.clip(hi - 1, 0, len(top) - 1)
+    nearer_lo = np.abs(values - top[lo]) <= np.abs(top[hi] - values)
+    return np.where(nearer_lo, lo, hi)
+
+
 def contexts(group, dtype, base, partners):
     """The context of every element of a chunk under each model, from the base alone."""
     e = exponent(dtype, base)
@@ -107,7 +121,7 @@ def contexts(group, dtype, base, partners):
     else:
         direction = np.zeros_like(e)
         scale = 2 * em - ev
-    exp16 = around_median(e, 16)
+    exp16 = writer_map(e, 16)
     with_direction = exp16 * 2 + direction
     return [np.zeros_like(e), exp16, with_direction,
             with_direction * 8 + around_median(scale, 8)]
