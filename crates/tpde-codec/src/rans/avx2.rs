@@ -373,10 +373,9 @@ mod tests {
     /// [`divide`] at every frequency, for the quotients where single precision errs the most
     /// (the largest) and at both sides of every multiple of f there.
     #[test]
+    #[cfg_attr(feature = "no-avx2-tests", ignore = "built with --features no-avx2-tests: no AVX2 here")]
     fn divide_is_exact() {
-        if !available() {
-            return;
-        }
+        crate::rans::require_avx2();
         let check = |xs: [u32; REG], f: u32| {
             // SAFETY: AVX2 checked above; loads and stores of eight u32.
             let (q, r) = unsafe {

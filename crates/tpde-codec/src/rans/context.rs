@@ -371,7 +371,9 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(feature = "no-avx2-tests", ignore = "built with --features no-avx2-tests: no AVX2 here")]
     fn vector_and_scalar_loops_agree_on_valid_and_damaged_records() {
+        crate::rans::require_avx2();
         // 45 lanes: a group of 32, one of 8 and a register part-filled with 5.
         let n = 45 * 4096 + 3;
         let data = drifting(n);
@@ -434,7 +436,9 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(feature = "no-avx2-tests", ignore = "built with --features no-avx2-tests: no AVX2 here")]
     fn given_contexts_decode_alike_in_vector_and_scalar_loops_on_valid_and_damaged_records() {
+        crate::rans::require_avx2();
         // 45 lanes: a group of 32, one of 8 and a register part-filled with 5.
         let n = 45 * 4096 + 3;
         let (data, contexts) = given(n);
