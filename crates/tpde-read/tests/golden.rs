@@ -1,6 +1,7 @@
-//! The spec's test vector (spec/vectors/minimal.tpde, dumped in spec/tpde-v1.md §12): the
-//! writer must still produce exactly these bytes, and the reader must read them. Regenerate with
-//! `TPDE_BLESS=1 cargo test -p tpde-read --test golden` only together with a spec change.
+//! The spec's test vector (spec/vectors/minimal.tpde, dumped in spec/tpde-v1.md §12): the file
+//! is the spec's hex dump byte for byte, the writer still produces exactly these bytes, and the
+//! reader reads them. Nothing here rewrites the file: a change to the writer's bytes is a spec
+//! change, made by editing §12's dump (the failing test prints the new one) and the file.
 
 use std::path::PathBuf;
 use tpde_format::{digest::to_hex, DType, MetadataValue};
@@ -19,14 +20,53 @@ fn minimal() -> Vec<u8> {
     w.finish().unwrap()
 }
 
+/// `xxd`'s layout, as §12 prints it: offset, eight groups of two bytes, then a comment.
+fn hex_dump(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    for (i, line) in bytes.chunks(16).enumerate() {
+        let groups: Vec<String> = line.chunks(2).map(|g| g.iter().map(|b| format!("{b:02x}")).collect()).collect();
+        out.push_str(&format!("{:08x}: {}\n", i * 16, groups.join(" ")));
+    }
+    out
+}
+
+/// The bytes of spec §12's dump: every line `OFFSET: HEX HEX ...` of its text block, the hex
+/// groups up to the two spaces before the line's comment.
+fn spec_dump() -> Vec<u8> {
+    let spec = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../spec/tpde-v1.md")).unwrap();
+    let section = spec.split("## 12. Test vector").nth(1).expect("spec §12");
+    let block = section.split("```text").nth(1).unwrap().split("```").next().unwrap();
+    let mut bytes = Vec::new();
+    for line in block.lines().filter(|l| !l.trim().is_empty()) {
+        let (offset, rest) = line.split_once(": ").expect("OFFSET: HEX");
+        assert_eq!(usize::from_str_radix(offset, 16).unwrap(), bytes.len(), "dump line {line:?}");
+        let hex = rest.split("  ").next().unwrap();
+        for group in hex.split_whitespace() {
+            for pair in group.as_bytes().chunks(2) {
+                bytes.push(u8::from_str_radix(std::str::from_utf8(pair).unwrap(), 16).unwrap());
+            }
+        }
+    }
+    bytes
+}
+
+#[test]
+fn the_vector_file_is_the_spec_dump() {
+    let committed = std::fs::read(vector_path()).expect("spec/vectors/minimal.tpde");
+    assert_eq!(committed.len(), 242, "§12 says 242 bytes");
+    assert_eq!(spec_dump(), committed, "spec §12's dump and spec/vectors/minimal.tpde differ");
+}
+
 #[test]
 fn writer_output_matches_the_spec_vector() {
-    let bytes = minimal();
-    if std::env::var_os("TPDE_BLESS").is_some() {
-        std::fs::write(vector_path(), &bytes).unwrap();
-    }
     let committed = std::fs::read(vector_path()).expect("spec/vectors/minimal.tpde");
-    assert_eq!(bytes, committed, "the writer's bytes changed: update the spec and its version notes, then bless");
+    let bytes = minimal();
+    assert!(
+        bytes == committed,
+        "the writer's bytes changed. That is a spec change: update §12 (its new dump is below), the \
+         file and the version notes.\n{}",
+        hex_dump(&bytes)
+    );
 }
 
 #[test]
