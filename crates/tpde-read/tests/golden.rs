@@ -33,7 +33,8 @@ fn hex_dump(bytes: &[u8]) -> String {
 /// The bytes of spec §12's dump: every line `OFFSET: HEX HEX ...` of its text block, the hex
 /// groups up to the two spaces before the line's comment.
 fn spec_dump() -> Vec<u8> {
-    let spec = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../spec/tpde-v1.md")).unwrap();
+    let spec =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../spec/tpde-v1.md")).unwrap();
     let section = spec.split("## 12. Test vector").nth(1).expect("spec §12");
     let block = section.split("```text").nth(1).unwrap().split("```").next().unwrap();
     let mut bytes = Vec::new();
