@@ -2,6 +2,7 @@
 //! [`Batch`](crate::plan::Batch) of a tensor into a device buffer.
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rayon::prelude::*;
 use tpde_codec::CodecError;
@@ -91,6 +92,8 @@ pub struct Gpu {
     max_buffer: u64,
     info: wgpu::AdapterInfo,
     dummy: wgpu::Buffer,
+    /// Bytes written from the host to the device so far (see [`Gpu::uploaded_bytes`]).
+    uploaded: AtomicU64,
 }
 
 impl Gpu {
@@ -177,13 +180,34 @@ impl Gpu {
             mapped_at_creation: false,
         });
         let max_buffer = device.limits().max_buffer_size;
-        Ok(Gpu { device, queue, layout, kernels, limits, max_buffer, info: adapter.get_info(), dummy })
+        Ok(Gpu {
+            device,
+            queue,
+            layout,
+            kernels,
+            limits,
+            max_buffer,
+            info: adapter.get_info(),
+            dummy,
+            uploaded: AtomicU64::new(0),
+        })
     }
 
     /// Caps the bytes one batch binds (never above the device's own limit): smaller batches
     /// bound the host memory a batch takes, and let tests split tensors into many batches.
     pub fn limit_batches(&mut self, bytes: u64) {
         self.limits.max_binding = self.limits.max_binding.min(bytes.max(self.limits.offset_align * 4));
+    }
+
+    /// Bytes written from the host to the device since this `Gpu` was opened: tensors
+    /// uploaded as they are, stored chunk bytes (or CPU-decoded ones for the codecs the device
+    /// does not decode) and the batches' metadata. What a decode costs the host-device link.
+    pub fn uploaded_bytes(&self) -> u64 {
+        self.uploaded.load(Ordering::Relaxed)
+    }
+
+    fn count_upload(&self, bytes: usize) {
+        self.uploaded.fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
     /// The adapter: name, backend, driver.
@@ -224,6 +248,7 @@ impl Gpu {
         let buffer = self.tensor_buffer(name, bytes.len() as u64)?;
         let whole = bytes.len() / 4 * 4;
         self.queue.write_buffer(&buffer, 0, &bytes[..whole]);
+        self.count_upload(bytes.len());
         if whole < bytes.len() {
             let mut tail = [0u8; 4];
             tail[..bytes.len() - whole].copy_from_slice(&bytes[whole..]);
@@ -276,6 +301,7 @@ impl Gpu {
             for work in works {
                 if let Some(bytes) = work.direct_upload() {
                     self.queue.write_buffer(&out, work.out.start, bytes);
+                    self.count_upload(bytes.len());
                     continue;
                 }
                 let full = batcher.push(work).map_err(|detail| GpuError::TooLarge { name: t.name.clone(), detail })?;
@@ -329,6 +355,7 @@ impl Gpu {
         };
         let blob = init("blob", &batch.blob);
         let meta = init("meta", bytemuck::cast_slice(&batch.meta));
+        self.count_upload(batch.blob.len() + std::mem::size_of_val(batch.meta.as_slice()));
         let scratch_like = |label: &str, bytes: u64, usage: wgpu::BufferUsages| {
             d.create_buffer(&wgpu::BufferDescriptor {
                 label: Some(label),

@@ -24,6 +24,11 @@ fn gpu() -> &'static Gpu {
     })
 }
 
+/// A `Gpu` of the test's own, for tests that count its uploads while other tests run.
+fn own_gpu() -> Gpu {
+    Gpu::new().unwrap_or_else(|e| panic!("{e}: install a Vulkan driver, or test with --features skip-gpu-tests"))
+}
+
 type Checkpoint = Vec<(String, DType, Vec<u64>, Vec<u8>)>;
 
 fn digest_of(ck: &Checkpoint) -> [u8; 32] {
@@ -231,4 +236,70 @@ fn chains_follow_hints_and_wrong_bases_are_rejected() {
     std::fs::remove_file(dir.path().join("a.tpde")).unwrap();
     let e = gpu.load_chain(&c_path).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::BaseMissing, "{e}");
+}
+
+/// What goes over the host-device link for one tensor: for the codecs the device decodes, its
+/// stored bytes and the lookup tables planned from them, a fraction of the decoded tensor; for
+/// the serial rANS planes the CPU decodes, the decoded planes.
+#[test]
+#[cfg_attr(feature = "skip-gpu-tests", ignore = "built with --features skip-gpu-tests: no GPU adapter")]
+fn only_compressed_bytes_are_uploaded() {
+    let gpu = &own_gpu();
+    let n = 1 << 16;
+    let ck: Checkpoint = vec![("w".into(), DType::BF16, vec![n as u64], tensor_bytes(DType::BF16, n, 3, true))];
+    let upload = |encoder: Encoder| {
+        let reader = Reader::from_source(write(&ck, None, encoder, 1 << 14)).unwrap();
+        let t = &reader.tensors()[0];
+        let stored: u64 = t.chunks.iter().map(|c| c.stored_length).sum();
+        let before = gpu.uploaded_bytes();
+        let on_device = gpu.decode(&reader, t, None).unwrap();
+        let uploaded = gpu.uploaded_bytes() - before;
+        assert_eq!(gpu.read_back(&on_device).unwrap(), ck[0].3, "{encoder:?}");
+        (stored, uploaded, t.byte_length)
+    };
+    for encoder in [Encoder::Auto, Encoder::Codec(CodecTag::PlanesLanes)] {
+        let (stored, uploaded, decoded) = upload(encoder);
+        assert!(stored * 4 < decoded, "{encoder:?}: the test needs compressible data");
+        assert!(
+            uploaded >= stored && uploaded * 2 < decoded,
+            "{encoder:?}: {uploaded} bytes uploaded, {stored} stored, {decoded} decoded"
+        );
+    }
+    // The serial form is decoded on the CPU: its planes go up whole.
+    let (_, uploaded, decoded) = upload(Encoder::Codec(CodecTag::Planes));
+    assert!(uploaded >= decoded, "serial planes: {uploaded} bytes uploaded for {decoded} decoded");
+}
+
+/// The layer loader uploads the next layer before it waits for the current one to decode:
+/// when the first layer comes back, the second one's bytes are already on their way.
+#[test]
+#[cfg_attr(feature = "skip-gpu-tests", ignore = "built with --features skip-gpu-tests: no GPU adapter")]
+fn the_layer_loader_uploads_the_next_layer_before_it_waits() {
+    let gpu = &own_gpu();
+    let ck: Checkpoint = (0..3)
+        .map(|l| (format!("model.layers.{l}.w"), DType::F32, vec![4096], tensor_bytes(DType::F32, 4096, l + 1, true)))
+        .collect();
+    let reader = Reader::from_source(write(&ck, None, Encoder::Auto, 4096)).unwrap();
+    // What each layer's decode uploads on its own.
+    let per_layer: Vec<u64> = reader
+        .tensors()
+        .iter()
+        .map(|t| {
+            let before = gpu.uploaded_bytes();
+            gpu.decode(&reader, t, None).unwrap();
+            gpu.uploaded_bytes() - before
+        })
+        .collect();
+    let mut loader = LayerLoader::new(gpu, &reader, None).unwrap();
+    let before = gpu.uploaded_bytes();
+    let first = loader.next_layer().unwrap().unwrap();
+    assert_eq!(first.key, "model.layers.0");
+    assert_eq!(
+        gpu.uploaded_bytes() - before,
+        per_layer[0] + per_layer[1],
+        "layer 1 goes up before layer 0 is waited for"
+    );
+    let second = loader.next_layer().unwrap().unwrap();
+    assert_eq!(second.key, "model.layers.1");
+    assert_eq!(gpu.uploaded_bytes() - before, per_layer.iter().sum::<u64>());
 }

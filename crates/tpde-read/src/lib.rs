@@ -2,7 +2,9 @@
 //!
 //! [`Reader::open`] maps the file and reads only the header (first 64 bytes), the trailer
 //! (last 32 bytes) and the directory the trailer points to; it validates all of it against the
-//! spec before returning. Reading a tensor touches only that tensor's chunks. A tensor whose
+//! spec before returning. Reading a tensor touches only that tensor's chunks, and for a delta
+//! its whole base tensor (a base hands over whole tensors, [`Base::tensor`]; reading one chunk of
+//! a delta decodes all of the base tensor, through its chain). A tensor whose
 //! chunks are all `raw` and adjacent comes back as a slice borrowed from the map, without a
 //! copy; other tensors decode their chunks in parallel into one buffer.
 //!

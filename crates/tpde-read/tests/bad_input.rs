@@ -6,8 +6,25 @@
 mod common;
 
 use tpde_codec::Encoder;
+use tpde_format::CodecTag;
 use tpde_format::{surgery, ErrorKind};
-use tpde_read::{ReadOptions, Reader};
+use tpde_read::{ChecksumPolicy, ReadOptions, Reader};
+
+/// Files of every keyframe form: raw, zstd, and the entropy-coded ones whose records carry
+/// lanes and contexts.
+fn files() -> Vec<(Encoder, Vec<u8>)> {
+    [
+        Encoder::Raw,
+        Encoder::Zstd { level: 3 },
+        Encoder::AutoSerial,
+        Encoder::Auto,
+        Encoder::Codec(CodecTag::PlanesLanes),
+        Encoder::Codec(CodecTag::PlanesContext),
+    ]
+    .into_iter()
+    .map(|e| (e, common::small_file(e)))
+    .collect()
+}
 
 fn open(bytes: &[u8]) -> Result<Reader<&[u8]>, tpde_read::ReadError> {
     Reader::from_source(bytes)
@@ -15,21 +32,20 @@ fn open(bytes: &[u8]) -> Result<Reader<&[u8]>, tpde_read::ReadError> {
 
 #[test]
 fn truncation_at_every_offset_is_an_error() {
-    for encoder in [Encoder::Raw, Encoder::Zstd { level: 3 }] {
-        let file = common::small_file(encoder);
-        assert!(open(&file).is_ok());
+    for (encoder, file) in files() {
+        assert!(open(&file).is_ok(), "{encoder:?}");
         for len in 0..file.len() {
-            let err = open(&file[..len]).err().unwrap_or_else(|| panic!("truncated to {len} bytes opened"));
+            let err =
+                open(&file[..len]).err().unwrap_or_else(|| panic!("{encoder:?}: truncated to {len} bytes opened"));
             let expected = if len == 0 { ErrorKind::NotTpde } else { ErrorKind::Truncated };
-            assert_eq!(err.kind(), expected, "truncated to {len}: {err}");
+            assert_eq!(err.kind(), expected, "{encoder:?}: truncated to {len}: {err}");
         }
     }
 }
 
 #[test]
 fn every_single_byte_flip_is_caught() {
-    for encoder in [Encoder::Raw, Encoder::Zstd { level: 3 }] {
-        let file = common::small_file(encoder);
+    for (encoder, file) in files() {
         for at in 0..file.len() {
             for mask in [0x01u8, 0x80, 0xFF] {
                 let mut bad = file.clone();
@@ -38,7 +54,7 @@ fn every_single_byte_flip_is_caught() {
                     Err(_) => true,
                     Ok(r) => r.verify().is_err(),
                 };
-                assert!(caught, "flipping byte {at} with {mask:#04x} went unnoticed");
+                assert!(caught, "{encoder:?}: flipping byte {at} with {mask:#04x} went unnoticed");
             }
         }
     }
@@ -83,7 +99,20 @@ fn arbitrary_garbage_is_rejected() {
             if len >= 8 {
                 bytes[..8].copy_from_slice(&tpde_format::MAGIC);
             }
-            assert!(open(&bytes).is_err());
+            // The category spec §9's precedences give: the magic (P1), the major version from
+            // 10 bytes on (P2), the length (R5), then the header CRC (P3), which random bytes
+            // break (2^-32 aside).
+            let major = bytes.get(8..10).map(|m| u16::from_le_bytes([m[0], m[1]]));
+            let expected = match len {
+                0..=7 if !bytes.is_empty() && tpde_format::MAGIC.starts_with(&bytes) => ErrorKind::Truncated,
+                0..=7 => ErrorKind::NotTpde,
+                8 | 9 => ErrorKind::Truncated,
+                _ if major != Some(1) => ErrorKind::UnsupportedVersion,
+                10..=63 => ErrorKind::Truncated,
+                _ => ErrorKind::ChecksumMismatch,
+            };
+            let err = open(&bytes).err().unwrap_or_else(|| panic!("{len} random bytes opened"));
+            assert_eq!(err.kind(), expected, "{len} bytes: {err}");
         }
     }
 }
@@ -113,4 +142,41 @@ fn error_messages_say_where_and_what() {
     let bad =
         surgery::with_directory(&file, |d| d.tensors[0].chunks[0].codec = tpde_format::CodecTag::DeltaXor).unwrap();
     assert!(open(&bad).err().unwrap().to_string().contains("has none"));
+}
+
+/// `ChecksumPolicy::Trust` skips chunk CRCs (R24) and nothing else: a flipped payload byte is
+/// read without a CRC error (and caught by verify, which always checks), while the directory,
+/// the decoders and the digests still guard everything they guard.
+#[test]
+fn trusted_input_skips_chunk_crcs_and_nothing_else() {
+    let trust = ReadOptions { checksums: ChecksumPolicy::Trust, ..ReadOptions::default() };
+    // A raw chunk with a flipped byte: Verify stops at the CRC, Trust returns the bytes.
+    let file = common::small_file(Encoder::Raw);
+    let c = open(&file).unwrap().tensor("ramp").unwrap().chunks[1].clone();
+    let mut bad = file.clone();
+    bad[c.offset as usize + 3] ^= 0x10;
+    assert_eq!(open(&bad).unwrap().read("ramp").unwrap_err().kind(), ErrorKind::ChecksumMismatch);
+    let trusted = Reader::with_options(bad.as_slice(), trust).unwrap();
+    let read = trusted.read("ramp").unwrap();
+    let good = open(&file).unwrap().read("ramp").unwrap().into_owned();
+    let diff: Vec<usize> = (0..good.len()).filter(|&i| read[i] != good[i]).collect();
+    assert_eq!(diff, vec![(c.element_start * 4) as usize + 3], "exactly the flipped byte differs");
+    assert_eq!(trusted.verify().unwrap_err().kind(), ErrorKind::ChecksumMismatch, "verify always checks");
+    // An entropy-coded chunk with a flipped byte: no CRC check, but the decoder still rejects
+    // what does not decode, or the digest check of verify catches what decodes wrongly.
+    let file = common::small_file(Encoder::Codec(CodecTag::PlanesContext));
+    let c = open(&file).unwrap().tensor("ramp").unwrap().chunks[0].clone();
+    for at in 0..c.stored_length as usize {
+        let mut bad = file.clone();
+        bad[c.offset as usize + at] ^= 0x04;
+        let trusted = Reader::with_options(bad.as_slice(), trust).unwrap();
+        let caught = match trusted.read("ramp") {
+            Err(e) => e.kind() == ErrorKind::Malformed,
+            Ok(_) => trusted.verify().is_err(),
+        };
+        assert!(caught, "byte {at} of the chunk flipped, read as trusted, went unnoticed");
+    }
+    // Structure is checked as ever.
+    let broken = surgery::with_directory(&file, |d| d.tensors[0].byte_length += 4).unwrap();
+    assert_eq!(Reader::with_options(broken.as_slice(), trust).err().unwrap().kind(), ErrorKind::Malformed);
 }

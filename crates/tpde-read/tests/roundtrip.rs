@@ -44,8 +44,21 @@ fn metadata_value() -> impl Strategy<Value = MetadataValue> {
     ]
 }
 
+/// Every keyframe encoder: raw, zstd at several levels, the two automatic choices and each
+/// keyframe codec tag (planes, planes-lanes, planes-context).
 fn encoder() -> impl Strategy<Value = Encoder> {
-    prop_oneof![Just(Encoder::Raw), (1i32..6).prop_map(|level| Encoder::Zstd { level })]
+    let tags: Vec<Encoder> = tpde_format::CodecTag::ALL
+        .into_iter()
+        .filter(|t| !t.needs_base() && *t != tpde_format::CodecTag::Raw && *t != tpde_format::CodecTag::Zstd)
+        .map(Encoder::Codec)
+        .collect();
+    prop_oneof![
+        Just(Encoder::Raw),
+        (1i32..6).prop_map(|level| Encoder::Zstd { level }),
+        Just(Encoder::Auto),
+        Just(Encoder::AutoSerial),
+        prop::sample::select(tags),
+    ]
 }
 
 proptest! {
