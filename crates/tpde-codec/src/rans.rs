@@ -799,6 +799,18 @@ pub fn corrupt(codec: tpde_format::CodecTag) -> impl Fn(String) -> CodecError {
     move |detail| CodecError::Corrupt { codec, detail }
 }
 
+/// For the tests that compare the AVX2 loops with the scalar ones: on a CPU without AVX2 they
+/// would compare the scalar loop with itself and pass, so they fail there instead, saying so.
+/// `cargo test --features no-avx2-tests` reports them as ignored on such a machine.
+#[cfg(test)]
+pub(crate) fn require_avx2() {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") {
+        return;
+    }
+    panic!("this CPU has no AVX2, so the vector loops cannot be compared with the scalar ones; test with --features no-avx2-tests to report these tests as ignored");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -991,16 +1003,4 @@ mod tests {
         encode(&table, &data, &mut enc);
         assert!(enc.len() > 40 && enc.len() < 100, "{}", enc.len());
     }
-}
-
-/// For the tests that compare the AVX2 loops with the scalar ones: on a CPU without AVX2 they
-/// would compare the scalar loop with itself and pass, so they fail there instead, saying so.
-/// `cargo test --features no-avx2-tests` reports them as ignored on such a machine.
-#[cfg(test)]
-pub(crate) fn require_avx2() {
-    #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") {
-        return;
-    }
-    panic!("this CPU has no AVX2, so the vector loops cannot be compared with the scalar ones; test with --features no-avx2-tests to report these tests as ignored");
 }
