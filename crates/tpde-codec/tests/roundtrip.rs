@@ -294,3 +294,143 @@ fn wrong_lengths_and_params_are_errors() {
     }
     assert!(decode(CodecTag::Raw, ctx, &[], b"abc", &mut [0u8; 4]).is_err());
 }
+
+/// Chunks shaped like real checkpoints, at the sizes `tpde pack` writes: weights of a few
+/// binades with row-wise scales, their next step (a base correlated with the current tensor),
+/// and Adam second moments whose rows differ by orders of magnitude. Up to 2^18 elements, so
+/// planes have many lanes, and the default encoder's context records (modes 3 and 4) are
+/// reached; the test asserts that they were.
+#[derive(Debug, Clone, Copy)]
+enum Shape {
+    Weights,
+    Moments,
+}
+
+fn structured(shape: Shape, dtype: DType, n: usize, seed: u64) -> (Vec<u8>, Vec<u8>) {
+    let mut rng = seed | 1;
+    let mut unit = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        (rng >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut normal = move || {
+        let (u, v) = (unit().max(1e-300), unit());
+        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+    };
+    let row = 256;
+    let (mut base, mut cur) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let mut scale = 1.0;
+    for i in 0..n {
+        if i % row == 0 {
+            scale = match shape {
+                Shape::Weights => 0.02 * (1.0 + normal().abs()),
+                Shape::Moments => 10f64.powf(-12.0 + 6.0 * unit()),
+            };
+        }
+        let b = match shape {
+            Shape::Weights => normal() * scale,
+            Shape::Moments => scale * (1.0 + 0.3 * normal()).abs(),
+        };
+        let step = match shape {
+            Shape::Weights => 1e-4 * scale * normal(),
+            Shape::Moments => 0.01 * b * normal(),
+        };
+        base.push(b);
+        cur.push(b + step);
+    }
+    let enc = |xs: &[f64]| -> Vec<u8> {
+        xs.iter()
+            .flat_map(|&x| match dtype {
+                DType::F32 => (x as f32).to_le_bytes().to_vec(),
+                DType::BF16 => ((x as f32).to_bits() >> 16).to_le_bytes()[..2].to_vec(),
+                _ => unreachable!(),
+            })
+            .collect()
+    };
+    (enc(&base), enc(&cur))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    #[test]
+    fn structured_chunks_reach_context_records_in_many_lanes(
+        weights in any::<bool>(),
+        bf16 in any::<bool>(),
+        n in prop_oneof![1usize..20_000, 131_072usize..=262_144],
+        seed in any::<u64>(),
+    ) {
+        let shape = if weights { Shape::Weights } else { Shape::Moments };
+        let dtype = if bf16 { DType::BF16 } else { DType::F32 };
+        let (base, cur) = structured(shape, dtype, n, seed);
+        let w = dtype.size() as usize;
+        for with_base in [false, true] {
+            let ctx = ChunkContext { dtype, base: with_base.then_some(&base[..]) };
+            let mut stored = Vec::new();
+            let (tag, params) = Encoder::Auto.encode(ctx, &cur, &mut stored).unwrap();
+            let mut out = vec![0u8; cur.len()];
+            decode(tag, ctx, &params, &stored, &mut out).unwrap();
+            prop_assert!(out == cur, "{tag} {shape:?} {dtype} n={n}");
+            // Record what the planes hold, for the assertion below.
+            if matches!(tag, CodecTag::PlanesContext | CodecTag::DeltaXorContext | CodecTag::DeltaSubContext) {
+                let (records, _) = tpde_codec::planes::parse(tag, &stored, 0, w, n).unwrap();
+                let mut seen = SEEN.lock().unwrap();
+                for r in records {
+                    match r {
+                        PlaneRecord::Contexts(_, l) => { seen.contexts += 1; seen.max_lanes = seen.max_lanes.max(l.lanes); }
+                        PlaneRecord::BaseContexts(_, l) => { seen.base_contexts += 1; seen.max_lanes = seen.max_lanes.max(l.lanes); }
+                        PlaneRecord::Lanes(_, l) => seen.max_lanes = seen.max_lanes.max(l.lanes),
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct Seen {
+    contexts: u32,
+    base_contexts: u32,
+    max_lanes: u32,
+}
+
+static SEEN: std::sync::Mutex<Seen> = std::sync::Mutex::new(Seen { contexts: 0, base_contexts: 0, max_lanes: 0 });
+
+/// The structured cases above, and a fixed set of them, reach what the writer writes by default.
+#[test]
+fn structured_cases_produce_context_records_and_many_lanes() {
+    // Run fixed cases too, so that the assertion does not hang on what the proptest drew.
+    for (shape, dtype, n) in [(Shape::Moments, DType::F32, 131_072), (Shape::Weights, DType::BF16, 200_000)] {
+        let (base, cur) = structured(shape, dtype, n, 7);
+        for with_base in [false, true] {
+            let ctx = ChunkContext { dtype, base: with_base.then_some(&base[..]) };
+            let mut stored = Vec::new();
+            let (tag, params) = Encoder::Auto.encode(ctx, &cur, &mut stored).unwrap();
+            let mut out = vec![0u8; cur.len()];
+            decode(tag, ctx, &params, &stored, &mut out).unwrap();
+            assert!(out == cur);
+            if let Ok((records, _)) = tpde_codec::planes::parse(tag, &stored, 0, dtype.size() as usize, n) {
+                let mut seen = SEEN.lock().unwrap();
+                for r in records {
+                    match r {
+                        PlaneRecord::Contexts(_, l) => {
+                            seen.contexts += 1;
+                            seen.max_lanes = seen.max_lanes.max(l.lanes);
+                        }
+                        PlaneRecord::BaseContexts(_, l) => {
+                            seen.base_contexts += 1;
+                            seen.max_lanes = seen.max_lanes.max(l.lanes);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+    let seen = SEEN.lock().unwrap();
+    assert!(seen.contexts > 0, "no mode 3 context record");
+    assert!(seen.base_contexts > 0, "no mode 4 base-context record");
+    assert!(seen.max_lanes >= 32, "at most {} lanes in a context record", seen.max_lanes);
+}

@@ -303,3 +303,71 @@ fn the_layer_loader_uploads_the_next_layer_before_it_waits() {
     assert_eq!(second.key, "model.layers.1");
     assert_eq!(gpu.uploaded_bytes() - before, per_layer.iter().sum::<u64>());
 }
+
+/// Checkpoint-shaped tensors at the size the writer's defaults are for (2^17 elements: many
+/// lanes per plane), Adam moments whose rows span orders of magnitude and weights one step
+/// apart: the default encoder writes context and base-context records (asserted), and the
+/// device decodes them as the CPU does.
+#[test]
+#[cfg_attr(feature = "skip-gpu-tests", ignore = "built with --features skip-gpu-tests: no GPU adapter")]
+fn context_records_in_many_lanes_decode_on_the_device() {
+    let gpu = gpu();
+    let n = 1usize << 17;
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut unit = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x >> 11) as f32 / (1u64 << 53) as f32
+    };
+    let (mut v, mut w, mut w2) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut vs, mut ws) = (1e-8f32, 0.02f32);
+    for i in 0..n {
+        if i % 512 == 0 {
+            vs = 10f32.powf(-12.0 + 6.0 * unit());
+            ws = 0.01 + 0.05 * unit();
+        }
+        v.extend((vs * (0.5 + unit())).to_le_bytes());
+        let a = (unit() - 0.5) * ws;
+        w.extend(a.to_le_bytes());
+        w2.extend((a + (unit() - 0.5) * ws * 1e-3).to_le_bytes());
+    }
+    let a: Checkpoint =
+        vec![("exp_avg_sq".into(), DType::F32, vec![n as u64], v.clone()), ("w".into(), DType::F32, vec![n as u64], w)];
+    let b: Checkpoint =
+        vec![("exp_avg_sq".into(), DType::F32, vec![n as u64], v), ("w".into(), DType::F32, vec![n as u64], w2)];
+    let key = write(&a, None, Encoder::Auto, 1 << 20);
+    let delta = write(&b, Some((&a, "")), Encoder::Auto, 1 << 20);
+    let (mut contexts, mut base_contexts, mut lanes) = (0, 0, 0);
+    for file in [&key, &delta] {
+        let r = Reader::from_source(file.clone()).unwrap();
+        for t in r.tensors() {
+            for (i, c) in t.chunks.iter().enumerate() {
+                let stored = r.chunk_bytes(t, i).unwrap();
+                let n = c.element_count as usize;
+                let Ok((records, _)) = tpde_codec::planes::parse(c.codec, &stored, 0, 4, n) else { continue };
+                for rec in records {
+                    match rec {
+                        tpde_codec::planes::PlaneRecord::Contexts(_, l) => {
+                            (contexts, lanes) = (contexts + 1, lanes.max(l.lanes))
+                        }
+                        tpde_codec::planes::PlaneRecord::BaseContexts(_, l) => {
+                            (base_contexts, lanes) = (base_contexts + 1, lanes.max(l.lanes))
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        contexts > 0 && base_contexts > 0 && lanes >= 32,
+        "{contexts} context, {base_contexts} base-context records, {lanes} lanes"
+    );
+    let cpu_key = Reader::from_source(key).unwrap();
+    let on_device = gpu.load(&cpu_key, None).unwrap();
+    assert_same(gpu, &on_device, &cpu_key, &a);
+    let cpu_delta = Reader::from_source(delta).unwrap().with_base(std::sync::Arc::new(cpu_key)).unwrap();
+    let delta_on_device = gpu.load(&cpu_delta, Some(&on_device)).unwrap();
+    assert_same(gpu, &delta_on_device, &cpu_delta, &b);
+}

@@ -249,3 +249,55 @@ proptest! {
         }
     }
 }
+
+/// A checkpoint pair shaped like two training steps, at the size `tpde pack` writes: f32 and
+/// bf16 weights with row scales, Adam second moments whose rows span orders of magnitude, each
+/// moved a little; 2^17 elements per tensor, so every plane has many lanes. Through every delta
+/// encoder, in the writer's default 4 MiB chunks and in small ones.
+#[test]
+fn structured_deltas_round_trip_through_every_encoder() {
+    let n = 1usize << 17;
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let mut unit = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let (mut w, mut w2, mut v, mut v2) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut ws, mut vs) = (0.02, 1e-8);
+    for i in 0..n {
+        if i % 512 == 0 {
+            ws = 0.01 + 0.05 * unit();
+            vs = 10f64.powf(-12.0 + 6.0 * unit());
+        }
+        let a = (unit() - 0.5) * ws;
+        w.push(a as f32);
+        w2.push((a + (unit() - 0.5) * ws * 1e-3) as f32);
+        let b = vs * (0.5 + unit());
+        v.push(b as f32);
+        v2.push((b * (1.0 + 0.02 * (unit() - 0.5))) as f32);
+    }
+    let f32s = |xs: &[f32]| xs.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let bf16s = |xs: &[f32]| xs.iter().flat_map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes()).collect::<Vec<u8>>();
+    let ck = |w: &[f32], v: &[f32]| -> Checkpoint {
+        vec![
+            ("w.f32".into(), DType::F32, vec![n as u64], f32s(w)),
+            ("w.bf16".into(), DType::BF16, vec![n as u64], bf16s(w)),
+            ("exp_avg_sq".into(), DType::F32, vec![n as u64], f32s(v)),
+        ]
+    };
+    let (a, b) = (ck(&w, &v), ck(&w2, &v2));
+    let mut encoders = vec![Encoder::Auto, Encoder::AutoSerial];
+    encoders.extend(CodecTag::ALL.into_iter().filter(|t| t.needs_base()).map(Encoder::Codec));
+    for chunk in [4 << 20, 1 << 16] {
+        let base = Arc::new(Reader::from_source(write(&a, None, Encoder::Auto, chunk)).unwrap());
+        for &enc in &encoders {
+            let r =
+                Reader::from_source(write(&b, Some((&a, "")), enc, chunk)).unwrap().with_base(base.clone()).unwrap();
+            for (name, _, _, bytes) in &b {
+                assert!(&*r.read(name).unwrap() == &bytes[..], "{enc:?}, chunks of {chunk}: {name}");
+            }
+        }
+    }
+}
