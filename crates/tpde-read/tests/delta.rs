@@ -296,7 +296,7 @@ fn structured_deltas_round_trip_through_every_encoder() {
             let r =
                 Reader::from_source(write(&b, Some((&a, "")), enc, chunk)).unwrap().with_base(base.clone()).unwrap();
             for (name, _, _, bytes) in &b {
-                assert!(&*r.read(name).unwrap() == &bytes[..], "{enc:?}, chunks of {chunk}: {name}");
+                assert!(*r.read(name).unwrap() == bytes[..], "{enc:?}, chunks of {chunk}: {name}");
             }
         }
     }
