@@ -1,10 +1,16 @@
 //! `tpde bench`: pack and unpack throughput on one safetensors file, single-threaded and on
-//! all cores, side by side with the tools a user would otherwise reach for, in the same run:
-//! the `zstd` command line (`-3`, and `-d`) and plain safetensors loading.
+//! all cores, side by side with the tools a user would otherwise reach for, in the same run,
+//! like compared with like:
+//!
+//! - file to file: `tpde pack` / `tpde unpack` next to the `zstd` command line (`-3`, `-d`);
+//! - in memory: reading every tensor of a `.tpde` next to decompressing the whole file with the
+//!   zstd library in-process, and next to copying every tensor out of a mapped safetensors file.
 //!
 //! Every figure is the median of `runs` wall-clock timings with the page cache warm, in MB/s
-//! (10^6 bytes) of the logical tensor bytes (for zstd, of the input file's bytes). Outputs go
-//! to the directory given (use a tmpfs such as /dev/shm to measure codecs rather than disks).
+//! (10^6 bytes) of the logical tensor bytes (for zstd, of the input file's bytes). One-thread
+//! rows run pinned to one CPU (on Linux), child processes included: an unpinned `zstd -T1`
+//! uses more than one CPU. Outputs go to the directory given (use a tmpfs such as /dev/shm to
+//! measure codecs rather than disks).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -57,6 +63,26 @@ fn pool(threads: usize) -> rayon::ThreadPool {
     rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool")
 }
 
+/// Runs `f` with the calling thread pinned to one CPU when `threads` is 1 (threads and
+/// processes it starts inherit that), then restores the thread's CPUs.
+#[cfg(target_os = "linux")]
+fn pinned<T>(threads: usize, f: impl FnOnce() -> T) -> T {
+    use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
+    let Some(all) = (threads == 1).then(|| sched_getaffinity(None).ok()).flatten() else { return f() };
+    let Some(cpu) = (0..CpuSet::MAX_CPU).find(|&c| all.is_set(c)) else { return f() };
+    let mut one = CpuSet::new();
+    one.set(cpu);
+    let _ = sched_setaffinity(None, &one);
+    let out = f();
+    let _ = sched_setaffinity(None, &all);
+    out
+}
+
+#[cfg(not(target_os = "linux"))]
+fn pinned<T>(_threads: usize, f: impl FnOnce() -> T) -> T {
+    f()
+}
+
 fn zstd_cli(args: &[&str], input: &Path, output: &Path) -> Result<(), CliError> {
     let status = Command::new("zstd")
         .args(args)
@@ -82,71 +108,103 @@ pub fn run(input: &Path, workdir: &Path, runs: usize) -> Result<Vec<Row>, CliErr
     let mut rows = Vec::new();
     let mut logical = 0u64;
 
-    for (label, encoder) in [("raw", Encoder::Raw), ("zstd -3", Encoder::Zstd { level: 3 })] {
+    let mut threads_list = vec![1];
+    if all > 1 {
+        threads_list.push(all);
+    }
+    for (label, encoder) in [("raw", Encoder::Raw), ("zstd -3", Encoder::Zstd { level: 3 }), ("auto", Encoder::Auto)] {
         let packed = out("bench.tpde");
-        let mut threads_list = vec![1];
-        if all > 1 {
-            threads_list.push(all);
-        }
         for &threads in &threads_list {
-            let p = pool(threads);
-            let mut report = convert::PackReport::default();
-            let secs = time(runs, || {
-                report = p.install(|| {
-                    convert::pack(
-                        input,
-                        &packed,
-                        PackJob::keyframe(WriteOptions { encoder, ..WriteOptions::default() }),
-                        &(),
-                    )
+            pinned(threads, || -> Result<(), CliError> {
+                let p = pool(threads);
+                let mut report = convert::PackReport::default();
+                let secs = time(runs, || {
+                    report = p.install(|| {
+                        convert::pack(
+                            input,
+                            &packed,
+                            PackJob::keyframe(WriteOptions { encoder, ..WriteOptions::default() }),
+                            &(),
+                        )
+                    })?;
+                    Ok(())
                 })?;
+                logical = report.logical_bytes;
+                rows.push(Row {
+                    what: format!("tpde pack --codec {}", label.split(' ').next().unwrap_or(label)),
+                    threads,
+                    ratio: Some(ratio(report.file_bytes, file_bytes)),
+                    mb_s: mb_per_s(report.logical_bytes, secs),
+                });
+                let unpacked = out("bench.unpacked.safetensors");
+                let secs = time(runs, || {
+                    p.install(|| convert::unpack(&packed, None, &unpacked, &()).map(|_| ()).map_err(CliError::from))
+                })?;
+                rows.push(Row {
+                    what: format!("tpde unpack ({label} file)"),
+                    threads,
+                    ratio: None,
+                    mb_s: mb_per_s(logical, secs),
+                });
+                let secs = time(runs, || {
+                    p.install(|| {
+                        let r = Reader::open(&packed)?;
+                        for t in r.tensors() {
+                            touch(&r.read_tensor(t)?);
+                        }
+                        Ok(())
+                    })
+                })?;
+                rows.push(Row {
+                    what: format!("tpde read all tensors ({label} file, CRC on, in memory)"),
+                    threads,
+                    ratio: None,
+                    mb_s: mb_per_s(logical, secs),
+                });
                 Ok(())
             })?;
-            logical = report.logical_bytes;
-            rows.push(Row {
-                what: format!("tpde pack --codec {}", label.split(' ').next().unwrap_or(label)),
-                threads,
-                ratio: Some(ratio(report.file_bytes, file_bytes)),
-                mb_s: mb_per_s(report.logical_bytes, secs),
-            });
-            let unpacked = out("bench.unpacked.safetensors");
-            let secs = time(runs, || {
-                p.install(|| convert::unpack(&packed, None, &unpacked, &()).map(|_| ()).map_err(CliError::from))
-            })?;
-            rows.push(Row {
-                what: format!("tpde unpack ({label} file)"),
-                threads,
-                ratio: None,
-                mb_s: mb_per_s(logical, secs),
-            });
-            let secs = time(runs, || {
-                p.install(|| {
-                    let r = Reader::open(&packed)?;
-                    for t in r.tensors() {
-                        touch(&r.read_tensor(t)?);
-                    }
-                    Ok(())
-                })
-            })?;
-            rows.push(Row {
-                what: format!("tpde read all tensors ({label} file, CRC on)"),
-                threads,
-                ratio: None,
-                mb_s: mb_per_s(logical, secs),
-            });
         }
     }
 
-    // safetensors: map the file and copy every tensor out, the work a loader does.
-    let secs = time(runs, || {
-        let map = tpde_read::map_file(input)?;
-        let st = SafeTensors::deserialize(&map).map_err(|e| CliError::failed(e.to_string()))?;
-        for (_, t) in st.tensors() {
-            // The copy is the point: it is what a loader does to get an owned tensor.
-            let owned: Vec<u8> = t.data().to_vec();
-            touch(&owned);
-        }
+    // zstd in-process, one thread: the whole file at level 3, compressed and decompressed in
+    // memory, like `tpde read all` (the CLI rows below are file to file, like pack and unpack).
+    let original = std::fs::read(input)?;
+    pinned(1, || -> Result<(), CliError> {
+        let mut compressed = Vec::new();
+        let secs = time(runs, || {
+            compressed = zstd::bulk::compress(&original, 3)?;
+            Ok(())
+        })?;
+        rows.push(Row {
+            what: "zstd -3 (library, whole file, in memory)".into(),
+            threads: 1,
+            ratio: Some(ratio(compressed.len() as u64, file_bytes)),
+            mb_s: mb_per_s(file_bytes, secs),
+        });
+        let secs = time(runs, || {
+            touch(&zstd::bulk::decompress(&compressed, original.len())?);
+            Ok(())
+        })?;
+        rows.push(Row {
+            what: "zstd decode (library, whole file, in memory: compare with tpde read all)".into(),
+            threads: 1,
+            ratio: None,
+            mb_s: mb_per_s(file_bytes, secs),
+        });
         Ok(())
+    })?;
+
+    let secs = pinned(1, || {
+        time(runs, || {
+            let map = tpde_read::map_file(input)?;
+            let st = SafeTensors::deserialize(&map).map_err(|e| CliError::failed(e.to_string()))?;
+            for (_, t) in st.tensors() {
+                // The copy is the point: it is what a loader does to get an owned tensor.
+                let owned: Vec<u8> = t.data().to_vec();
+                touch(&owned);
+            }
+            Ok(())
+        })
     })?;
     rows.push(Row {
         what: "safetensors load (mmap + copy each tensor)".into(),
@@ -162,19 +220,19 @@ pub fn run(input: &Path, workdir: &Path, runs: usize) -> Result<Vec<Row>, CliErr
             threads_list.push(("-T0", all));
         }
         for (flag, threads) in threads_list {
-            let secs = time(runs, || zstd_cli(&["-3", flag], input, &z))?;
+            let secs = pinned(threads, || time(runs, || zstd_cli(&["-3", flag], input, &z)))?;
             let zr = ratio(std::fs::metadata(&z)?.len(), file_bytes);
             rows.push(Row {
-                what: "zstd -3 (CLI, whole file)".into(),
+                what: "zstd -3 (CLI, whole file, file to file: compare with tpde pack)".into(),
                 threads,
                 ratio: Some(zr),
                 mb_s: mb_per_s(file_bytes, secs),
             });
         }
         let d = out("bench.zstd-d.safetensors");
-        let secs = time(runs, || zstd_cli(&["-d"], &z, &d))?;
+        let secs = pinned(1, || time(runs, || zstd_cli(&["-d"], &z, &d)))?;
         rows.push(Row {
-            what: "zstd -d (CLI, whole file)".into(),
+            what: "zstd -d (CLI, whole file, file to file: compare with tpde unpack)".into(),
             threads: 1,
             ratio: None,
             mb_s: mb_per_s(file_bytes, secs),

@@ -563,3 +563,42 @@ fn the_codec_help_matches_the_registry_and_what_auto_writes() {
     let against = help.split("against a base").nth(1).unwrap();
     assert!(against.split("auto-serial").next().unwrap().contains(delta.name()), "auto writes {delta} deltas: {help}");
 }
+
+/// `tpde bench` runs end to end on a small checkpoint: every row is there with a positive
+/// speed (no timing is asserted), like compared with like, and it leaves nothing behind.
+#[test]
+fn bench_smoke() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let src = small_model(d);
+    let work = d.join("work");
+    std::fs::create_dir(&work).unwrap();
+    let out = tpde()
+        .arg("bench")
+        .arg(&src)
+        .args(["--runs", "1", "--dir"])
+        .arg(&work)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let out = String::from_utf8(out).unwrap();
+    for row in [
+        "tpde pack --codec auto",
+        "tpde unpack (auto file)",
+        "tpde read all tensors (auto file, CRC on, in memory)",
+        "zstd decode (library, whole file, in memory: compare with tpde read all)",
+        "safetensors load",
+    ] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("| {row}")))
+            .unwrap_or_else(|| panic!("no row {row:?}:\n{out}"));
+        let mb_s: f64 = line.trim_end_matches('|').rsplit('|').next().unwrap().trim().parse().unwrap();
+        assert!(mb_s > 0.0, "{line}");
+    }
+    // One-thread and all-core rows of the TPDE operations.
+    assert!(out.contains("| tpde read all tensors (auto file, CRC on, in memory) | 1 |"), "{out}");
+    assert_eq!(std::fs::read_dir(&work).unwrap().count(), 0, "bench left files in its folder");
+}
