@@ -1,6 +1,6 @@
-//! Plain `cargo test` replays what fuzzing found (`fuzz/regressions/<target>/`, minimized
-//! crash inputs, committed with their fix) and the seeds made from the conformance corpus,
-//! through the same bodies libFuzzer runs.
+//! Plain `cargo test` replays what fuzzing found (`fuzz/regressions/<target>/`: inputs of a
+//! minimized fuzzing corpus, and any crash input, committed with its fix) and the seeds made
+//! from the conformance corpus, through the same bodies libFuzzer runs.
 
 use std::path::PathBuf;
 
@@ -9,18 +9,31 @@ fn root() -> PathBuf {
 }
 
 #[test]
-fn committed_crash_inputs_no_longer_crash() {
-    let mut replayed = 0;
-    for (target, run) in tpde_fuzzing::TARGETS {
-        let dir = root().join("fuzz/regressions").join(target);
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-        for e in entries {
-            let path = e.unwrap().path();
-            run(&std::fs::read(&path).unwrap());
-            replayed += 1;
+fn committed_inputs_replay_without_a_crash() {
+    let dir = root().join("fuzz/regressions");
+    // Every folder is a target's: a misnamed one would be skipped without a word.
+    let targets: Vec<&str> = tpde_fuzzing::TARGETS.iter().map(|(t, _)| *t).collect();
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            assert!(
+                targets.contains(&name.as_str()),
+                "fuzz/regressions/{name}/ is not a fuzz target's name ({targets:?})"
+            );
         }
     }
-    println!("replayed {replayed} crash inputs");
+    for (target, run) in tpde_fuzzing::TARGETS {
+        let mut replayed = 0;
+        for e in std::fs::read_dir(dir.join(target)).unwrap_or_else(|e| panic!("fuzz/regressions/{target}: {e}")) {
+            let path = e.unwrap().path();
+            let bytes = std::fs::read(&path).unwrap();
+            let result = std::panic::catch_unwind(|| run(&bytes));
+            assert!(result.is_ok(), "{target} panicked on {}", path.display());
+            replayed += 1;
+        }
+        assert!(replayed > 0, "fuzz/regressions/{target}/ holds no input");
+    }
 }
 
 #[test]
