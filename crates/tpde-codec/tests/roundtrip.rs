@@ -372,19 +372,7 @@ proptest! {
             let mut out = vec![0u8; cur.len()];
             decode(tag, ctx, &params, &stored, &mut out).unwrap();
             prop_assert!(out == cur, "{tag} {shape:?} {dtype} n={n}");
-            // Record what the planes hold, for the assertion below.
-            if matches!(tag, CodecTag::PlanesContext | CodecTag::DeltaXorContext | CodecTag::DeltaSubContext) {
-                let (records, _) = tpde_codec::planes::parse(tag, &stored, 0, w, n).unwrap();
-                let mut seen = SEEN.lock().unwrap();
-                for r in records {
-                    match r {
-                        PlaneRecord::Contexts(_, l) => { seen.contexts += 1; seen.max_lanes = seen.max_lanes.max(l.lanes); }
-                        PlaneRecord::BaseContexts(_, l) => { seen.base_contexts += 1; seen.max_lanes = seen.max_lanes.max(l.lanes); }
-                        PlaneRecord::Lanes(_, l) => seen.max_lanes = seen.max_lanes.max(l.lanes),
-                        _ => {}
-                    }
-                }
-            }
+            note_records(tag, &stored, w, n);
         }
     }
 }
@@ -397,6 +385,29 @@ struct Seen {
 }
 
 static SEEN: std::sync::Mutex<Seen> = std::sync::Mutex::new(Seen { contexts: 0, base_contexts: 0, max_lanes: 0 });
+
+/// Counts the context records of a chunk the structured tests encoded, and their most lanes.
+fn note_records(tag: CodecTag, stored: &[u8], w: usize, n: usize) {
+    if !matches!(tag, CodecTag::PlanesContext | CodecTag::DeltaXorContext | CodecTag::DeltaSubContext) {
+        return;
+    }
+    let (records, _) = tpde_codec::planes::parse(tag, stored, 0, w, n).unwrap();
+    let mut seen = SEEN.lock().unwrap();
+    for r in records {
+        let lanes = match r {
+            PlaneRecord::Contexts(_, l) => {
+                seen.contexts += 1;
+                l.lanes
+            }
+            PlaneRecord::BaseContexts(_, l) => {
+                seen.base_contexts += 1;
+                l.lanes
+            }
+            _ => 0,
+        };
+        seen.max_lanes = seen.max_lanes.max(lanes);
+    }
+}
 
 /// The structured cases above, and a fixed set of them, reach what the writer writes by default.
 #[test]
@@ -411,22 +422,7 @@ fn structured_cases_produce_context_records_and_many_lanes() {
             let mut out = vec![0u8; cur.len()];
             decode(tag, ctx, &params, &stored, &mut out).unwrap();
             assert!(out == cur);
-            if let Ok((records, _)) = tpde_codec::planes::parse(tag, &stored, 0, dtype.size() as usize, n) {
-                let mut seen = SEEN.lock().unwrap();
-                for r in records {
-                    match r {
-                        PlaneRecord::Contexts(_, l) => {
-                            seen.contexts += 1;
-                            seen.max_lanes = seen.max_lanes.max(l.lanes);
-                        }
-                        PlaneRecord::BaseContexts(_, l) => {
-                            seen.base_contexts += 1;
-                            seen.max_lanes = seen.max_lanes.max(l.lanes);
-                        }
-                        _ => {}
-                    }
-                }
-            }
+            note_records(tag, &stored, dtype.size() as usize, n);
         }
     }
     let seen = SEEN.lock().unwrap();
