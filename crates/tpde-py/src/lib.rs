@@ -15,9 +15,10 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
-use tpde::checkpoint::{open_base, open_tpde, read_range};
+use tpde::checkpoint::{self, open_base, open_tpde, read_range, MemoryCheckpoint};
 use tpde::convert::{self, PackJob, PackReport, TensorRef};
 use tpde::format::digest::to_hex;
+use tpde::format::digest::Digest;
 use tpde::format::metadata::RESERVED_PREFIX;
 use tpde::format::TensorEntry;
 use tpde::sharded;
@@ -147,12 +148,47 @@ impl File {
     }
 }
 
+/// A checkpoint as a file written by [`save`] decodes, held in memory (`save(keep=True)`):
+/// the base of the next delta without decoding that file and its chain again.
+#[pyclass(frozen, module = "tpde._tpde")]
+struct Snapshot {
+    tensors: Arc<MemoryCheckpoint>,
+    digest: Digest,
+}
+
+#[pymethods]
+impl Snapshot {
+    /// The content digest of the tensors held (hex): the file's.
+    fn content_digest(&self) -> String {
+        to_hex(&self.digest)
+    }
+
+    /// Logical bytes held.
+    fn nbytes(&self) -> u64 {
+        self.tensors.logical_bytes()
+    }
+}
+
+/// The base of a delta written at `output`: `snapshot` when it holds what the file `path`
+/// decodes to (same content digest, read from the file's directory), else the file itself
+/// and its chain.
+fn base_of(path: &std::path::Path, snapshot: Option<&Snapshot>) -> Result<Arc<dyn tpde::Base>, tpde::Error> {
+    if let Some(s) = snapshot {
+        if checkpoint::is_tpde(path)? && Reader::open(path)?.content_digest() == s.digest {
+            return Ok(s.tensors.clone());
+        }
+    }
+    open_base(path)
+}
+
 /// Writes tensors to `path` atomically. `tensors` is a list of `(name, dtype name, shape,
 /// flat uint8 array)`; `metadata` the user's string entries. With `base` (a `.tpde` or
-/// `.safetensors` path) the file is a delta against it; `max_abs_error` makes a delta lossy,
-/// except for the tensors named in `exact`. Returns a dict of what was written.
+/// `.safetensors` path) the file is a delta against it, decoded from `base_snapshot` when that
+/// holds what `base` decodes to; `max_abs_error` makes a delta lossy, except for the tensors
+/// named in `exact`. Returns a dict of what was written, with the written checkpoint as a
+/// `Snapshot` under "snapshot" if `keep`.
 #[pyfunction]
-#[pyo3(signature = (path, tensors, metadata=None, base=None, codec="auto", max_abs_error=None, exact=None))]
+#[pyo3(signature = (path, tensors, metadata=None, base=None, codec="auto", max_abs_error=None, exact=None, keep=false, base_snapshot=None))]
 #[allow(clippy::too_many_arguments)]
 fn save<'py>(
     py: Python<'py>,
@@ -163,6 +199,8 @@ fn save<'py>(
     codec: &str,
     max_abs_error: Option<f64>,
     exact: Option<HashSet<String>>,
+    keep: bool,
+    base_snapshot: Option<PyRef<'py, Snapshot>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let encoder = convert::encoder(codec, None, convert::Profile::Cpu).map_err(py_err)?;
     if let Some(t) = max_abs_error {
@@ -185,9 +223,10 @@ fn save<'py>(
         .map(|t| t.3.as_slice().map_err(|_| invalid("tensor data must be contiguous")))
         .collect::<PyResult<_>>()?;
     let metadata: Vec<(String, String)> = metadata.unwrap_or_default().into_iter().collect();
-    let report = py
+    let snapshot = base_snapshot.as_deref();
+    let (report, kept) = py
         .detach(|| {
-            let base_ck = base.as_deref().map(open_base).transpose()?;
+            let base_ck = base.as_deref().map(|b| base_of(b, snapshot)).transpose()?;
             let list: Vec<TensorRef<'_>> =
                 refs.iter().zip(&slices).map(|((n, d, s), data)| (n.as_str(), *d, s.as_slice(), *data)).collect();
             let job = PackJob {
@@ -195,12 +234,16 @@ fn save<'py>(
                 base: base_ck.as_deref().zip(base.as_deref()).map(|(b, p)| (b, convert::path_hint(p, &path))),
                 max_abs_error,
                 exact: exact.unwrap_or_default(),
-                keep_reconstruction: false,
+                keep_reconstruction: keep,
             };
-            convert::pack_tensors(&list, &metadata, "python", &path, job, &()).map(|(r, _, _)| r)
+            convert::pack_tensors(&list, &metadata, "python", &path, job, &()).map(|(r, k, _)| (r, k))
         })
         .map_err(py_err)?;
-    pack_report(py, &report)
+    let d = pack_report(py, &report)?;
+    if let Some(k) = kept {
+        d.set_item("snapshot", Snapshot { tensors: Arc::new(k), digest: report.content_digest })?;
+    }
+    Ok(d)
 }
 
 fn pack_report<'py>(py: Python<'py>, report: &PackReport) -> PyResult<Bound<'py, PyDict>> {
@@ -268,6 +311,7 @@ fn _tpde(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("RESERVED_PREFIX", RESERVED_PREFIX)?;
     m.add("TpdeError", m.py().get_type::<TpdeError>())?;
     m.add_class::<File>()?;
+    m.add_class::<Snapshot>()?;
     m.add_function(wrap_pyfunction!(save, m)?)?;
     m.add_function(wrap_pyfunction!(pack, m)?)?;
     m.add_function(wrap_pyfunction!(unpack, m)?)?;

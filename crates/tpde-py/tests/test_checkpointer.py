@@ -221,3 +221,44 @@ def test_sigkill_during_save_leaves_a_loadable_folder(tmp_path):
         junk = [n for n in os.listdir(folder) if not n.startswith("step-")]
         assert not junk, f"a killed save left {junk}"
     assert len(seen) > 6, "the runs should have saved several steps between them"
+
+
+@pytest.mark.parametrize("max_abs_error", [None, 1e-4])
+def test_a_base_kept_in_memory_writes_the_same_files(tmp_path, max_abs_error):
+    # The in-memory base is what the last file decodes to (a lossy file's reconstruction
+    # included), so the deltas are byte for byte those written by decoding the file.
+    folders = {}
+    for in_memory in (True, False):
+        model, opt, sched = make()
+        folder = tmp_path / f"mem-{in_memory}"
+        ck = Checkpointer(folder, keyframe_every=4, max_abs_error=max_abs_error, base_in_memory=in_memory)
+        for step in range(1, 7):
+            train_step(model, opt, sched, step)
+            ck.save(step, state(model, opt, sched, step))
+        assert (ck._last is not None) == in_memory
+        folders[in_memory] = folder
+    names = sorted(os.listdir(folders[True]))
+    assert names == sorted(os.listdir(folders[False])) and len(names) == 6
+    for n in names:
+        assert (folders[True] / n).read_bytes() == (folders[False] / n).read_bytes(), n
+
+
+def test_a_snapshot_is_used_only_for_the_file_it_decodes_to(tmp_path):
+    import numpy as np
+    from tpde import _tpde
+
+    def item(x):
+        a = np.asarray(x, dtype=np.float32)
+        return ("w", "f32", [a.size], a.view(np.uint8))
+
+    a = _tpde.save(str(tmp_path / "a.tpde"), [item([1, 2, 3, 4])], keep=True)
+    c = _tpde.save(str(tmp_path / "c.tpde"), [item([9, 9, 9, 9])], keep=True)
+    assert a["snapshot"].content_digest() == a["content_digest"] and a["snapshot"].nbytes() == 16
+    # c's snapshot given for base a: not used (its digest is not a's); the delta is against a.
+    _tpde.save(str(tmp_path / "b.tpde"), [item([1, 2, 3, 5])], base=str(tmp_path / "a.tpde"), base_snapshot=c["snapshot"])
+    import tpde.numpy
+
+    back = tpde.numpy.load_file(tmp_path / "b.tpde")["w"]
+    assert back.tolist() == [1, 2, 3, 5]
+    with tpde.safe_open(tmp_path / "b.tpde", "np") as f:
+        assert f._f().is_delta()

@@ -211,6 +211,10 @@ pub fn pack_tensors(
         digest: &t.digest,
     }));
     let digests = w.tensors().iter().map(|t| t.digest).collect();
+    if let Some(k) = &mut kept {
+        // The reconstruction is what the file decodes to: the file's digest is its digest.
+        k.set_content_digest(report.content_digest);
+    }
     let file = w.finish()?;
     report.file_bytes = file.metadata()?.len();
     report.seconds = start.elapsed().as_secs_f64();

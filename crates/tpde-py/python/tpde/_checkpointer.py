@@ -144,6 +144,9 @@ class Checkpointer:
     ``save`` once the tensors are copied, and encodes and writes on a background thread.
     ``max_abs_error`` makes deltas lossy within that bound for floating-point tensors (integer
     tensors and optimizer step counters stay exact); it is recorded in each file.
+    ``base_in_memory`` keeps the last checkpoint as it decodes in memory (one copy of the
+    state's tensors), so that the next delta is encoded against it without decoding the last
+    file and its chain again; a process that restarts decodes it once.
 
     Under ``torch.distributed`` (``process_group`` given, or a default group of more than one
     rank) every rank calls ``save`` and ``load`` together, and each step is a DCP checkpoint
@@ -161,6 +164,7 @@ class Checkpointer:
         max_abs_error: Optional[float] = None,
         codec: str = "auto",
         process_group: Any = None,
+        base_in_memory: bool = True,
     ):
         if keyframe_every < 1:
             raise _tpde.TpdeError("keyframe_every must be at least 1")
@@ -174,6 +178,9 @@ class Checkpointer:
         self.async_save = async_save
         self.max_abs_error = max_abs_error
         self.codec = codec
+        self.base_in_memory = base_in_memory
+        # (step, Snapshot): the last checkpoint written, as it decodes, when it may be a base.
+        self._last: Optional[Tuple[int, Any]] = None
         self.process_group = process_group
         self.distributed = process_group is not None or (
             torch.distributed.is_available()
@@ -301,7 +308,11 @@ class Checkpointer:
             for name, t in tensors.items():
                 dtype, shape, data = _dtypes.from_torch(name, t)
                 items.append((name, dtype, shape, data))
-            _tpde.save(
+            snapshot = self._last[1] if self._last is not None and self._last[0] == base else None
+            self._last = None
+            # Keep this one if the next checkpoint may be a delta against it.
+            keep = self.base_in_memory and depth + 1 < self.keyframe_every
+            report = _tpde.save(
                 self.path(step),
                 items,
                 metadata=metadata,
@@ -309,7 +320,11 @@ class Checkpointer:
                 codec=self.codec,
                 max_abs_error=self.max_abs_error if base is not None else None,
                 exact=set(exact),
+                keep=keep,
+                base_snapshot=snapshot,
             )
+            if keep:
+                self._last = (step, report["snapshot"])
             self._prune()
 
     def _prune(self) -> None:

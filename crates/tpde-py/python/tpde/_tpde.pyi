@@ -26,6 +26,12 @@ class File:
     def read(self, name: str) -> npt.NDArray[np.uint8]: ...
     def read_range(self, name: str, start: int, end: int) -> npt.NDArray[np.uint8]: ...
 
+class Snapshot:
+    """A written checkpoint as it decodes, held in memory (``save(keep=True)``)."""
+
+    def content_digest(self) -> str: ...
+    def nbytes(self) -> int: ...
+
 def save(
     path: str,
     tensors: Iterable[Tuple[str, str, List[int], npt.NDArray[np.uint8]]],
@@ -34,6 +40,8 @@ def save(
     codec: str = "auto",
     max_abs_error: Optional[float] = None,
     exact: Optional[Set[str]] = None,
+    keep: bool = False,
+    base_snapshot: Optional[Snapshot] = None,
 ) -> Dict[str, object]: ...
 def pack(
     input: str,
