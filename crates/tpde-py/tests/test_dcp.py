@@ -238,3 +238,22 @@ def test_lossy_deltas_keep_their_bound_and_exact_items(tmp_path):
     with pytest.raises(tpde.TpdeError) as e:
         TpdeStorageWriter(tmp_path / "c", max_abs_error=tau)
     assert e.value.kind == "invalid-argument"
+
+
+def test_a_base_kept_in_memory_writes_the_same_rank_files(tmp_path):
+    from tpde.torch import dcp as tdcp
+
+    for in_memory in (True, False):
+        root = tmp_path / f"mem-{in_memory}"
+        prev = None
+        for k, scale in enumerate([1.0, 1.001, 1.002]):
+            path = root / f"step-{k}"
+            writer = TpdeStorageWriter(path, base=prev, base_in_memory=in_memory)
+            _dcp_single(dcp.save, _single_state(scale), storage_writer=writer)
+            prev = path
+        # The process holds the last rank file it wrote only when asked to.
+        assert (tdcp._LAST is not None) == in_memory
+    for k in range(3):
+        a = (tmp_path / "mem-True" / f"step-{k}" / "rank-00000.tpde").read_bytes()
+        b = (tmp_path / "mem-False" / f"step-{k}" / "rank-00000.tpde").read_bytes()
+        assert a == b, k

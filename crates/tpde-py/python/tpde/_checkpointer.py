@@ -383,6 +383,7 @@ class Checkpointer:
             codec=self.codec,
             max_abs_error=self.max_abs_error if base is not None else None,
             metadata=metadata,
+            base_in_memory=self.base_in_memory,
         )
         if self.async_save:
             self._pending = dcp.async_save(state, storage_writer=writer, process_group=self._group)

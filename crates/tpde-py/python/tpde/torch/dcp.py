@@ -38,6 +38,7 @@ import io
 import math
 import os
 import pickle
+import threading
 import uuid
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -65,6 +66,12 @@ METADATA_FILE = ".metadata"
 FORMAT = "tpde-dcp/1"
 # The DCP metadata version this writer produces (FileSystemWriter's of the same torch).
 _DCP_VERSION = "1.0.0"
+
+
+# The rank file this process wrote last, as it decodes (real path, Snapshot): the base of this
+# process's next delta, so that a delta save does not decode the last save and its chain again.
+_LAST: Optional[Tuple[str, Any]] = None
+_LAST_LOCK = threading.Lock()
 
 
 def _rank_file(i: int) -> str:
@@ -140,7 +147,9 @@ class TpdeStorageWriter(StorageWriter):
     ``codec`` is the TPDE codec (default: the writer's choice per chunk). ``max_abs_error`` makes
     the floating-point shards of a delta lossy within that bound (byte items, integer tensors and
     optimizer step counters stay exact); it is recorded in each file. ``metadata`` (str to str) is
-    stored in every rank file.
+    stored in every rank file. ``base_in_memory`` keeps, in each process, the rank file it wrote
+    last as it decodes (one copy of that rank's shards), so that a save against it as the base
+    does not decode it again; the file is still the reference (a stale copy is never used).
     """
 
     def __init__(
@@ -151,8 +160,10 @@ class TpdeStorageWriter(StorageWriter):
         codec: str = "auto",
         max_abs_error: Optional[float] = None,
         metadata: Optional[Dict[str, str]] = None,
+        base_in_memory: bool = True,
     ) -> None:
         super().__init__()
+        self.base_in_memory = base_in_memory
         self.path = os.fspath(path)
         self.base = None if base is None else os.fspath(base)
         self.codec = codec
@@ -252,17 +263,26 @@ class TpdeStorageWriter(StorageWriter):
                 sizes.append(flat.size)
         results: List[WriteResult] = []
         if tensors:
+            global _LAST
             base = self._base_file(plan.items)
             metadata = {**self.metadata, "dcp.format": FORMAT}
+            out = os.path.join(self.path, file)
+            with _LAST_LOCK:
+                last = _LAST
+            snapshot = last[1] if last is not None and base is not None and last[0] == os.path.realpath(base) else None
             report = _tpde.save(
-                os.path.join(self.path, file),
+                out,
                 tensors,
                 metadata=metadata,
                 base=base,
                 codec=self.codec,
                 max_abs_error=self.max_abs_error if base is not None else None,
                 exact=exact,
+                keep=self.base_in_memory,
+                base_snapshot=snapshot,
             )
+            with _LAST_LOCK:
+                _LAST = (os.path.realpath(out), report["snapshot"]) if self.base_in_memory else None
             digest = report["content_digest"]
             for item, (name, *_), size in zip(plan.items, tensors, sizes):
                 results.append(WriteResult(index=item.index, size_in_bytes=size, storage_data=(file, name, digest)))
