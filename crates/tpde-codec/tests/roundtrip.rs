@@ -363,17 +363,7 @@ proptest! {
     ) {
         let shape = if weights { Shape::Weights } else { Shape::Moments };
         let dtype = if bf16 { DType::BF16 } else { DType::F32 };
-        let (base, cur) = structured(shape, dtype, n, seed);
-        let w = dtype.size() as usize;
-        for with_base in [false, true] {
-            let ctx = ChunkContext { dtype, base: with_base.then_some(&base[..]) };
-            let mut stored = Vec::new();
-            let (tag, params) = Encoder::Auto.encode(ctx, &cur, &mut stored).unwrap();
-            let mut out = vec![0u8; cur.len()];
-            decode(tag, ctx, &params, &stored, &mut out).unwrap();
-            prop_assert!(out == cur, "{tag} {shape:?} {dtype} n={n}");
-            note_records(tag, &stored, w, n);
-        }
+        prop_assert!(auto_round_trips(shape, dtype, n, seed), "{shape:?} {dtype} n={n}");
     }
 }
 
@@ -385,6 +375,21 @@ struct Seen {
 }
 
 static SEEN: std::sync::Mutex<Seen> = std::sync::Mutex::new(Seen { contexts: 0, base_contexts: 0, max_lanes: 0 });
+
+/// Encodes a structured chunk with `Encoder::Auto`, as a keyframe and against its base, notes
+/// its context records, and says whether both decode to it.
+fn auto_round_trips(shape: Shape, dtype: DType, n: usize, seed: u64) -> bool {
+    let (base, cur) = structured(shape, dtype, n, seed);
+    [false, true].into_iter().all(|with_base| {
+        let ctx = ChunkContext { dtype, base: with_base.then_some(&base[..]) };
+        let mut stored = Vec::new();
+        let (tag, params) = Encoder::Auto.encode(ctx, &cur, &mut stored).unwrap();
+        let mut out = vec![0u8; cur.len()];
+        decode(tag, ctx, &params, &stored, &mut out).unwrap();
+        note_records(tag, &stored, dtype.size() as usize, n);
+        out == cur
+    })
+}
 
 /// Counts the context records of a chunk the structured tests encoded, and their most lanes.
 fn note_records(tag: CodecTag, stored: &[u8], w: usize, n: usize) {
@@ -414,16 +419,7 @@ fn note_records(tag: CodecTag, stored: &[u8], w: usize, n: usize) {
 fn structured_cases_produce_context_records_and_many_lanes() {
     // Run fixed cases too, so that the assertion does not hang on what the proptest drew.
     for (shape, dtype, n) in [(Shape::Moments, DType::F32, 131_072), (Shape::Weights, DType::BF16, 200_000)] {
-        let (base, cur) = structured(shape, dtype, n, 7);
-        for with_base in [false, true] {
-            let ctx = ChunkContext { dtype, base: with_base.then_some(&base[..]) };
-            let mut stored = Vec::new();
-            let (tag, params) = Encoder::Auto.encode(ctx, &cur, &mut stored).unwrap();
-            let mut out = vec![0u8; cur.len()];
-            decode(tag, ctx, &params, &stored, &mut out).unwrap();
-            assert!(out == cur);
-            note_records(tag, &stored, dtype.size() as usize, n);
-        }
+        assert!(auto_round_trips(shape, dtype, n, 7), "{shape:?} {dtype} n={n}");
     }
     let seen = SEEN.lock().unwrap();
     assert!(seen.contexts > 0, "no mode 3 context record");
