@@ -37,6 +37,23 @@ pub trait Base: Send + Sync {
     fn content_digest(&self) -> Result<Digest, ReadError>;
     /// The tensor `name`, or `None` if the base has none.
     fn tensor(&self, name: &str) -> Result<Option<BaseTensor<'_>>, ReadError>;
+    /// Whether this base decodes part of a tensor on its own ([`Base::read_range_into`]): then a
+    /// delta asks it for each chunk's base bytes, and a chain is decoded a chunk at a time
+    /// through all its files, instead of a whole tensor per file.
+    fn reads_ranges(&self) -> bool {
+        false
+    }
+    /// The dtype and shape of tensor `name`, or `None` if the base has none.
+    fn tensor_info(&self, name: &str) -> Result<Option<(DType, Vec<u64>)>, ReadError> {
+        Ok(self.tensor(name)?.map(|t| (t.dtype, t.shape)))
+    }
+    /// Decodes bytes `range` of tensor `name` (which has the dtype and shape the caller
+    /// checked) into `out`, of the range's length. Only called when [`Base::reads_ranges`].
+    fn read_range_into(&self, name: &str, range: std::ops::Range<u64>, out: &mut [u8]) -> Result<(), ReadError> {
+        let t = self.tensor(name)?.ok_or_else(|| ReadError::NotFound { name: name.into() })?;
+        out.copy_from_slice(&t.data[range.start as usize..range.end as usize]);
+        Ok(())
+    }
 }
 
 impl<S: Source + Send> Base for Reader<S> {
@@ -50,6 +67,19 @@ impl<S: Source + Send> Base for Reader<S> {
         };
         let data = self.read_tensor(t)?;
         Ok(Some(BaseTensor { dtype: t.dtype, shape: t.shape.clone(), data, digest: Some(t.digest) }))
+    }
+
+    fn reads_ranges(&self) -> bool {
+        true
+    }
+
+    fn tensor_info(&self, name: &str) -> Result<Option<(DType, Vec<u64>)>, ReadError> {
+        Ok(Reader::tensor(self, name).ok().map(|t| (t.dtype, t.shape.clone())))
+    }
+
+    fn read_range_into(&self, name: &str, range: std::ops::Range<u64>, out: &mut [u8]) -> Result<(), ReadError> {
+        let t = Reader::tensor(self, name)?;
+        self.decode_range(t, range, out)
     }
 }
 

@@ -3,8 +3,10 @@
 //! [`Reader::open`] maps the file and reads only the header (first 64 bytes), the trailer
 //! (last 32 bytes) and the directory the trailer points to; it validates all of it against the
 //! spec before returning. Reading a tensor touches only that tensor's chunks, and for a delta
-//! its whole base tensor (a base hands over whole tensors, [`Base::tensor`]; reading one chunk of
-//! a delta decodes all of the base tensor, through its chain). A tensor whose
+//! the same chunks of its base: a TPDE base decodes each delta chunk's base range on its own
+//! ([`Base::read_range_into`]), so a chain is decoded a chunk at a time through all its files and
+//! a slice ([`Reader::read_range_into`]) touches only the chunks it covers in each; other bases
+//! (a `.safetensors` file) hand over whole tensors. A tensor whose
 //! chunks are all `raw` and adjacent comes back as a slice borrowed from the map, without a
 //! copy; other tensors decode their chunks in parallel into one buffer.
 //!
@@ -204,6 +206,11 @@ impl<S: Source> Reader<S> {
         t.chunks.iter().any(|c| c.codec.needs_base())
     }
 
+    /// The source the file is read from.
+    pub fn source(&self) -> &S {
+        &self.src
+    }
+
     /// The header.
     pub fn header(&self) -> &Header {
         &self.header
@@ -364,11 +371,11 @@ impl<S: Source> Reader<S> {
             }
             return bytes(&self.src, range, "chunk");
         }
-        // A delta's base tensor is fetched (and checked) before the output is allocated: the
+        // A delta's base tensor is checked (or fetched) before the output is allocated: the
         // base justifies the length.
-        let base = self.base_tensor(t)?;
+        let base = self.whole_base(t)?;
         let mut out = vec![0u8; t.byte_length as usize];
-        self.decode_chunks(t, &mut out, base.as_deref(), policy)?;
+        self.decode_chunks(t, &mut out, base.as_ref().map(|b| b.as_deref()), policy)?;
         Ok(Cow::Owned(out))
     }
 
@@ -386,8 +393,94 @@ impl<S: Source> Reader<S> {
     }
 
     fn decode_into(&self, t: &TensorEntry, out: &mut [u8], policy: ChecksumPolicy) -> Result<(), ReadError> {
-        let base = self.base_tensor(t)?;
-        self.decode_chunks(t, out, base.as_deref(), policy)
+        let base = self.whole_base(t)?;
+        self.decode_chunks(t, out, base.as_ref().map(|b| b.as_deref()), policy)
+    }
+
+    /// What `t`'s delta chunks decode against: `None` for a tensor that uses no base;
+    /// `Some(None)` when the base gives each chunk its own range (checked here to hold the
+    /// tensor, with its dtype and shape); else `Some(Some(whole base tensor))`.
+    #[allow(clippy::type_complexity)]
+    fn whole_base(&self, t: &TensorEntry) -> Result<Option<Option<Cow<'_, [u8]>>>, ReadError> {
+        if !self.tensor_uses_base(t) {
+            return Ok(None);
+        }
+        match &self.base {
+            Some(b) if b.reads_ranges() => {
+                let info = b.tensor_info(&t.name)?.ok_or_else(|| ReadError::BaseTensor {
+                    name: t.name.clone(),
+                    detail: "the base has no tensor of that name".into(),
+                })?;
+                if info.0 != t.dtype || info.1 != t.shape {
+                    return Err(ReadError::BaseTensor {
+                        name: t.name.clone(),
+                        detail: format!("the base's is {} {:?}, the file's {} {:?}", info.0, info.1, t.dtype, t.shape),
+                    });
+                }
+                Ok(Some(None))
+            }
+            _ => Ok(Some(self.base_tensor(t)?)),
+        }
+    }
+
+    /// Decodes bytes `range` of tensor `t`'s logical bytes into `out`, decoding only the chunks
+    /// that cover them. For a delta, the base gives each such chunk's base bytes the same way
+    /// when it is a TPDE file, so a slice read through a chain decodes only the chunks the slice
+    /// covers in every file.
+    pub fn read_range_into(
+        &self,
+        t: &TensorEntry,
+        range: std::ops::Range<u64>,
+        out: &mut [u8],
+    ) -> Result<(), ReadError> {
+        if range.start > range.end || range.end > t.byte_length || out.len() as u64 != range.end - range.start {
+            return Err(ReadError::BufferLength {
+                name: t.name.clone(),
+                found: out.len() as u64,
+                expected: range.end.saturating_sub(range.start),
+            });
+        }
+        self.decode_range(t, range, out)
+    }
+
+    /// [`Reader::read_range_into`] without its checks: also what a delta's chunks ask of this
+    /// file when it is their base ([`Base::read_range_into`]).
+    pub(crate) fn decode_range(
+        &self,
+        t: &TensorEntry,
+        range: std::ops::Range<u64>,
+        out: &mut [u8],
+    ) -> Result<(), ReadError> {
+        let base = self.whole_base(t)?;
+        let base = base.as_ref().map(|b| b.as_deref());
+        let policy = self.options.checksums;
+        let mut at = 0u64;
+        let mut jobs = Vec::new();
+        let mut rest = out;
+        for (i, c) in t.chunks.iter().enumerate() {
+            let (lo, hi) = (at, at + c.decoded_length);
+            at = hi;
+            if hi <= range.start || lo >= range.end {
+                continue;
+            }
+            let (from, to) = (lo.max(range.start), hi.min(range.end));
+            let (part, tail) = std::mem::take(&mut rest).split_at_mut((to - from) as usize);
+            rest = tail;
+            jobs.push((i, c, from - lo, part));
+        }
+        let results: Vec<Result<(), ReadError>> = jobs
+            .into_par_iter()
+            .map(|(i, c, skip, part)| {
+                if skip == 0 && part.len() as u64 == c.decoded_length {
+                    return self.decode_chunk(t, i, c, base, policy, part);
+                }
+                let mut whole = vec![0u8; c.decoded_length as usize];
+                self.decode_chunk(t, i, c, base, policy, &mut whole)?;
+                part.copy_from_slice(&whole[skip as usize..skip as usize + part.len()]);
+                Ok(())
+            })
+            .collect();
+        results.into_iter().collect()
     }
 
     /// The bytes of the base tensor `t` decodes against, if any of its chunks does: the attached
@@ -424,7 +517,7 @@ impl<S: Source> Reader<S> {
         &self,
         t: &TensorEntry,
         out: &mut [u8],
-        base: Option<&[u8]>,
+        base: Option<Option<&[u8]>>,
         policy: ChecksumPolicy,
     ) -> Result<(), ReadError> {
         let mut parts = Vec::with_capacity(t.chunks.len());
@@ -441,18 +534,30 @@ impl<S: Source> Reader<S> {
         results.into_iter().collect()
     }
 
-    /// Decodes chunk `i` of `t` into `out`, its decoded length; `base` is the whole base tensor.
+    /// Decodes chunk `i` of `t` into `out`, its decoded length. `base` is as
+    /// [`Reader::whole_base`] gives it: the whole base tensor, or `Some(None)` to ask the base
+    /// for this chunk's range alone.
     fn decode_chunk(
         &self,
         t: &TensorEntry,
         i: usize,
         c: &ChunkEntry,
-        base: Option<&[u8]>,
+        base: Option<Option<&[u8]>>,
         policy: ChecksumPolicy,
         out: &mut [u8],
     ) -> Result<(), ReadError> {
-        let from = (c.element_start * t.dtype.size()) as usize;
-        let base = base.filter(|_| c.codec.needs_base()).map(|b| &b[from..from + out.len()]);
+        let from = c.element_start * t.dtype.size();
+        let mut own = Vec::new();
+        let base = match base.filter(|_| c.codec.needs_base()) {
+            None => None,
+            Some(Some(whole)) => Some(&whole[from as usize..from as usize + out.len()]),
+            Some(None) => {
+                let b = self.base.as_ref().expect("whole_base checked the base");
+                own.resize(out.len(), 0);
+                b.read_range_into(&t.name, from..from + out.len() as u64, &mut own)?;
+                Some(&own[..])
+            }
+        };
         let ctx = ChunkContext { dtype: t.dtype, base };
         let stored = self.stored(t, i, c, policy)?;
         tpde_codec::decode(c.codec, ctx, &c.params, &stored, out)
@@ -509,7 +614,7 @@ impl<S: Source> TensorChunks<'_, S> {
                 expected: c.decoded_length,
             });
         }
-        self.reader.decode_chunk(t, i, c, self.base.as_deref(), self.reader.options.checksums, out)
+        self.reader.decode_chunk(t, i, c, self.base.as_deref().map(Some), self.reader.options.checksums, out)
     }
 }
 

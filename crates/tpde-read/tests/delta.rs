@@ -301,3 +301,60 @@ fn structured_deltas_round_trip_through_every_encoder() {
         }
     }
 }
+
+/// A source that counts the bytes read from it.
+struct Counting {
+    bytes: Vec<u8>,
+    read: std::sync::atomic::AtomicU64,
+}
+
+impl tpde_read::Source for Counting {
+    fn len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+    fn get(&self, range: std::ops::Range<u64>) -> Option<std::borrow::Cow<'_, [u8]>> {
+        self.read.fetch_add(range.end - range.start, std::sync::atomic::Ordering::Relaxed);
+        let (start, end) = (range.start as usize, range.end as usize);
+        (start <= end && end <= self.bytes.len()).then(|| std::borrow::Cow::Borrowed(&self.bytes[start..end]))
+    }
+}
+
+/// A slice of a tensor at the end of a chain (keyframe, delta, delta) decodes only the chunks
+/// that cover it, in every file of the chain: each file gives its delta the base bytes of that
+/// chunk alone. Whole reads through the chain give the same bytes.
+#[test]
+fn a_slice_of_a_delta_reads_only_its_chunks_through_the_chain() {
+    let n = 1usize << 16; // 256 KiB of f32, 64 chunks of 4 KiB
+    let mut x = 0x1234_5678_9abc_def1u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let a: Checkpoint = vec![("w".into(), DType::F32, vec![n as u64], (0..n * 4).map(|_| next() as u8).collect())];
+    let mut b = a.clone();
+    let mut c = a.clone();
+    for i in (0..n * 4).step_by(37) {
+        b[0].3[i] ^= 1;
+        c[0].3[i] = b[0].3[i] ^ 2;
+    }
+    let chunk = 4096;
+    let open = |bytes: Vec<u8>| Reader::from_source(Counting { bytes, read: 0.into() }).unwrap();
+    let ra = Arc::new(open(write(&a, None, Encoder::Auto, chunk)));
+    let rb = Arc::new(open(write(&b, Some((&a, "")), Encoder::Auto, chunk)).with_base(ra.clone()).unwrap());
+    let rc = open(write(&c, Some((&b, "")), Encoder::Auto, chunk)).with_base(rb.clone()).unwrap();
+    let before = |r: &Reader<Counting>| r.source().read.load(std::sync::atomic::Ordering::Relaxed);
+    let (a0, b0, c0) = (before(&ra), before(&rb), before(&rc));
+    // Bytes 10 000..10 100: inside chunk 2 of every file.
+    let t = rc.tensor("w").unwrap().clone();
+    let mut out = vec![0u8; 100];
+    rc.read_range_into(&t, 10_000..10_100, &mut out).unwrap();
+    assert_eq!(out, c[0].3[10_000..10_100]);
+    let most = |r: &Reader<Counting>| r.tensor("w").unwrap().chunks.iter().map(|c| c.stored_length).max().unwrap();
+    for (name, r, at) in [("keyframe", &*ra, a0), ("delta 1", &*rb, b0), ("delta 2", &rc, c0)] {
+        let read = before(r) - at;
+        assert!(read > 0 && read <= most(r), "{name}: {read} bytes read for one chunk of at most {}", most(r));
+    }
+    assert_eq!(&*rc.read("w").unwrap(), &c[0].3[..]);
+}

@@ -205,24 +205,8 @@ pub fn open_tpde(path: &Path, base: Option<&Path>) -> Result<Reader, Error> {
 }
 
 /// Decodes the bytes `start..start + out.len()` of tensor `t` into `out`, touching only the
-/// chunks that overlap them (a slice of a large tensor). The range must lie within the tensor.
+/// chunks that overlap them (a slice of a large tensor), in the file and, for a delta, in its
+/// chain of TPDE bases. The range must lie within the tensor.
 pub fn read_range(r: &Reader, t: &TensorEntry, start: u64, out: &mut [u8]) -> Result<(), Error> {
-    let end = start + out.len() as u64;
-    let chunks = r.tensor_chunks(t)?;
-    let mut buf = Vec::new();
-    let mut offset = 0u64;
-    for (i, c) in t.chunks.iter().enumerate() {
-        let (lo, hi) = (offset, offset + c.decoded_length);
-        offset = hi;
-        if hi <= start || lo >= end {
-            continue;
-        }
-        // Validation bounds a chunk's decoded length (MAX_CHUNK_DECODED_LEN).
-        buf.resize(c.decoded_length as usize, 0);
-        chunks.decode_into(i, &mut buf)?;
-        let (from, to) = (lo.max(start), hi.min(end));
-        out[(from - start) as usize..(to - start) as usize]
-            .copy_from_slice(&buf[(from - lo) as usize..(to - lo) as usize]);
-    }
-    Ok(())
+    Ok(r.read_range_into(t, start..start + out.len() as u64, out)?)
 }
