@@ -177,8 +177,6 @@ class TpdeStorageWriter(StorageWriter):
         if self.base is not None:
             self._check_base_path()
             self._base_metadata = _read_metadata(self.base, "base")
-        self.rank: Optional[int] = None
-        self.is_coordinator = False
         self.save_id = uuid.uuid4().hex
 
     def _check_base_path(self) -> None:
@@ -197,8 +195,6 @@ class TpdeStorageWriter(StorageWriter):
         self.save_id = uuid.uuid4().hex
 
     def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
-        self.is_coordinator = is_coordinator
-        self.rank = kwargs.get("rank")
         if not kwargs.get("use_collectives", True):
             raise error("invalid-argument", "TpdeStorageWriter needs DCP's collectives (use_collectives=True)")
 
