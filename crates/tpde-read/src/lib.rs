@@ -298,7 +298,7 @@ impl<S: Source> Reader<S> {
     /// a time per core, written out as each is done, rather than a whole tensor held at once).
     /// Its base tensor, if any chunk needs one, is fetched and checked here, once.
     pub fn tensor_chunks<'r>(&'r self, t: &'r TensorEntry) -> Result<TensorChunks<'r, S>, ReadError> {
-        Ok(TensorChunks { reader: self, tensor: t, base: self.base_tensor(t)? })
+        Ok(TensorChunks { reader: self, tensor: t, base: self.chunk_base(t)? })
     }
 
     /// Whether [`Reader::read_tensor`] returns this tensor without copying.
@@ -373,9 +373,9 @@ impl<S: Source> Reader<S> {
         }
         // A delta's base tensor is checked (or fetched) before the output is allocated: the
         // base justifies the length.
-        let base = self.whole_base(t)?;
+        let base = self.chunk_base(t)?;
         let mut out = vec![0u8; t.byte_length as usize];
-        self.decode_chunks(t, &mut out, base.as_ref().map(|b| b.as_deref()), policy)?;
+        self.decode_chunks(t, &mut out, &base, policy)?;
         Ok(Cow::Owned(out))
     }
 
@@ -393,17 +393,15 @@ impl<S: Source> Reader<S> {
     }
 
     fn decode_into(&self, t: &TensorEntry, out: &mut [u8], policy: ChecksumPolicy) -> Result<(), ReadError> {
-        let base = self.whole_base(t)?;
-        self.decode_chunks(t, out, base.as_ref().map(|b| b.as_deref()), policy)
+        let base = self.chunk_base(t)?;
+        self.decode_chunks(t, out, &base, policy)
     }
 
-    /// What `t`'s delta chunks decode against: `None` for a tensor that uses no base;
-    /// `Some(None)` when the base gives each chunk its own range (checked here to hold the
-    /// tensor, with its dtype and shape); else `Some(Some(whole base tensor))`.
-    #[allow(clippy::type_complexity)]
-    fn whole_base(&self, t: &TensorEntry) -> Result<Option<Option<Cow<'_, [u8]>>>, ReadError> {
+    /// What `t`'s delta chunks decode against; a base that gives ranges is checked here to
+    /// hold the tensor with its dtype and shape.
+    fn chunk_base(&self, t: &TensorEntry) -> Result<ChunkBase<'_>, ReadError> {
         if !self.tensor_uses_base(t) {
-            return Ok(None);
+            return Ok(ChunkBase::None);
         }
         match &self.base {
             Some(b) if b.reads_ranges() => {
@@ -417,9 +415,9 @@ impl<S: Source> Reader<S> {
                         detail: format!("the base's is {} {:?}, the file's {} {:?}", info.0, info.1, t.dtype, t.shape),
                     });
                 }
-                Ok(Some(None))
+                Ok(ChunkBase::Ranges)
             }
-            _ => Ok(Some(self.base_tensor(t)?)),
+            _ => Ok(self.base_tensor(t)?.map_or(ChunkBase::None, ChunkBase::Whole)),
         }
     }
 
@@ -451,8 +449,7 @@ impl<S: Source> Reader<S> {
         range: std::ops::Range<u64>,
         out: &mut [u8],
     ) -> Result<(), ReadError> {
-        let base = self.whole_base(t)?;
-        let base = base.as_ref().map(|b| b.as_deref());
+        let base = self.chunk_base(t)?;
         let policy = self.options.checksums;
         let mut at = 0u64;
         let mut jobs = Vec::new();
@@ -472,10 +469,10 @@ impl<S: Source> Reader<S> {
             .into_par_iter()
             .map(|(i, c, skip, part)| {
                 if skip == 0 && part.len() as u64 == c.decoded_length {
-                    return self.decode_chunk(t, i, c, base, policy, part);
+                    return self.decode_chunk(t, i, c, &base, policy, part);
                 }
                 let mut whole = vec![0u8; c.decoded_length as usize];
-                self.decode_chunk(t, i, c, base, policy, &mut whole)?;
+                self.decode_chunk(t, i, c, &base, policy, &mut whole)?;
                 part.copy_from_slice(&whole[skip as usize..skip as usize + part.len()]);
                 Ok(())
             })
@@ -517,7 +514,7 @@ impl<S: Source> Reader<S> {
         &self,
         t: &TensorEntry,
         out: &mut [u8],
-        base: Option<Option<&[u8]>>,
+        base: &ChunkBase<'_>,
         policy: ChecksumPolicy,
     ) -> Result<(), ReadError> {
         let mut parts = Vec::with_capacity(t.chunks.len());
@@ -534,25 +531,25 @@ impl<S: Source> Reader<S> {
         results.into_iter().collect()
     }
 
-    /// Decodes chunk `i` of `t` into `out`, its decoded length. `base` is as
-    /// [`Reader::whole_base`] gives it: the whole base tensor, or `Some(None)` to ask the base
-    /// for this chunk's range alone.
+    /// Decodes chunk `i` of `t` into `out`, its decoded length, against `base` (from
+    /// [`Reader::chunk_base`]).
     fn decode_chunk(
         &self,
         t: &TensorEntry,
         i: usize,
         c: &ChunkEntry,
-        base: Option<Option<&[u8]>>,
+        base: &ChunkBase<'_>,
         policy: ChecksumPolicy,
         out: &mut [u8],
     ) -> Result<(), ReadError> {
         let from = c.element_start * t.dtype.size();
         let mut own = Vec::new();
-        let base = match base.filter(|_| c.codec.needs_base()) {
-            None => None,
-            Some(Some(whole)) => Some(&whole[from as usize..from as usize + out.len()]),
-            Some(None) => {
-                let b = self.base.as_ref().expect("whole_base checked the base");
+        let base = match base {
+            _ if !c.codec.needs_base() => None,
+            ChunkBase::None => None,
+            ChunkBase::Whole(whole) => Some(&whole[from as usize..from as usize + out.len()]),
+            ChunkBase::Ranges => {
+                let b = self.base.as_ref().expect("chunk_base checked the base");
                 own.resize(out.len(), 0);
                 b.read_range_into(&t.name, from..from + out.len() as u64, &mut own)?;
                 Some(&own[..])
@@ -589,11 +586,21 @@ impl<S: Source> Reader<S> {
     }
 }
 
+/// What a tensor's delta chunks decode against (see [`Reader::chunk_base`]).
+enum ChunkBase<'r> {
+    /// The tensor has no chunk that uses a base.
+    None,
+    /// The base decodes each chunk's range on its own ([`Base::read_range_into`]).
+    Ranges,
+    /// The whole base tensor, for bases that give only whole tensors.
+    Whole(Cow<'r, [u8]>),
+}
+
 /// A tensor being decoded chunk by chunk: see [`Reader::tensor_chunks`].
 pub struct TensorChunks<'r, S: Source> {
     reader: &'r Reader<S>,
     tensor: &'r TensorEntry,
-    base: Option<Cow<'r, [u8]>>,
+    base: ChunkBase<'r>,
 }
 
 impl<S: Source> TensorChunks<'_, S> {
@@ -614,7 +621,7 @@ impl<S: Source> TensorChunks<'_, S> {
                 expected: c.decoded_length,
             });
         }
-        self.reader.decode_chunk(t, i, c, self.base.as_deref().map(Some), self.reader.options.checksums, out)
+        self.reader.decode_chunk(t, i, c, &self.base, self.reader.options.checksums, out)
     }
 }
 
