@@ -387,11 +387,17 @@ pub fn safetensors_metadata<S: tpde_read::Source>(r: &Reader<S>) -> BTreeMap<Str
 pub fn unpack(input: &Path, base: Option<&Path>, output: &Path, bar: &dyn Progress) -> Result<UnpackReport, Error> {
     let start = Instant::now();
     let r = open_tpde(input, base)?;
+    unpack_open(&r, output, bar)?;
+    Ok(unpack_report(&r, start))
+}
+
+/// [`unpack`] of a file already open.
+pub fn unpack_open(r: &Reader, output: &Path, bar: &dyn Progress) -> Result<(), Error> {
     let all: Vec<usize> = (0..r.tensors().len()).collect();
     bar.set_length(r.tensors().iter().map(|t| t.byte_length).sum());
-    unpack_tensors(&r, &all, &safetensors_metadata(&r), output, bar)?;
+    unpack_tensors(r, &all, &safetensors_metadata(r), output, bar)?;
     bar.finish();
-    Ok(unpack_report(&r, start))
+    Ok(())
 }
 
 /// Writes the tensors `select` (indices into `r.tensors()`) of an open file, with `metadata`,

@@ -62,7 +62,7 @@ pub fn index_file(dir: &Path) -> Result<Option<PathBuf>, Error> {
     if !dir.is_dir() {
         return Ok(None);
     }
-    let io = |e: std::io::Error| Error::new(ErrorKind::Io, format!("{}: {e}", dir.display()));
+    let io = |e: std::io::Error| Error::from(e).context(dir.display());
     let mut found = Vec::new();
     for entry in fs::read_dir(dir).map_err(io)? {
         let name = entry.map_err(io)?.file_name();
@@ -105,8 +105,7 @@ fn check_file_name(name: &str, what: &str, suffix: &str) -> Result<(), Error> {
 pub fn pack_folder(dir: &Path, output: &Path, job: PackJob<'_>, bar: &dyn Progress) -> Result<PackReport, Error> {
     let index_path = index_file(dir)?.expect("index_file of a folder");
     let malformed = |msg: String| Error::malformed(format!("{}: {msg}", index_path.display()));
-    let text = fs::read_to_string(&index_path)
-        .map_err(|e| Error::new(ErrorKind::Io, format!("{}: {e}", index_path.display())))?;
+    let text = fs::read_to_string(&index_path).map_err(|e| Error::from(e).context(index_path.display()))?;
     let index: Value = serde_json::from_str(&text).map_err(|e| malformed(format!("not JSON: {e}")))?;
     let weight_map = index
         .get("weight_map")
@@ -226,25 +225,31 @@ pub fn unpack_folder(
             input.display()
         ))
     })?;
-    fs::create_dir_all(output).map_err(|e| Error::new(ErrorKind::Io, format!("{}: {e}", output.display())))?;
+    write_folder(&r, &layout, output, bar)?;
+    Ok(unpack_report(&r, start))
+}
+
+/// Writes the shards of `layout` from the open file `r` into `output`, then the index.
+fn write_folder(r: &Reader, layout: &Layout, output: &Path, bar: &dyn Progress) -> Result<(), Error> {
+    fs::create_dir_all(output).map_err(|e| Error::from(e).context(output.display()))?;
     let index_of: HashMap<&str, usize> = r.tensors().iter().enumerate().map(|(i, t)| (t.name.as_str(), i)).collect();
     bar.set_length(r.tensors().iter().map(|t| t.byte_length).sum());
     let mut weight_map = BTreeMap::new();
     for shard in &layout.shards {
         let select: Vec<usize> = shard.tensors.iter().map(|t| index_of[t.as_str()]).collect();
-        unpack_tensors(&r, &select, &shard.metadata.clone().unwrap_or_default(), &output.join(&shard.file), bar)?;
+        unpack_tensors(r, &select, &shard.metadata.clone().unwrap_or_default(), &output.join(&shard.file), bar)?;
         weight_map.extend(shard.tensors.iter().map(|t| (t.clone(), shard.file.clone())));
     }
     let index = json!({"metadata": layout.index_metadata, "weight_map": weight_map});
     let text =
         serde_json::to_string_pretty(&index).map_err(|e| Error::new(ErrorKind::InvalidArgument, e.to_string()))?;
     let path = output.join(&layout.index_name);
-    let io = |e: std::io::Error| Error::new(ErrorKind::Io, format!("{}: {e}", path.display()));
+    let io = |e: std::io::Error| Error::from(e).context(path.display());
     let mut f = tpde_write::AtomicFile::create(&path).map_err(io)?;
     f.write_all(text.as_bytes()).and_then(|_| f.write_all(b"\n")).map_err(io)?;
     f.commit().map_err(io)?;
     bar.finish();
-    Ok(unpack_report(&r, start))
+    Ok(())
 }
 
 /// Whether the TPDE file `path` was packed from a sharded folder (it records a layout).
@@ -270,7 +275,11 @@ pub fn pack_file_or_folder(
 /// Whether `tpde unpack` of `input` to `output` writes a folder: when the file was packed from a
 /// sharded folder, unless `output` ends in `.safetensors` (then one file holds every tensor).
 pub fn unpacks_to_folder(input: &Path, output: &Path) -> Result<bool, Error> {
-    Ok(output.extension().map_or(true, |e| e != "safetensors") && is_sharded(input)?)
+    Ok(folder_output(output) && is_sharded(input)?)
+}
+
+fn folder_output(output: &Path) -> bool {
+    output.extension().map_or(true, |e| e != "safetensors")
 }
 
 /// `tpde unpack`: into a folder or one safetensors file, as [`unpacks_to_folder`] says.
@@ -280,8 +289,15 @@ pub fn unpack_file_or_folder(
     output: &Path,
     bar: &dyn Progress,
 ) -> Result<UnpackReport, Error> {
-    match unpacks_to_folder(input, output)? {
-        true => unpack_folder(input, base, output, bar),
-        false => crate::convert::unpack(input, base, output, bar),
+    let start = Instant::now();
+    let r = open_tpde(input, base)?;
+    let layout = match folder_output(output) {
+        true => Layout::of(&r).map_err(|e| e.context(input.display()))?,
+        false => None,
+    };
+    match layout {
+        Some(layout) => write_folder(&r, &layout, output, bar)?,
+        None => crate::convert::unpack_open(&r, output, bar)?,
     }
+    Ok(unpack_report(&r, start))
 }
