@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: what `.ci/run` runs, and what a developer runs before pushing.
-# Works on a fresh machine: it installs what it needs (a Vulkan driver, cargo-fuzz, a Python
-# virtualenv with maturin, torch and pytest) itself.
+# Works on a fresh machine: it installs what it needs (a Vulkan driver, an S3-compatible server,
+# cargo-fuzz, a Python virtualenv with maturin, torch and pytest) itself.
 #   FUZZ_SECONDS  seconds per fuzz target (default 60; 0 skips fuzzing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +15,12 @@ if ! ls /usr/share/vulkan/icd.d/*.json >/dev/null 2>&1; then
   [ "$(id -u)" -eq 0 ] || sudo=sudo
   $sudo apt-get update -qq
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mesa-vulkan-drivers libvulkan1 >/dev/null
+fi
+
+step "an S3-compatible server for the object-storage tests (s3s-fs: S3 over a local folder)"
+# The last release that builds with this machine's Rust; it serves 127.0.0.1 only, in the tests.
+if ! command -v s3s-fs >/dev/null && [ ! -x "$HOME/.cargo/bin/s3s-fs" ]; then
+  cargo install s3s-fs --version 0.14.1 --features binary --locked
 fi
 
 step "format and lints"

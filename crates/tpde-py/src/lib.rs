@@ -22,7 +22,7 @@ use tpde::format::digest::Digest;
 use tpde::format::metadata::RESERVED_PREFIX;
 use tpde::format::TensorEntry;
 use tpde::sharded;
-use tpde::{DType, ErrorKind, Reader, WriteOptions};
+use tpde::{DType, ErrorKind, FileReader, Location, WriteOptions};
 
 create_exception!(tpde, TpdeError, PyException, "A TPDE operation failed; `kind` is the error's category.");
 
@@ -37,6 +37,11 @@ fn py_err(e: tpde::Error) -> PyErr {
     })
 }
 
+/// A path or URL from Python.
+fn location(s: &str) -> PyResult<Location> {
+    Location::parse(s).map_err(py_err)
+}
+
 fn invalid(message: impl Into<String>) -> PyErr {
     py_err(tpde::Error::new(ErrorKind::InvalidArgument, message))
 }
@@ -45,7 +50,7 @@ fn invalid(message: impl Into<String>) -> PyErr {
 /// `tpde.safe_open`. Arrays that view its memory map keep it alive.
 #[pyclass(frozen, module = "tpde._tpde")]
 struct File {
-    reader: Arc<Reader>,
+    reader: Arc<FileReader>,
 }
 
 impl File {
@@ -60,9 +65,16 @@ impl File {
     /// names (which may be missing: reading a delta tensor then fails with `base-missing`).
     #[new]
     #[pyo3(signature = (path, base=None))]
-    fn new(py: Python<'_>, path: PathBuf, base: Option<PathBuf>) -> PyResult<Self> {
-        let reader = py.detach(|| open_tpde(&path, base.as_deref())).map_err(py_err)?;
+    fn new(py: Python<'_>, path: &str, base: Option<&str>) -> PyResult<Self> {
+        let (path, base) = (location(path)?, base.map(location).transpose()?);
+        let reader = py.detach(|| open_tpde(&path, base.as_ref())).map_err(py_err)?;
         Ok(File { reader: Arc::new(reader) })
+    }
+
+    /// For a file in object storage, `(requests, bytes)` its reads sent and received so far
+    /// (opening included; not its bases'); `None` for a local file.
+    fn object_stats(&self) -> Option<(u64, u64)> {
+        self.reader.source().object_stats().map(|s| (s.requests, s.bytes))
     }
 
     /// Tensor names, in the file's order.
@@ -172,13 +184,17 @@ impl Snapshot {
 /// The base of a delta written at `output`: `snapshot` when it holds what the file `path`
 /// decodes to (same content digest, read from the file's directory), else the file itself
 /// and its chain.
-fn base_of(path: &std::path::Path, snapshot: Option<&Snapshot>) -> Result<Arc<dyn tpde::Base>, tpde::Error> {
+fn base_of(at: &Location, snapshot: Option<&Snapshot>) -> Result<Arc<dyn tpde::Base>, tpde::Error> {
     if let Some(s) = snapshot {
-        if checkpoint::is_tpde(path)? && Reader::open(path)?.content_digest() == s.digest {
+        let tpde_file = match at {
+            Location::Local(p) => checkpoint::is_tpde(p)?,
+            Location::Object(_) => true,
+        };
+        if tpde_file && checkpoint::open_reader(at)?.content_digest() == s.digest {
             return Ok(s.tensors.clone());
         }
     }
-    open_base(path)
+    open_base(at)
 }
 
 /// Writes tensors to `path` atomically. `tensors` is a list of `(name, dtype name, shape,
@@ -192,10 +208,10 @@ fn base_of(path: &std::path::Path, snapshot: Option<&Snapshot>) -> Result<Arc<dy
 #[allow(clippy::too_many_arguments)]
 fn save<'py>(
     py: Python<'py>,
-    path: PathBuf,
+    path: &str,
     tensors: Vec<(String, String, Vec<u64>, PyReadonlyArray1<'py, u8>)>,
     metadata: Option<BTreeMap<String, String>>,
-    base: Option<PathBuf>,
+    base: Option<&str>,
     codec: &str,
     max_abs_error: Option<f64>,
     exact: Option<HashSet<String>>,
@@ -203,6 +219,7 @@ fn save<'py>(
     base_snapshot: Option<PyRef<'py, Snapshot>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let encoder = convert::encoder(codec, None, convert::Profile::Cpu).map_err(py_err)?;
+    let (path, base) = (location(path)?, base.map(location).transpose()?);
     if let Some(t) = max_abs_error {
         if !(t.is_finite() && t >= 0.0) {
             return Err(invalid("max_abs_error must be a finite number >= 0"));
@@ -226,12 +243,12 @@ fn save<'py>(
     let snapshot = base_snapshot.as_deref();
     let (report, kept) = py
         .detach(|| {
-            let base_ck = base.as_deref().map(|b| base_of(b, snapshot)).transpose()?;
+            let base_ck = base.as_ref().map(|b| base_of(b, snapshot)).transpose()?;
             let list: Vec<TensorRef<'_>> =
                 refs.iter().zip(&slices).map(|((n, d, s), data)| (n.as_str(), *d, s.as_slice(), *data)).collect();
             let job = PackJob {
                 options: WriteOptions { encoder, ..WriteOptions::default() },
-                base: base_ck.as_deref().zip(base.as_deref()).map(|(b, p)| (b, convert::path_hint(p, &path))),
+                base: base_ck.as_deref().zip(base.as_ref()).map(|(b, at)| (b, path.hint_to(at))),
                 max_abs_error,
                 exact: exact.unwrap_or_default(),
                 keep_reconstruction: keep,
@@ -265,18 +282,19 @@ fn pack_report<'py>(py: Python<'py>, report: &PackReport) -> PyResult<Bound<'py,
 fn pack<'py>(
     py: Python<'py>,
     input: PathBuf,
-    output: PathBuf,
-    base: Option<PathBuf>,
+    output: &str,
+    base: Option<&str>,
     codec: &str,
     max_abs_error: Option<f64>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let encoder = convert::encoder(codec, None, convert::Profile::Cpu).map_err(py_err)?;
+    let (output, base) = (location(output)?, base.map(location).transpose()?);
     let report = py
         .detach(|| {
-            let base_ck = base.as_deref().map(open_base).transpose()?;
+            let base_ck = base.as_ref().map(open_base).transpose()?;
             let job = PackJob {
                 options: WriteOptions { encoder, ..WriteOptions::default() },
-                base: base_ck.as_deref().zip(base.as_deref()).map(|(b, p)| (b, convert::path_hint(p, &output))),
+                base: base_ck.as_deref().zip(base.as_ref()).map(|(b, at)| (b, output.hint_to(at))),
                 max_abs_error,
                 exact: Default::default(),
                 keep_reconstruction: false,
@@ -291,9 +309,40 @@ fn pack<'py>(
 /// sharded folder and `output` does not end in `.safetensors`, into that folder again.
 #[pyfunction]
 #[pyo3(signature = (input, output, base=None))]
-fn unpack(py: Python<'_>, input: PathBuf, output: PathBuf, base: Option<PathBuf>) -> PyResult<(u64, u64)> {
-    let r = py.detach(|| sharded::unpack_file_or_folder(&input, base.as_deref(), &output, &())).map_err(py_err)?;
+fn unpack(py: Python<'_>, input: &str, output: PathBuf, base: Option<&str>) -> PyResult<(u64, u64)> {
+    let (input, base) = (location(input)?, base.map(location).transpose()?);
+    let r = py.detach(|| sharded::unpack_file_or_folder(&input, base.as_ref(), &output, &())).map_err(py_err)?;
     Ok((r.tensors, r.logical_bytes))
+}
+
+/// The names of the files in the folder `path` (a local folder, not recursive, or an object
+/// prefix `s3://bucket/prefix`, every key below it), sorted; none for a missing folder.
+#[pyfunction]
+fn list_files(py: Python<'_>, path: &str) -> PyResult<Vec<String>> {
+    let at = location(path)?;
+    py.detach(|| at.list()).map_err(py_err)
+}
+
+/// Whether a file (not a folder) is at `path`, a local path or an object URL.
+#[pyfunction]
+fn is_file(py: Python<'_>, path: &str) -> PyResult<bool> {
+    let at = location(path)?;
+    py.detach(|| at.is_file()).map_err(py_err)
+}
+
+/// Copies the file at `source` to `dest` (paths or object URLs), streaming; the copy appears
+/// whole or not at all. Returns the bytes copied.
+#[pyfunction]
+fn copy(py: Python<'_>, source: &str, dest: &str) -> PyResult<u64> {
+    let (from, to) = (location(source)?, location(dest)?);
+    py.detach(|| tpde::location::copy(&from, &to)).map_err(py_err)
+}
+
+/// Removes the file at `path`, a local path or an object URL (a missing one is no error).
+#[pyfunction]
+fn remove(py: Python<'_>, path: &str) -> PyResult<()> {
+    let at = location(path)?;
+    py.detach(|| at.remove()).map_err(py_err)
 }
 
 /// The spec's dtype names, in registry order: `(name, bytes per element)`.
@@ -316,5 +365,9 @@ fn _tpde(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pack, m)?)?;
     m.add_function(wrap_pyfunction!(unpack, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;
+    m.add_function(wrap_pyfunction!(list_files, m)?)?;
+    m.add_function(wrap_pyfunction!(is_file, m)?)?;
+    m.add_function(wrap_pyfunction!(remove, m)?)?;
+    m.add_function(wrap_pyfunction!(copy, m)?)?;
     Ok(())
 }

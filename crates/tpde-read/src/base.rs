@@ -54,6 +54,11 @@ pub trait Base: Send + Sync {
         out.copy_from_slice(&t.data[range.start as usize..range.end as usize]);
         Ok(())
     }
+    /// Fetches ahead what [`Base::read_range_into`] of bytes `range` of tensor `name` will
+    /// read, for a base in remote storage (and its own chain); a no-op for others.
+    fn prefetch_range(&self, _name: &str, _range: std::ops::Range<u64>) -> Result<(), ReadError> {
+        Ok(())
+    }
 }
 
 impl<S: Source + Send> Base for Reader<S> {
@@ -80,6 +85,10 @@ impl<S: Source + Send> Base for Reader<S> {
     fn read_range_into(&self, name: &str, range: std::ops::Range<u64>, out: &mut [u8]) -> Result<(), ReadError> {
         let t = Reader::tensor(self, name)?;
         self.decode_range(t, range, out)
+    }
+
+    fn prefetch_range(&self, name: &str, range: std::ops::Range<u64>) -> Result<(), ReadError> {
+        self.prefetch_span(name, range)
     }
 }
 

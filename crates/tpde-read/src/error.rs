@@ -17,6 +17,18 @@ pub enum ReadError {
         /// The error.
         source: std::io::Error,
     },
+    /// The source failed to give bytes it holds: a disk, or a network after its retries.
+    #[error("reading the {what} at bytes {start}..{end}: {source}")]
+    Source {
+        /// What was being read.
+        what: &'static str,
+        /// The first byte asked for.
+        start: u64,
+        /// The end of the last range asked for.
+        end: u64,
+        /// The error (for a remote object it names the object).
+        source: std::io::Error,
+    },
     /// The file breaks a rule of the spec.
     #[error(transparent)]
     Format(#[from] FormatError),
@@ -93,7 +105,12 @@ impl ReadError {
     /// The category of this error.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            ReadError::Io { .. } => ErrorKind::Io,
+            ReadError::Io { source, .. } | ReadError::Source { source, .. }
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                ErrorKind::NotFound
+            }
+            ReadError::Io { .. } | ReadError::Source { .. } => ErrorKind::Io,
             ReadError::Format(e) => e.kind(),
             ReadError::Codec { source, .. } => source.kind(),
             ReadError::NotFound { .. } => ErrorKind::NotFound,
@@ -104,6 +121,15 @@ impl ReadError {
             ReadError::BaseTensor { .. } => ErrorKind::Malformed,
             ReadError::BaseChain { .. } => ErrorKind::BaseChain,
         }
+    }
+}
+
+impl ReadError {
+    /// A failure of the source to give `ranges` (what the reader asked for at once).
+    pub(crate) fn source(what: &'static str, ranges: &[std::ops::Range<u64>], source: std::io::Error) -> Self {
+        let start = ranges.iter().map(|r| r.start).min().unwrap_or(0);
+        let end = ranges.iter().map(|r| r.end).max().unwrap_or(0);
+        ReadError::Source { what, start, end, source }
     }
 }
 

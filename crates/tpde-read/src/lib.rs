@@ -54,7 +54,7 @@ use tpde_format::{
 
 pub use base::{hinted_base_path, open_chain, Base, BaseTensor, MAX_CHAIN};
 pub use error::ReadError;
-pub use source::{Source, StreamSource};
+pub use source::{out_of_range, Source, StreamSource};
 
 /// Whether chunk CRCs are checked on read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -140,7 +140,7 @@ impl<S: Source> Reader<S> {
     /// [`Reader::from_source`] with settings.
     pub fn with_options(src: S, options: ReadOptions) -> Result<Self, ReadError> {
         let len = src.len();
-        let head = src.get(0..len.min(Header::LEN as u64)).unwrap_or_default();
+        let head = bytes(&src, 0..len.min(Header::LEN as u64), "header")?;
         let header = Header::parse(&head, len)?;
         let min_len = (Header::LEN + Trailer::LEN) as u64;
         if len < min_len {
@@ -338,21 +338,26 @@ impl<S: Source> Reader<S> {
         let mut ranges: Vec<(u64, u64)> =
             self.tensors().iter().flat_map(|t| &t.chunks).map(|c| (c.offset, c.offset + c.stored_length)).collect();
         ranges.sort_unstable();
+        let mut gaps = Vec::new();
         let mut at = Header::LEN as u64;
         let end = self.trailer.directory_offset;
         for (s, e) in ranges.into_iter().chain([(end, end)]) {
             if s > at {
-                let gap = bytes(&self.src, at..s, "padding")?;
-                if let Some(i) = gap.iter().position(|&b| b != 0) {
-                    return Err(FormatError::Malformed {
-                        what: "padding",
-                        location: Location::at(at + i as u64),
-                        detail: "a byte outside every chunk is not zero".into(),
-                    }
-                    .into());
-                }
+                gaps.push(at..s);
             }
             at = at.max(e);
+        }
+        self.src.prefetch(&gaps).map_err(|source| ReadError::source("padding", &gaps, source))?;
+        for gap in gaps {
+            let start = gap.start;
+            if let Some(i) = bytes(&self.src, gap, "padding")?.iter().position(|&b| b != 0) {
+                return Err(FormatError::Malformed {
+                    what: "padding",
+                    location: Location::at(start + i as u64),
+                    detail: "a byte outside every chunk is not zero".into(),
+                }
+                .into());
+            }
         }
         Ok(())
     }
@@ -379,8 +384,12 @@ impl<S: Source> Reader<S> {
         Ok(Cow::Owned(out))
     }
 
-    /// The stored range of a tensor whose chunks are all `raw` and back to back.
+    /// The stored range of a tensor whose chunks are all `raw` and back to back, in a source
+    /// that lends its bytes (a remote one copies them anyway, a window at a time).
     fn contiguous_raw(&self, t: &TensorEntry) -> Option<std::ops::Range<u64>> {
+        if self.src.prefetch_window().is_some() {
+            return None;
+        }
         let first = t.chunks.first()?;
         let mut end = first.offset;
         for c in &t.chunks {
@@ -450,7 +459,40 @@ impl<S: Source> Reader<S> {
         out: &mut [u8],
     ) -> Result<(), ReadError> {
         let base = self.chunk_base(t)?;
-        let policy = self.options.checksums;
+        self.decode_span(t, range, out, &base, self.options.checksums)
+    }
+
+    /// Asks the source, and the chain of bases behind it, to fetch ahead the stored bytes that
+    /// decoding bytes `range` of tensor `name` needs ([`Base::prefetch_range`]).
+    pub(crate) fn prefetch_span(&self, name: &str, range: std::ops::Range<u64>) -> Result<(), ReadError> {
+        let t = self.tensor(name)?;
+        let mut at = 0u64;
+        let mut stored = Vec::new();
+        for c in &t.chunks {
+            let (lo, hi) = (at, at + c.decoded_length);
+            at = hi;
+            if hi > range.start && lo < range.end {
+                stored.push(c.offset..c.offset + c.stored_length);
+            }
+        }
+        self.src.prefetch(&stored).map_err(|source| ReadError::source("chunks", &stored, source))?;
+        match &self.base {
+            Some(b) if self.tensor_uses_base(t) && b.reads_ranges() => b.prefetch_range(name, range),
+            _ => Ok(()),
+        }
+    }
+
+    /// Decodes bytes `range` of `t` into `out`, chunk by chunk in parallel. A remote source
+    /// gets them a window at a time ([`Source::prefetch_window`]), announced before the window
+    /// decodes, so that its requests are few and concurrent and what it holds stays bounded.
+    fn decode_span(
+        &self,
+        t: &TensorEntry,
+        range: std::ops::Range<u64>,
+        out: &mut [u8],
+        base: &ChunkBase<'_>,
+        policy: ChecksumPolicy,
+    ) -> Result<(), ReadError> {
         let mut at = 0u64;
         let mut jobs = Vec::new();
         let mut rest = out;
@@ -463,20 +505,63 @@ impl<S: Source> Reader<S> {
             let (from, to) = (lo.max(range.start), hi.min(range.end));
             let (part, tail) = std::mem::take(&mut rest).split_at_mut((to - from) as usize);
             rest = tail;
-            jobs.push((i, c, from - lo, part));
+            jobs.push(SpanJob { i, c, lo, skip: from - lo, part });
         }
+        let Some(window) = self.src.prefetch_window() else {
+            return self.decode_jobs(t, jobs, base, policy);
+        };
+        let mut group = Vec::new();
+        let mut group_bytes = 0;
+        for job in jobs {
+            if !group.is_empty() && group_bytes + job.c.stored_length > window {
+                self.fetch_and_decode(t, std::mem::take(&mut group), base, policy)?;
+                group_bytes = 0;
+            }
+            group_bytes += job.c.stored_length;
+            group.push(job);
+        }
+        self.fetch_and_decode(t, group, base, policy)
+    }
+
+    fn fetch_and_decode(
+        &self,
+        t: &TensorEntry,
+        jobs: Vec<SpanJob<'_, '_>>,
+        base: &ChunkBase<'_>,
+        policy: ChecksumPolicy,
+    ) -> Result<(), ReadError> {
+        let (Some(first), Some(last)) = (jobs.first(), jobs.last()) else {
+            return Ok(());
+        };
+        let span = first.lo..last.lo + last.c.decoded_length;
+        let stored: Vec<_> = jobs.iter().map(|j| j.c.offset..j.c.offset + j.c.stored_length).collect();
+        self.src.prefetch(&stored).map_err(|source| ReadError::source("chunks", &stored, source))?;
+        if let (ChunkBase::Ranges, Some(b)) = (base, &self.base) {
+            b.prefetch_range(&t.name, span)?;
+        }
+        self.decode_jobs(t, jobs, base, policy)
+    }
+
+    fn decode_jobs(
+        &self,
+        t: &TensorEntry,
+        jobs: Vec<SpanJob<'_, '_>>,
+        base: &ChunkBase<'_>,
+        policy: ChecksumPolicy,
+    ) -> Result<(), ReadError> {
         let results: Vec<Result<(), ReadError>> = jobs
             .into_par_iter()
-            .map(|(i, c, skip, part)| {
+            .map(|SpanJob { i, c, skip, part, .. }| {
                 if skip == 0 && part.len() as u64 == c.decoded_length {
-                    return self.decode_chunk(t, i, c, &base, policy, part);
+                    return self.decode_chunk(t, i, c, base, policy, part);
                 }
                 let mut whole = vec![0u8; c.decoded_length as usize];
-                self.decode_chunk(t, i, c, &base, policy, &mut whole)?;
+                self.decode_chunk(t, i, c, base, policy, &mut whole)?;
                 part.copy_from_slice(&whole[skip as usize..skip as usize + part.len()]);
                 Ok(())
             })
             .collect();
+        // The first failing chunk in file order, so the error does not depend on scheduling.
         results.into_iter().collect()
     }
 
@@ -517,18 +602,7 @@ impl<S: Source> Reader<S> {
         base: &ChunkBase<'_>,
         policy: ChecksumPolicy,
     ) -> Result<(), ReadError> {
-        let mut parts = Vec::with_capacity(t.chunks.len());
-        let mut rest = out;
-        for (i, c) in t.chunks.iter().enumerate() {
-            // Validation made the decoded lengths sum to the tensor's length.
-            let (part, tail) = rest.split_at_mut(c.decoded_length as usize);
-            parts.push((i, c, part));
-            rest = tail;
-        }
-        let results: Vec<Result<(), ReadError>> =
-            parts.into_par_iter().map(|(i, c, part)| self.decode_chunk(t, i, c, base, policy, part)).collect();
-        // The first failing chunk in file order, so the error does not depend on scheduling.
-        results.into_iter().collect()
+        self.decode_span(t, 0..t.byte_length, out, base, policy)
     }
 
     /// Decodes chunk `i` of `t` into `out`, its decoded length, against `base` (from
@@ -586,6 +660,16 @@ impl<S: Source> Reader<S> {
     }
 }
 
+/// One chunk's part of a [`Reader::decode_span`]: chunk `i` (entry `c`, whose decoded bytes
+/// start at `lo` in the tensor) gives `part`, from its byte `skip` on.
+struct SpanJob<'t, 'o> {
+    i: usize,
+    c: &'t ChunkEntry,
+    lo: u64,
+    skip: u64,
+    part: &'o mut [u8],
+}
+
 /// What a tensor's delta chunks decode against (see [`Reader::chunk_base`]).
 enum ChunkBase<'r> {
     /// The tensor has no chunk that uses a base.
@@ -626,7 +710,7 @@ impl<S: Source> TensorChunks<'_, S> {
 }
 
 /// Bytes of the source; validation has already put every range the reader asks for inside the
-/// file, so `None` means a [`Source`] that shrank or misreports its length.
+/// file, so a range it does not have means a [`Source`] that shrank or misreports its length.
 fn bytes<'a, S: Source>(
     src: &'a S,
     range: std::ops::Range<u64>,
@@ -634,12 +718,13 @@ fn bytes<'a, S: Source>(
 ) -> Result<Cow<'a, [u8]>, ReadError> {
     let file_len = src.len();
     let want = range.end - range.start;
-    src.get(range.clone()).filter(|b| b.len() as u64 == want).ok_or(ReadError::Format(FormatError::Truncated {
-        what,
-        start: range.start,
-        end: range.end,
-        file_len,
-    }))
+    let truncated = || ReadError::Format(FormatError::Truncated { what, start: range.start, end: range.end, file_len });
+    match src.get(range.clone()) {
+        Ok(b) if b.len() as u64 == want => Ok(b),
+        Ok(_) => Err(truncated()),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(truncated()),
+        Err(source) => Err(ReadError::source(what, std::slice::from_ref(&range), source)),
+    }
 }
 
 /// Checks decoded bytes against the tensor's digest (R26), for decoders outside this crate too.

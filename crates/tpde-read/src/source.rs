@@ -1,8 +1,9 @@
 //! Random access to a file's bytes by range, written once for every backing: an mmap or bytes
-//! in memory, which lend their ranges, and a stream (`Read + Seek`), which copies them.
+//! in memory, which lend their ranges, a stream (`Read + Seek`), which copies them, and remote
+//! objects (the `tpde-object` crate), which fetch them ahead through [`Source::prefetch`].
 
 use std::borrow::Cow;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{self, Read, Seek, SeekFrom};
 use std::ops::Range;
 use std::sync::Mutex;
 
@@ -10,26 +11,50 @@ use std::sync::Mutex;
 pub trait Source: Sync {
     /// Total length in bytes.
     fn len(&self) -> u64;
-    /// The bytes in `range`, or `None` if it is not inside the source (or cannot be read).
-    /// Sources in memory lend them; streams return a copy.
-    fn get(&self, range: Range<u64>) -> Option<Cow<'_, [u8]>>;
+    /// The bytes in `range`. A range not inside the source is an error of kind
+    /// [`io::ErrorKind::UnexpectedEof`] (the reader reports it as a truncated file); any other
+    /// error is a failure to read (a disk, a network), reported as such. Sources in memory
+    /// lend the bytes; others return a copy.
+    fn get(&self, range: Range<u64>) -> io::Result<Cow<'_, [u8]>>;
     /// Whether the source is empty.
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// For a source that fetches over a network: the stored bytes a reader should announce
+    /// at once through [`Source::prefetch`] before it `get`s them. `None` (the default) for
+    /// sources whose bytes are at hand, which are never asked to prefetch.
+    fn prefetch_window(&self) -> Option<u64> {
+        None
+    }
+    /// Fetches `ranges` ahead of the `get`s that follow, so that a remote source can coalesce
+    /// neighbours into few requests and send independent ones concurrently.
+    fn prefetch(&self, _ranges: &[Range<u64>]) -> io::Result<()> {
+        Ok(())
+    }
 }
 
-fn slice_get(bytes: &[u8], range: Range<u64>) -> Option<Cow<'_, [u8]>> {
-    let start = usize::try_from(range.start).ok()?;
-    let end = usize::try_from(range.end).ok()?;
-    bytes.get(start..end).map(Cow::Borrowed)
+/// The error for a range outside a source of `len` bytes.
+pub fn out_of_range(range: &Range<u64>, len: u64) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        format!("bytes {}..{} are not inside the {len} bytes of the source", range.start, range.end),
+    )
+}
+
+fn slice_get(bytes: &[u8], range: Range<u64>) -> io::Result<Cow<'_, [u8]>> {
+    let len = bytes.len() as u64;
+    let fits = |r: &Range<u64>| Some((usize::try_from(r.start).ok()?, usize::try_from(r.end).ok()?));
+    fits(&range)
+        .and_then(|(start, end)| bytes.get(start..end))
+        .map(Cow::Borrowed)
+        .ok_or_else(|| out_of_range(&range, len))
 }
 
 impl Source for [u8] {
     fn len(&self) -> u64 {
         <[u8]>::len(self) as u64
     }
-    fn get(&self, range: Range<u64>) -> Option<Cow<'_, [u8]>> {
+    fn get(&self, range: Range<u64>) -> io::Result<Cow<'_, [u8]>> {
         slice_get(self, range)
     }
 }
@@ -38,7 +63,7 @@ impl Source for Vec<u8> {
     fn len(&self) -> u64 {
         self.as_slice().len() as u64
     }
-    fn get(&self, range: Range<u64>) -> Option<Cow<'_, [u8]>> {
+    fn get(&self, range: Range<u64>) -> io::Result<Cow<'_, [u8]>> {
         slice_get(self, range)
     }
 }
@@ -47,7 +72,7 @@ impl Source for memmap2::Mmap {
     fn len(&self) -> u64 {
         (**self).len() as u64
     }
-    fn get(&self, range: Range<u64>) -> Option<Cow<'_, [u8]>> {
+    fn get(&self, range: Range<u64>) -> io::Result<Cow<'_, [u8]>> {
         slice_get(self, range)
     }
 }
@@ -56,8 +81,29 @@ impl<S: Source + ?Sized> Source for &S {
     fn len(&self) -> u64 {
         (**self).len()
     }
-    fn get(&self, range: Range<u64>) -> Option<Cow<'_, [u8]>> {
+    fn get(&self, range: Range<u64>) -> io::Result<Cow<'_, [u8]>> {
         (**self).get(range)
+    }
+    fn prefetch_window(&self) -> Option<u64> {
+        (**self).prefetch_window()
+    }
+    fn prefetch(&self, ranges: &[Range<u64>]) -> io::Result<()> {
+        (**self).prefetch(ranges)
+    }
+}
+
+impl<S: Source + ?Sized + Send> Source for Box<S> {
+    fn len(&self) -> u64 {
+        (**self).len()
+    }
+    fn get(&self, range: Range<u64>) -> io::Result<Cow<'_, [u8]>> {
+        (**self).get(range)
+    }
+    fn prefetch_window(&self) -> Option<u64> {
+        (**self).prefetch_window()
+    }
+    fn prefetch(&self, ranges: &[Range<u64>]) -> io::Result<()> {
+        (**self).prefetch(ranges)
     }
 }
 
@@ -88,15 +134,16 @@ impl<R: Read + Seek + Send> Source for StreamSource<R> {
         self.len
     }
 
-    fn get(&self, range: Range<u64>) -> Option<Cow<'_, [u8]>> {
+    fn get(&self, range: Range<u64>) -> io::Result<Cow<'_, [u8]>> {
         if range.start > range.end || range.end > self.len {
-            return None;
+            return Err(out_of_range(&range, self.len));
         }
-        let mut buf = vec![0u8; usize::try_from(range.end - range.start).ok()?];
+        let len = usize::try_from(range.end - range.start).map_err(|_| out_of_range(&range, self.len))?;
+        let mut buf = vec![0u8; len];
         // A panic while holding the lock cannot leave the stream worse than a failed seek.
         let mut inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        inner.seek(SeekFrom::Start(range.start)).ok()?;
-        inner.read_exact(&mut buf).ok()?;
-        Some(Cow::Owned(buf))
+        inner.seek(SeekFrom::Start(range.start))?;
+        inner.read_exact(&mut buf)?;
+        Ok(Cow::Owned(buf))
     }
 }

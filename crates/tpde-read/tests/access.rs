@@ -18,9 +18,9 @@ impl Source for Recording {
     fn len(&self) -> u64 {
         self.bytes.len() as u64
     }
-    fn get(&self, range: Range<u64>) -> Option<Cow<'_, [u8]>> {
+    fn get(&self, range: Range<u64>) -> std::io::Result<Cow<'_, [u8]>> {
         self.log.lock().unwrap().push(range.clone());
-        <[u8]>::get(&self.bytes, range.start as usize..range.end as usize).map(Cow::Borrowed)
+        Source::get(self.bytes.as_slice(), range)
     }
 }
 

@@ -312,10 +312,9 @@ impl tpde_read::Source for Counting {
     fn len(&self) -> u64 {
         self.bytes.len() as u64
     }
-    fn get(&self, range: std::ops::Range<u64>) -> Option<std::borrow::Cow<'_, [u8]>> {
+    fn get(&self, range: std::ops::Range<u64>) -> std::io::Result<std::borrow::Cow<'_, [u8]>> {
         self.read.fetch_add(range.end - range.start, std::sync::atomic::Ordering::Relaxed);
-        let (start, end) = (range.start as usize, range.end as usize);
-        (start <= end && end <= self.bytes.len()).then(|| std::borrow::Cow::Borrowed(&self.bytes[start..end]))
+        tpde_read::Source::get(self.bytes.as_slice(), range)
     }
 }
 

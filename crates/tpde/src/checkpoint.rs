@@ -2,17 +2,18 @@
 //! file with its chain of bases. Either can be the base of a delta.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use rayon::prelude::*;
 use safetensors::SafeTensors;
-use tpde_format::digest::{content_digest, tensor_digest, Digest, DigestInput};
+use tpde_format::digest::{content_digest, tensor_digest, to_hex, Digest, DigestInput};
 use tpde_format::{DType, TensorEntry};
 use tpde_read::{Base, BaseTensor, ReadError, Reader};
 
 use crate::convert::dtype_from_safetensors;
+use crate::location::{FileReader, Location};
 use crate::Error;
 
 /// One tensor of a safetensors file.
@@ -179,34 +180,87 @@ pub fn is_tpde(path: &Path) -> Result<bool, Error> {
     Ok(n == 8 && magic == tpde_format::header::MAGIC)
 }
 
-/// Opens a checkpoint to use as a base: a `.tpde` file (its own chain found through its path
-/// hints) or a `.safetensors` file.
-pub fn open_base(path: &Path) -> Result<Arc<dyn Base>, Error> {
-    if is_tpde(path)? {
-        Ok(Arc::new(tpde_read::open_chain(path)?))
-    } else {
-        Ok(Arc::new(SafetensorsFile::open(path)?))
+/// Opens a checkpoint to use as a base: a `.tpde` file, local or remote, with its own chain
+/// found through its path hints, or a local `.safetensors` file.
+pub fn open_base(at: &Location) -> Result<Arc<dyn Base>, Error> {
+    match at {
+        Location::Local(path) if !is_tpde(path)? => Ok(Arc::new(SafetensorsFile::open(path)?)),
+        _ => Ok(Arc::new(open_chain(at)?)),
     }
+}
+
+/// Opens the `.tpde` file at `at` and, if it decodes against a base, the chain of bases
+/// behind it, each attached to the file after it (see [`chain_readers`]).
+pub fn open_chain(at: &Location) -> Result<FileReader, Error> {
+    let mut links = chain_readers(at)?;
+    let (_, mut reader) = links.pop().expect("a chain holds its first file");
+    while let Some((loc, next)) = links.pop() {
+        reader = next.with_base(Arc::new(reader)).map_err(|e| Error::from(e).context(&loc))?;
+    }
+    Ok(reader)
+}
+
+/// The file at `at` and the bases behind it, each opened as it is (no base attached): the
+/// file first, the one that decodes on its own (its keyframe) last. Each base is found
+/// through the path hint of the file that refers to it (relative to that file's folder or
+/// bucket key, spec §7.3); its content digest is checked when it is attached. A loop, or a
+/// chain longer than [`tpde_read::MAX_CHAIN`], is a `base-chain` error.
+pub fn chain_readers(at: &Location) -> Result<Vec<(Location, FileReader)>, Error> {
+    let chain_err = |detail: String| Error::from(ReadError::BaseChain { detail });
+    let mut seen = HashSet::new();
+    let mut links: Vec<(Location, FileReader)> = Vec::new();
+    let mut next = Some(at.clone());
+    while let Some(at) = next.take() {
+        if !seen.insert(at.identity()?) {
+            return Err(chain_err(format!("{at} refers back to itself")));
+        }
+        if seen.len() > tpde_read::MAX_CHAIN {
+            return Err(chain_err(format!("more than {} files in the chain", tpde_read::MAX_CHAIN)));
+        }
+        let reader = open_reader(&at)?;
+        if let Some(base) = reader.directory().base.as_ref().filter(|_| reader.uses_base()) {
+            let missing = |hint: String| Error::from(ReadError::BaseMissing { digest: to_hex(&base.digest), hint });
+            if base.path_hint.is_empty() {
+                return Err(missing(String::new()));
+            }
+            let base_at = at.resolve_hint(&base.path_hint)?;
+            if !base_at.is_file()? {
+                return Err(missing(base_at.to_string()));
+            }
+            next = Some(base_at);
+        }
+        links.push((at, reader));
+    }
+    Ok(links)
+}
+
+/// Opens the `.tpde` file at `at` as it is (no base attached); errors name the file.
+pub fn open_reader(at: &Location) -> Result<FileReader, Error> {
+    Reader::from_source(at.open()?).map_err(|e| Error::from(e).context(at))
 }
 
 /// Opens a `.tpde` file for decoding: with `base` given, attached to it; otherwise, if it is a
 /// delta, to the base its path hint names (a `.tpde` with its own chain, or a `.safetensors`).
 /// When the hint leads nowhere the reader is returned as it is, and decoding a delta chunk fails
 /// naming the base's digest and hint.
-pub fn open_tpde(path: &Path, base: Option<&Path>) -> Result<Reader, Error> {
-    let reader = Reader::open(path)?;
+pub fn open_tpde(at: &Location, base: Option<&Location>) -> Result<FileReader, Error> {
+    let reader = open_reader(at)?;
     if let Some(b) = base {
         return Ok(reader.with_base(open_base(b)?)?);
     }
-    match tpde_read::hinted_base_path(path, &reader).filter(|p| p.is_file()) {
-        Some(base_path) => Ok(reader.with_base(open_base(&base_path)?)?),
-        None => Ok(reader),
+    let hint = match reader.directory().base.as_ref() {
+        Some(b) if !b.path_hint.is_empty() && reader.uses_base() => at.resolve_hint(&b.path_hint).ok(),
+        _ => None,
+    };
+    match hint {
+        Some(base_at) if base_at.is_file()? => Ok(reader.with_base(open_base(&base_at)?)?),
+        _ => Ok(reader),
     }
 }
 
 /// Decodes the bytes `start..start + out.len()` of tensor `t` into `out`, touching only the
 /// chunks that overlap them (a slice of a large tensor), in the file and, for a delta, in its
 /// chain of TPDE bases. The range must lie within the tensor.
-pub fn read_range(r: &Reader, t: &TensorEntry, start: u64, out: &mut [u8]) -> Result<(), Error> {
+pub fn read_range(r: &FileReader, t: &TensorEntry, start: u64, out: &mut [u8]) -> Result<(), Error> {
     Ok(r.read_range_into(t, start..start + out.len() as u64, out)?)
 }

@@ -13,10 +13,11 @@ use tpde_codec::Encoder;
 use tpde_format::digest::{content_digest, tensor_digest, Digest, DigestInput};
 use tpde_format::metadata::{KEY_MAX_ABS_ERROR, KEY_PRODUCER, KEY_SOURCE_FORMAT, RESERVED_PREFIX};
 use tpde_format::{BaseRef, CodecTag, DType, ErrorKind, MetadataValue, TensorEntry};
-use tpde_read::{Base, Reader, TensorChunks};
-use tpde_write::{lossy, FileWriter, TensorInput, WriteOptions};
+use tpde_read::{Base, TensorChunks};
+use tpde_write::{lossy, TensorInput, WriteOptions, Writer};
 
 use crate::checkpoint::{open_tpde, MemoryCheckpoint, SafetensorsFile};
+use crate::location::{FileReader, Location, Sink, Stored};
 use crate::{safetensors_out, Error, Progress};
 
 /// The TPDE dtype of a safetensors dtype, if the registry has it.
@@ -107,7 +108,7 @@ impl PackJob<'_> {
 pub type TensorRef<'a> = (&'a str, DType, &'a [u64], &'a [u8]);
 
 /// Packs a safetensors file into a TPDE file, as a delta if the job has a base.
-pub fn pack(input: &Path, output: &Path, job: PackJob<'_>, bar: &dyn Progress) -> Result<PackReport, Error> {
+pub fn pack(input: &Path, output: &Location, job: PackJob<'_>, bar: &dyn Progress) -> Result<PackReport, Error> {
     let src = SafetensorsFile::open(input)?;
     pack_file(&src, input, output, job, bar).map(|(r, _)| r)
 }
@@ -116,7 +117,7 @@ pub fn pack(input: &Path, output: &Path, job: PackJob<'_>, bar: &dyn Progress) -
 pub fn pack_file(
     src: &SafetensorsFile,
     input: &Path,
-    output: &Path,
+    output: &Location,
     job: PackJob<'_>,
     bar: &dyn Progress,
 ) -> Result<(PackReport, Option<MemoryCheckpoint>), Error> {
@@ -147,7 +148,7 @@ pub fn pack_tensors(
     tensors: &[TensorRef<'_>],
     metadata: &[(String, String)],
     source_format: &str,
-    output: &Path,
+    output: &Location,
     job: PackJob<'_>,
     bar: &dyn Progress,
 ) -> Result<(PackReport, Option<MemoryCheckpoint>, Vec<Digest>), Error> {
@@ -165,7 +166,7 @@ pub fn pack_tensors(
             format!("metadata key {k:?} is in TPDE's reserved `tpde.` namespace; rename it to pack this file"),
         ));
     }
-    let mut w = FileWriter::create(output, options)?;
+    let mut w = Writer::new(output.create()?, options)?;
     w.add_metadata(KEY_PRODUCER, MetadataValue::String(format!("tpde {}", env!("CARGO_PKG_VERSION"))))?;
     w.add_metadata(KEY_SOURCE_FORMAT, MetadataValue::String(source_format.into()))?;
     if let Some(tau) = job.max_abs_error {
@@ -215,8 +216,7 @@ pub fn pack_tensors(
         // The reconstruction is what the file decodes to: the file's digest is its digest.
         k.set_content_digest(report.content_digest);
     }
-    let file = w.finish()?;
-    report.file_bytes = file.metadata()?.len();
+    report.file_bytes = w.finish()?.commit()?;
     report.seconds = start.elapsed().as_secs_f64();
     bar.finish();
     Ok((report, kept, digests))
@@ -236,7 +236,7 @@ struct Pending<'a> {
     base: Option<tpde_read::BaseTensor<'a>>,
 }
 
-fn add_batch(w: &mut FileWriter, batch: &[Pending<'_>], report: &mut PackReport) -> Result<(), Error> {
+fn add_batch(w: &mut Writer<Sink>, batch: &[Pending<'_>], report: &mut PackReport) -> Result<(), Error> {
     // Base digests the base does not know are computed here, in parallel.
     let base_digests: Vec<Option<Digest>> =
         batch.par_iter().map(|p| p.base.as_ref().map(|b| b.digest.unwrap_or_else(|| tensor_digest(&b.data)))).collect();
@@ -295,7 +295,7 @@ pub struct SeriesEntry {
     /// The checkpoint packed.
     pub input: std::path::PathBuf,
     /// The file written.
-    pub output: std::path::PathBuf,
+    pub output: Location,
     /// Whether it is a keyframe.
     pub keyframe: bool,
     /// The pack.
@@ -307,7 +307,7 @@ pub struct SeriesEntry {
 /// a lossy bound the base of each delta is the previous file as it decodes (closed loop).
 pub fn pack_series(
     dir: &Path,
-    out_dir: &Path,
+    out_dir: &Location,
     keyframe_every: usize,
     options: WriteOptions,
     max_abs_error: Option<f64>,
@@ -325,15 +325,15 @@ pub fn pack_series(
     if inputs.is_empty() {
         return Err(Error::new(ErrorKind::NotFound, format!("{}: no .safetensors files", dir.display())));
     }
-    std::fs::create_dir_all(out_dir)?;
+    out_dir.create_dir_all()?;
     let mut done = Vec::new();
     // The previous checkpoint as it decodes: its safetensors file when lossless, the kept
     // reconstruction when lossy.
-    let mut prev: Option<(SafetensorsFile, Option<MemoryCheckpoint>, std::path::PathBuf)> = None;
+    let mut prev: Option<(SafetensorsFile, Option<MemoryCheckpoint>, Location)> = None;
     for (i, input) in inputs.iter().enumerate() {
         let src = SafetensorsFile::open(input)?;
         let stem = input.file_stem().unwrap_or_default().to_string_lossy().into_owned();
-        let output = out_dir.join(format!("{stem}.tpde"));
+        let output = out_dir.join(&format!("{stem}.tpde"))?;
         let keyframe = i % keyframe_every == 0;
         let base: Option<(&dyn Base, String)> = match (&prev, keyframe) {
             (Some((file, recon, out)), false) => {
@@ -341,7 +341,7 @@ pub fn pack_series(
                     Some(r) => r,
                     None => file,
                 };
-                Some((b, path_hint(out, &output)))
+                Some((b, output.hint_to(out)))
             }
             _ => None,
         };
@@ -372,7 +372,7 @@ pub struct UnpackReport {
 
 /// The safetensors `__metadata__` map a TPDE file carries: every non-reserved entry, strings
 /// as they are and other types in their text form.
-pub fn safetensors_metadata<S: tpde_read::Source>(r: &Reader<S>) -> BTreeMap<String, String> {
+pub fn safetensors_metadata<S: tpde_read::Source>(r: &tpde_read::Reader<S>) -> BTreeMap<String, String> {
     r.directory()
         .metadata
         .iter()
@@ -384,7 +384,12 @@ pub fn safetensors_metadata<S: tpde_read::Source>(r: &Reader<S>) -> BTreeMap<Str
 /// Decodes every tensor of a TPDE file (CRCs checked) and writes a safetensors file,
 /// atomically (temporary file, then rename), chunk by chunk (see [`safetensors_out`]). A delta
 /// decodes against `base` if given, else against the chain its path hints name.
-pub fn unpack(input: &Path, base: Option<&Path>, output: &Path, bar: &dyn Progress) -> Result<UnpackReport, Error> {
+pub fn unpack(
+    input: &Location,
+    base: Option<&Location>,
+    output: &Path,
+    bar: &dyn Progress,
+) -> Result<UnpackReport, Error> {
     let start = Instant::now();
     let r = open_tpde(input, base)?;
     unpack_open(&r, output, bar)?;
@@ -392,7 +397,7 @@ pub fn unpack(input: &Path, base: Option<&Path>, output: &Path, bar: &dyn Progre
 }
 
 /// [`unpack`] of a file already open.
-pub fn unpack_open(r: &Reader, output: &Path, bar: &dyn Progress) -> Result<(), Error> {
+pub fn unpack_open(r: &FileReader, output: &Path, bar: &dyn Progress) -> Result<(), Error> {
     let all: Vec<usize> = (0..r.tensors().len()).collect();
     bar.set_length(r.tensors().iter().map(|t| t.byte_length).sum());
     unpack_tensors(r, &all, &safetensors_metadata(r), output, bar)?;
@@ -403,7 +408,7 @@ pub fn unpack_open(r: &Reader, output: &Path, bar: &dyn Progress) -> Result<(), 
 /// Writes the tensors `select` (indices into `r.tensors()`) of an open file, with `metadata`,
 /// to the safetensors file `output`, decoding chunk by chunk.
 pub fn unpack_tensors(
-    r: &Reader,
+    r: &FileReader,
     select: &[usize],
     metadata: &BTreeMap<String, String>,
     output: &Path,
@@ -412,7 +417,7 @@ pub fn unpack_tensors(
     // A tensor stored `raw` in one run is written straight from the map, in one piece.
     enum Opened<'r> {
         Whole(Cow<'r, [u8]>),
-        Chunks(TensorChunks<'r, memmap2::Mmap>),
+        Chunks(TensorChunks<'r, Stored>),
     }
     let pieces = |t: &TensorEntry| match r.is_zero_copy(t) {
         true => vec![t.byte_length],
@@ -443,7 +448,7 @@ pub fn unpack_tensors(
 /// and produced by `piece`. Progress goes to `bar` (whose length the caller sets).
 #[allow(clippy::too_many_arguments)]
 pub fn write_unpacked<'r, T: Send + Sync>(
-    r: &'r Reader,
+    r: &'r FileReader,
     select: &[usize],
     metadata: &BTreeMap<String, String>,
     output: &Path,
@@ -489,7 +494,7 @@ pub fn write_unpacked<'r, T: Send + Sync>(
 }
 
 /// The report of an unpack of `r` that started at `start`.
-pub fn unpack_report(r: &Reader, start: Instant) -> UnpackReport {
+pub fn unpack_report(r: &FileReader, start: Instant) -> UnpackReport {
     UnpackReport {
         tensors: r.tensors().len() as u64,
         logical_bytes: r.tensors().iter().map(|t| t.byte_length).sum(),
@@ -579,7 +584,7 @@ pub struct AgainstReport {
 
 /// Decodes `file` and compares it with `original`: bit-exact for a lossless file; for a lossy
 /// one every float element within the recorded τ (non-finite values and integers exact).
-pub fn verify_against(file: &Path, base: Option<&Path>, original: &Path) -> Result<AgainstReport, Error> {
+pub fn verify_against(file: &Location, base: Option<&Location>, original: &Path) -> Result<AgainstReport, Error> {
     let r = open_tpde(file, base)?;
     let orig = SafetensorsFile::open(original)?;
     let bound = match r.metadata(KEY_MAX_ABS_ERROR) {

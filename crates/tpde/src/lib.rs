@@ -3,13 +3,14 @@
 //! This crate re-exports the format ([`format`]), the reader ([`read`]) and the writer
 //! ([`write`]), and holds what every front end needs on top of them: safetensors files in and out
 //! ([`convert`], [`safetensors_out`]), bases and chains of deltas ([`checkpoint`]), codec names
-//! ([`convert::encoder`]). The `tpde` command-line tools and the Python package are thin layers
+//! ([`convert::encoder`]), and files in object storage as well as on disk ([`location`]). The `tpde` command-line tools and the Python package are thin layers
 //! over it; a Rust program that embeds TPDE adds this crate alone.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod checkpoint;
 pub mod convert;
+pub mod location;
 pub mod safetensors_out;
 pub mod sharded;
 
@@ -20,6 +21,7 @@ pub use tpde_format as format;
 pub use tpde_read as read;
 pub use tpde_write as write;
 
+pub use location::{FileReader, Location};
 pub use tpde_codec::Encoder;
 pub use tpde_format::{DType, ErrorKind, MetadataValue};
 pub use tpde_read::{Base, Reader};

@@ -20,10 +20,10 @@ use std::time::Instant;
 
 use serde_json::{json, Map, Value};
 use tpde_format::ErrorKind;
-use tpde_read::Reader;
 
-use crate::checkpoint::{open_tpde, SafetensorsFile};
+use crate::checkpoint::{open_reader, open_tpde, SafetensorsFile};
 use crate::convert::{pack_tensors, unpack_report, unpack_tensors, PackJob, PackReport, UnpackReport};
+use crate::location::{FileReader, Location};
 use crate::{Error, Progress};
 
 /// The metadata key of the index's name and metadata.
@@ -102,7 +102,7 @@ fn check_file_name(name: &str, what: &str, suffix: &str) -> Result<(), Error> {
 
 /// Packs every tensor of the sharded folder `dir` into `output` (a delta if `job` has a base),
 /// recording its layout; tensors go in shard order, each shard's in its file order.
-pub fn pack_folder(dir: &Path, output: &Path, job: PackJob<'_>, bar: &dyn Progress) -> Result<PackReport, Error> {
+pub fn pack_folder(dir: &Path, output: &Location, job: PackJob<'_>, bar: &dyn Progress) -> Result<PackReport, Error> {
     let index_path = index_file(dir)?.expect("index_file of a folder");
     let malformed = |msg: String| Error::malformed(format!("{}: {msg}", index_path.display()));
     let text = fs::read_to_string(&index_path).map_err(|e| Error::from(e).context(index_path.display()))?;
@@ -168,7 +168,7 @@ impl Layout {
 
     /// The layout a file records, if it was packed from a sharded folder; checked against the
     /// file's tensors (each in exactly one shard) and for plain file names.
-    pub fn of(r: &Reader) -> Result<Option<Layout>, Error> {
+    pub fn of(r: &FileReader) -> Result<Option<Layout>, Error> {
         let get = |key: &str| r.directory().metadata.iter().find(|m| m.key == key).map(|m| m.value.to_string());
         let (Some(index), Some(shards)) = (get(KEY_INDEX), get(KEY_SHARDS)) else {
             return Ok(None);
@@ -212,17 +212,16 @@ impl Layout {
 /// Unpacks a file packed by [`pack_folder`] into the folder `output`: every shard (atomically),
 /// then the index (atomically), so that a folder whose index exists is complete.
 pub fn unpack_folder(
-    input: &Path,
-    base: Option<&Path>,
+    input: &Location,
+    base: Option<&Location>,
     output: &Path,
     bar: &dyn Progress,
 ) -> Result<UnpackReport, Error> {
     let start = Instant::now();
     let r = open_tpde(input, base)?;
-    let layout = Layout::of(&r).map_err(|e| e.context(input.display()))?.ok_or_else(|| {
+    let layout = Layout::of(&r).map_err(|e| e.context(input))?.ok_or_else(|| {
         Error::usage(format!(
-            "{}: not packed from a sharded folder (no {KEY_SHARDS} metadata); unpack it to a .safetensors file",
-            input.display()
+            "{input}: not packed from a sharded folder (no {KEY_SHARDS} metadata); unpack it to a .safetensors file"
         ))
     })?;
     write_folder(&r, &layout, output, bar)?;
@@ -230,7 +229,7 @@ pub fn unpack_folder(
 }
 
 /// Writes the shards of `layout` from the open file `r` into `output`, then the index.
-fn write_folder(r: &Reader, layout: &Layout, output: &Path, bar: &dyn Progress) -> Result<(), Error> {
+fn write_folder(r: &FileReader, layout: &Layout, output: &Path, bar: &dyn Progress) -> Result<(), Error> {
     fs::create_dir_all(output).map_err(|e| Error::from(e).context(output.display()))?;
     let index_of: HashMap<&str, usize> = r.tensors().iter().enumerate().map(|(i, t)| (t.name.as_str(), i)).collect();
     bar.set_length(r.tensors().iter().map(|t| t.byte_length).sum());
@@ -252,9 +251,9 @@ fn write_folder(r: &Reader, layout: &Layout, output: &Path, bar: &dyn Progress) 
     Ok(())
 }
 
-/// Whether the TPDE file `path` was packed from a sharded folder (it records a layout).
-pub fn is_sharded(path: &Path) -> Result<bool, Error> {
-    let r = Reader::open(path).map_err(|e| Error::from(e).context(path.display()))?;
+/// Whether the TPDE file at `at` was packed from a sharded folder (it records a layout).
+pub fn is_sharded(at: &Location) -> Result<bool, Error> {
+    let r = open_reader(at)?;
     Ok(r.directory().metadata.iter().any(|m| m.key == KEY_SHARDS))
 }
 
@@ -262,7 +261,7 @@ pub fn is_sharded(path: &Path) -> Result<bool, Error> {
 /// [`crate::convert::pack`].
 pub fn pack_file_or_folder(
     input: &Path,
-    output: &Path,
+    output: &Location,
     job: PackJob<'_>,
     bar: &dyn Progress,
 ) -> Result<PackReport, Error> {
@@ -274,7 +273,7 @@ pub fn pack_file_or_folder(
 
 /// Whether `tpde unpack` of `input` to `output` writes a folder: when the file was packed from a
 /// sharded folder, unless `output` ends in `.safetensors` (then one file holds every tensor).
-pub fn unpacks_to_folder(input: &Path, output: &Path) -> Result<bool, Error> {
+pub fn unpacks_to_folder(input: &Location, output: &Path) -> Result<bool, Error> {
     Ok(folder_output(output) && is_sharded(input)?)
 }
 
@@ -284,15 +283,15 @@ fn folder_output(output: &Path) -> bool {
 
 /// `tpde unpack`: into a folder or one safetensors file, as [`unpacks_to_folder`] says.
 pub fn unpack_file_or_folder(
-    input: &Path,
-    base: Option<&Path>,
+    input: &Location,
+    base: Option<&Location>,
     output: &Path,
     bar: &dyn Progress,
 ) -> Result<UnpackReport, Error> {
     let start = Instant::now();
     let r = open_tpde(input, base)?;
     let layout = match folder_output(output) {
-        true => Layout::of(&r).map_err(|e| e.context(input.display()))?,
+        true => Layout::of(&r).map_err(|e| e.context(input))?,
         false => None,
     };
     match layout {

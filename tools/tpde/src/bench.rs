@@ -122,7 +122,7 @@ pub fn run(input: &Path, workdir: &Path, runs: usize) -> Result<Vec<Row>, CliErr
                     report = p.install(|| {
                         convert::pack(
                             input,
-                            &packed,
+                            &packed.clone().into(),
                             PackJob::keyframe(WriteOptions { encoder, ..WriteOptions::default() }),
                             &(),
                         )
@@ -138,7 +138,11 @@ pub fn run(input: &Path, workdir: &Path, runs: usize) -> Result<Vec<Row>, CliErr
                 });
                 let unpacked = out("bench.unpacked.safetensors");
                 let secs = time(runs, || {
-                    p.install(|| convert::unpack(&packed, None, &unpacked, &()).map(|_| ()).map_err(CliError::from))
+                    p.install(|| {
+                        convert::unpack(&packed.clone().into(), None, &unpacked, &())
+                            .map(|_| ())
+                            .map_err(CliError::from)
+                    })
                 })?;
                 rows.push(Row {
                     what: format!("tpde unpack ({label} file)"),

@@ -7,8 +7,7 @@ use std::time::Instant;
 
 use tpde::checkpoint::{self, SafetensorsFile};
 use tpde::convert::{safetensors_metadata, unpack_report, write_unpacked, UnpackReport};
-use tpde::Progress;
-use tpde_read::Reader;
+use tpde::{Location, Progress};
 
 use crate::CliError;
 
@@ -16,26 +15,40 @@ use crate::CliError;
 /// `.safetensors` base uploaded as it is) decoded on the device, read back, and each tensor
 /// checked against its digest before it is written.
 pub fn unpack_gpu(
-    input: &Path,
-    base: Option<&Path>,
+    input: &Location,
+    base: Option<&Location>,
     output: &Path,
     bar: &dyn Progress,
 ) -> Result<UnpackReport, CliError> {
     let start = Instant::now();
     let gpu = tpde_gpu::Gpu::new()?;
-    let r = Reader::open(input)?;
-    let base_path =
-        base.map(Path::to_path_buf).or_else(|| tpde_read::hinted_base_path(input, &r).filter(|p| p.is_file()));
-    let base_ck = match base_path {
+    let r = checkpoint::open_reader(input)?;
+    let hinted = match r.directory().base.as_ref() {
+        Some(b) if !b.path_hint.is_empty() && r.uses_base() => input.resolve_hint(&b.path_hint).ok(),
+        _ => None,
+    };
+    let base_at = match base.cloned() {
+        Some(b) => Some(b),
+        None => hinted.filter(|b| b.is_file().unwrap_or(false)),
+    };
+    let base_ck = match base_at {
         None => None,
-        Some(p) if checkpoint::is_tpde(&p)? => Some(gpu.load_chain(&p)?),
-        Some(p) => {
+        Some(Location::Local(p)) if !checkpoint::is_tpde(&p)? => {
             let st = SafetensorsFile::open(&p)?;
             let tensors = st
                 .tensors()
                 .map(|(name, dtype, shape, data)| gpu.upload(name, dtype, shape, data))
                 .collect::<Result<Vec<_>, _>>()?;
             Some(tpde_gpu::DeviceCheckpoint::new(tpde_read::Base::content_digest(&st)?, tensors))
+        }
+        // The chain decoded on the device from its keyframe up, each base resident while the
+        // file after it decodes.
+        Some(b) => {
+            let mut ck = None;
+            for (_, link) in checkpoint::chain_readers(&b)?.iter().rev() {
+                ck = Some(gpu.load(link, ck.as_ref())?);
+            }
+            ck
         }
     };
     let ck = gpu.load(&r, base_ck.as_ref())?;

@@ -4,7 +4,6 @@
 //! version fields are only ever added, never renamed, removed or retyped.
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use indicatif::HumanBytes;
 use serde::Serialize;
@@ -162,13 +161,13 @@ fn tensor_row(t: &TensorEntry, with_chunks: bool) -> Tensor {
 }
 
 /// Builds the report of an open file.
-pub fn report<S: Source>(path: &Path, r: &Reader<S>, with_chunks: bool) -> Report {
+pub fn report<S: Source>(file: &str, r: &Reader<S>, with_chunks: bool) -> Report {
     let h = r.header();
     let logical: u64 = r.tensors().iter().map(|t| t.byte_length).sum();
     let stored: u64 = r.tensors().iter().map(|t| t.stored_length()).sum();
     Report {
         schema: SCHEMA,
-        file: path.display().to_string(),
+        file: file.to_owned(),
         file_bytes: r.file_len(),
         format_version: Version { major: h.major_version, minor: h.minor_version },
         required_features: h.required_features,

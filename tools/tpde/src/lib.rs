@@ -108,10 +108,11 @@ pub fn mb_per_s(bytes: u64, seconds: f64) -> f64 {
 }
 
 /// Runs `tpde-inspect` (also `tpde inspect`): prints the report of `path` as text or JSON.
-pub fn run_inspect(path: &std::path::Path, json: bool, chunks: bool) -> Result<(), CliError> {
-    match tpde_read::Reader::open(path) {
+pub fn run_inspect(at: &tpde::Location, json: bool, chunks: bool) -> Result<(), CliError> {
+    let opened = at.open().map_err(CliError::from).and_then(|src| Ok(tpde_read::Reader::from_source(src)?));
+    match opened {
         Ok(r) => {
-            let rep = inspect::report(path, &r, chunks);
+            let rep = inspect::report(&at.to_string(), &r, chunks);
             if json {
                 println!("{}", serde_json::to_string_pretty(&rep).expect("report serializes"));
             } else {
@@ -120,11 +121,11 @@ pub fn run_inspect(path: &std::path::Path, json: bool, chunks: bool) -> Result<(
             Ok(())
         }
         Err(e) => {
-            let err = CliError::from(e);
+            let err = e;
             if json {
                 let v = serde_json::json!({
                     "schema": inspect::SCHEMA,
-                    "file": path.display().to_string(),
+                    "file": at.to_string(),
                     "error": { "kind": err.kind.map(|k| k.as_str()), "message": err.message },
                 });
                 println!("{}", serde_json::to_string_pretty(&v).expect("json"));

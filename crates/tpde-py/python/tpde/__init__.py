@@ -10,7 +10,8 @@ The API follows safetensors', so that existing code changes one import::
     with tpde.safe_open("step1100.tpde", framework="pt") as f:
         w = f.get_slice("lm_head.weight")[:128]  # decodes only the chunks it needs
 
-``tpde.torch.Checkpointer`` writes a training loop's checkpoints as a chain of deltas.
+``tpde.torch.Checkpointer`` writes a training loop's checkpoints as a chain of deltas. Every
+path may also be an object URL, ``s3://bucket/key`` (configured by the ``AWS_*`` variables).
 Everything is done by the Rust crates; this package converts types.
 """
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any, Dict, List, Optional, Union
 from . import _dtypes
 from ._tpde import TpdeError, __version__
 
-__all__ = ["TpdeError", "safe_open", "pack", "unpack", "__version__"]
+__all__ = ["TpdeError", "safe_open", "pack", "unpack", "copy", "__version__"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -51,6 +52,14 @@ def unpack(input: PathLike, output: PathLike, base: Optional[PathLike] = None) -
     from ._tpde import unpack as _unpack
 
     _unpack(os.fspath(input), os.fspath(output), None if base is None else os.fspath(base))
+
+
+def copy(source: PathLike, dest: PathLike) -> int:
+    """As ``tpde cp``: copies a file between local paths and ``s3://bucket/key`` URLs,
+    streaming; the copy appears whole or not at all. Returns the bytes copied."""
+    from ._tpde import copy as _copy
+
+    return _copy(os.fspath(source), os.fspath(dest))
 
 
 def _file(path: PathLike, base: Optional[PathLike]):

@@ -13,6 +13,10 @@ every step and a delta finds its base tensor. The rest of the state (nesting, in
 strings, lists, tuples, ``None``, the optimizer's ``param_groups``) is stored as JSON in the
 file's metadata under ``checkpoint.state`` (schema ``tpde-state/1``, below), never as pickle.
 
+The folder may be an object-store prefix, ``s3://bucket/prefix`` (not under
+torch.distributed): the files are then objects, written by multipart upload, each appearing
+only when its upload completes (an interrupted upload is aborted and shows nothing).
+
 Commit protocol: a checkpoint exists once its file has its final name, and a file gets its
 final name only whole (the writer writes an unnamed file, ``O_TMPFILE``, and links it into place
 after syncing it, then syncs the folder; where the filesystem has no unnamed files, a hidden
@@ -173,6 +177,10 @@ class Checkpointer:
         if max_abs_error is not None and not (math.isfinite(max_abs_error) and max_abs_error >= 0):
             raise _tpde.TpdeError("max_abs_error must be a finite number >= 0")
         self.directory = os.fspath(directory)
+        if self.directory.startswith("file://"):
+            self.directory = self.directory[len("file://") :]
+        # An object-store prefix (s3://bucket/prefix) rather than a local folder.
+        self.remote = "://" in self.directory
         self.keyframe_every = keyframe_every
         self.keep_last = keep_last
         self.async_save = async_save
@@ -187,7 +195,14 @@ class Checkpointer:
             and torch.distributed.is_initialized()
             and torch.distributed.get_world_size() > 1
         )
-        os.makedirs(self.directory, exist_ok=True)
+        if self.remote and self.distributed:
+            raise error(
+                "unsupported-feature",
+                f"{self.directory}: under torch.distributed the Checkpointer writes a local (or shared) folder; "
+                "object storage is for single-process saves",
+            )
+        if not self.remote:
+            os.makedirs(self.directory, exist_ok=True)
         # The group the checkpoint's collectives run on. An asynchronous save runs them on a
         # background thread, so it gets a group of its own (gloo: the staged state is on the
         # CPU), lest they interleave with the training's collectives on the same group.
@@ -209,7 +224,7 @@ class Checkpointer:
     def steps(self) -> List[int]:
         """The steps of the complete checkpoints in the folder, ascending."""
         out = []
-        for name in os.listdir(self.directory):
+        for name in _tpde.list_files(self.directory) if self.remote else os.listdir(self.directory):
             m = _NAME.match(name)
             if m and (m.group(2) or os.path.isfile(os.path.join(self.directory, name, _dcp().METADATA_FILE))):
                 out.append(int(m.group(1)))
@@ -222,6 +237,8 @@ class Checkpointer:
 
     def path(self, step: int) -> str:
         """The file (under torch.distributed: the folder) of the checkpoint of ``step``."""
+        if self.remote:
+            return f"{self.directory.rstrip('/')}/{_file_name(step)}"
         return os.path.join(self.directory, _file_name(step, self.distributed))
 
     def _metadata(self, step: int) -> Dict[str, str]:
@@ -349,7 +366,7 @@ class Checkpointer:
                     os.remove(os.path.join(path, _dcp().METADATA_FILE))
                     shutil.rmtree(path)
                 else:
-                    os.remove(path)
+                    _tpde.remove(path)
             except FileNotFoundError:
                 pass
 
@@ -416,7 +433,7 @@ class Checkpointer:
                 raise error("invalid-argument", "under torch.distributed, load needs state= (the state dict to load into)")
             dcp.load(state, storage_reader=_dcp().TpdeStorageReader(path), process_group=self._group)
             return state
-        if not os.path.exists(path):
+        if not _tpde.is_file(path):
             raise error("not-found", f"{path}: no checkpoint of step {step}")
         f = _tpde.File(path, None)
         meta = f.metadata()

@@ -1,7 +1,6 @@
 //! `tpde-inspect FILE [--json] [--chunks]`: what a TPDE file holds.
 //! Exit codes: 0 ok, 1 not readable (corrupt, truncated, not TPDE, unsupported), 2 usage.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -10,8 +9,9 @@ use clap::Parser;
 #[derive(Parser)]
 #[command(name = "tpde-inspect", version)]
 struct Args {
-    /// The .tpde file.
-    file: PathBuf,
+    /// The .tpde file: a path or an s3://bucket/key URL.
+    #[arg(value_parser = |s: &str| tpde::Location::parse(s).map_err(|e| e.to_string()))]
+    file: tpde::Location,
     /// Print JSON (schema "tpde-inspect/1") instead of a table.
     #[arg(long)]
     json: bool,
@@ -25,7 +25,7 @@ fn main() -> ExitCode {
     match tpde_tools::run_inspect(&args.file, args.json, args.chunks) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("tpde-inspect: {}: {e}", args.file.display());
+            eprintln!("tpde-inspect: {}: {e}", args.file);
             ExitCode::from(e.code)
         }
     }

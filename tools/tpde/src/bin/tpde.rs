@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use clap::{Parser, Subcommand};
 use indicatif::HumanBytes;
-use tpde_read::Reader;
+use tpde::Location;
 use tpde_tools::convert::PackJob;
 use tpde_tools::{bench, checkpoint, conformance, convert, demo, mb_per_s, progress_bar, ratio, sharded, CliError};
 use tpde_write::{WriteOptions, DEFAULT_CHUNK_BYTES};
@@ -28,12 +28,13 @@ enum Command {
     Pack {
         /// The .safetensors input, or a sharded folder.
         input: PathBuf,
-        /// The .tpde output (written atomically).
-        #[arg(short, long)]
-        output: PathBuf,
-        /// The checkpoint to write a delta against: a .tpde (keyframe or delta) or a .safetensors.
-        #[arg(long)]
-        base: Option<PathBuf>,
+        /// The .tpde output (written atomically), a path or an s3://bucket/key URL.
+        #[arg(short, long, value_parser = location)]
+        output: Location,
+        /// The checkpoint to write a delta against: a .tpde (keyframe or delta, a path or a
+        /// URL) or a .safetensors.
+        #[arg(long, value_parser = location)]
+        base: Option<Location>,
         #[command(flatten)]
         codec: CodecArgs,
     },
@@ -41,9 +42,10 @@ enum Command {
     PackSeries {
         /// The folder of checkpoints.
         dir: PathBuf,
-        /// The output folder (one .tpde per checkpoint, same stem).
-        #[arg(short, long)]
-        output: PathBuf,
+        /// The output folder (one .tpde per checkpoint, same stem): a path or an
+        /// s3://bucket/prefix URL.
+        #[arg(short, long, value_parser = location)]
+        output: Location,
         /// Start a new chain with a keyframe every N checkpoints.
         #[arg(long, default_value_t = 10)]
         keyframe_every: usize,
@@ -53,14 +55,15 @@ enum Command {
     /// Unpack a .tpde file into a safetensors file; a file packed from a sharded folder into
     /// that folder again (its shards, then its index), unless the output ends in .safetensors.
     Unpack {
-        /// The .tpde input.
-        input: PathBuf,
+        /// The .tpde input: a path or an s3://bucket/key URL.
+        #[arg(value_parser = location)]
+        input: Location,
         /// The .safetensors output, or the folder (each file written atomically).
         #[arg(short, long)]
         output: PathBuf,
         /// The base of a delta (default: found through the path hint the file records).
-        #[arg(long)]
-        base: Option<PathBuf>,
+        #[arg(long, value_parser = location)]
+        base: Option<Location>,
         /// Decode on the GPU (tpde-gpu): the file and its bases are decoded into device
         /// memory, read back and checked against their digests.
         #[arg(long)]
@@ -68,20 +71,33 @@ enum Command {
     },
     /// Check every CRC, every tensor digest and the whole structure; exit 1 on corruption.
     Verify {
-        /// The .tpde file.
-        file: PathBuf,
+        /// The .tpde file: a path or an s3://bucket/key URL.
+        #[arg(value_parser = location)]
+        file: Location,
         /// The base of a delta (default: found through the path hint the file records).
-        #[arg(long)]
-        base: Option<PathBuf>,
+        #[arg(long, value_parser = location)]
+        base: Option<Location>,
         /// Also compare the decoded tensors with the checkpoint the file was packed from:
         /// bit-exact, or within the bound a lossy file records.
         #[arg(long)]
         against: Option<PathBuf>,
     },
+    /// Copy a file between a path and an s3://bucket/key URL (or two of either), streaming;
+    /// the copy appears whole or not at all.
+    Cp {
+        /// The file to copy.
+        #[arg(value_parser = location)]
+        from: Location,
+        /// Where the copy goes.
+        #[arg(value_parser = location)]
+        to: Location,
+    },
     /// Write the raw little-endian bytes of one tensor to stdout.
     Cat {
-        /// The .tpde file.
-        file: PathBuf,
+        /// The .tpde file: a path or an s3://bucket/key URL (a delta's base is found through
+        /// its path hint).
+        #[arg(value_parser = location)]
+        file: Location,
         /// The tensor's name.
         tensor: String,
     },
@@ -112,8 +128,9 @@ enum Command {
     },
     /// Same as `tpde-inspect`.
     Inspect {
-        /// The .tpde file.
-        file: PathBuf,
+        /// The .tpde file: a path or an s3://bucket/key URL.
+        #[arg(value_parser = location)]
+        file: Location,
         /// JSON output (schema "tpde-inspect/1").
         #[arg(long)]
         json: bool,
@@ -244,10 +261,10 @@ fn run(command: Command) -> Result<(), CliError> {
     match command {
         Command::Pack { input, output, base, codec } => {
             let options = codec.options()?;
-            let base_ck = base.as_deref().map(checkpoint::open_base).transpose()?;
+            let base_ck = base.as_ref().map(checkpoint::open_base).transpose()?;
             let job = PackJob {
                 options,
-                base: base_ck.as_deref().zip(base.as_deref()).map(|(b, p)| (b, convert::path_hint(p, &output))),
+                base: base_ck.as_deref().zip(base.as_ref()).map(|(b, at)| (b, output.hint_to(at))),
                 max_abs_error: codec.max_abs_error,
                 exact: Default::default(),
                 keep_reconstruction: false,
@@ -263,7 +280,7 @@ fn run(command: Command) -> Result<(), CliError> {
             let done = convert::pack_series(&dir, &output, keyframe_every, options, codec.max_abs_error, &bar)?;
             for e in &done {
                 let kind = if e.keyframe { "keyframe" } else { "delta" };
-                println!("{} -> {} ({kind}): {}", e.input.display(), e.output.display(), pack_line(&e.report));
+                println!("{} -> {} ({kind}): {}", e.input.display(), e.output, pack_line(&e.report));
             }
             Ok(())
         }
@@ -273,8 +290,8 @@ fn run(command: Command) -> Result<(), CliError> {
                 true if sharded::unpacks_to_folder(&input, &output)? => {
                     return Err(CliError::usage("--gpu unpacks to one file: give an output ending in .safetensors"));
                 }
-                true => tpde_tools::gpu_unpack::unpack_gpu(&input, base.as_deref(), &output, &bar)?,
-                false => sharded::unpack_file_or_folder(&input, base.as_deref(), &output, &bar)?,
+                true => tpde_tools::gpu_unpack::unpack_gpu(&input, base.as_ref(), &output, &bar)?,
+                false => sharded::unpack_file_or_folder(&input, base.as_ref(), &output, &bar)?,
             };
             eprintln!(
                 "unpacked {} tensors ({}) in {:.2} s, {:.0} MB/s",
@@ -286,9 +303,9 @@ fn run(command: Command) -> Result<(), CliError> {
             Ok(())
         }
         Command::Verify { file, base, against } => {
-            verify(&file, base.as_deref())?;
+            verify(&file, base.as_ref())?;
             if let Some(orig) = against {
-                let rep = convert::verify_against(&file, base.as_deref(), &orig)?;
+                let rep = convert::verify_against(&file, base.as_ref(), &orig)?;
                 match rep.bound {
                     None => println!("ok: all {} tensors bit-exact against {}", rep.tensors, orig.display()),
                     Some(t) => println!(
@@ -302,8 +319,15 @@ fn run(command: Command) -> Result<(), CliError> {
             }
             Ok(())
         }
+        Command::Cp { from, to } => {
+            let start = Instant::now();
+            let bytes = tpde::location::copy(&from, &to)?;
+            let secs = start.elapsed().as_secs_f64();
+            eprintln!("copied {} in {secs:.2} s, {:.0} MB/s", HumanBytes(bytes), mb_per_s(bytes, secs));
+            Ok(())
+        }
         Command::Cat { file, tensor } => {
-            let r = Reader::open(&file)?;
+            let r = checkpoint::open_tpde(&file, None)?;
             let data = r.read(&tensor)?;
             let mut out = std::io::stdout().lock();
             match out.write_all(&data).and_then(|()| out.flush()) {
@@ -365,6 +389,11 @@ fn run(command: Command) -> Result<(), CliError> {
     }
 }
 
+/// A command-line path or URL.
+fn location(s: &str) -> Result<Location, String> {
+    Location::parse(s).map_err(|e| e.to_string())
+}
+
 fn pack_line(r: &convert::PackReport) -> String {
     format!(
         "packed {} tensors ({} as deltas): {} -> {} (ratio {:.3}) in {:.2} s, {:.0} MB/s",
@@ -378,7 +407,7 @@ fn pack_line(r: &convert::PackReport) -> String {
     )
 }
 
-fn verify(file: &std::path::Path, base: Option<&std::path::Path>) -> Result<(), CliError> {
+fn verify(file: &Location, base: Option<&Location>) -> Result<(), CliError> {
     let r = checkpoint::open_tpde(file, base)?;
     let bar = progress_bar(r.tensors().iter().map(|t| t.byte_length).sum(), "verifying");
     let report = r.verify_with(|t| bar.0.inc(t.byte_length))?;
@@ -410,7 +439,7 @@ fn run_demo(dir: Option<PathBuf>) -> Result<(), CliError> {
     let opts =
         WriteOptions { encoder: convert::encoder("auto", None, convert::Profile::Cpu)?, ..WriteOptions::default() };
     let bar = progress_bar(0, "packing");
-    let series = convert::pack_series(&train, &packed, 10, opts, None, &bar)?;
+    let series = convert::pack_series(&train, &packed.clone().into(), 10, opts, None, &bar)?;
     println!("| step | loss | safetensors | zstd -3 | tpde | stored as |\n|---:|---:|---:|---:|---:|---|");
     let (mut st_total, mut zstd_total, mut tpde_total) = (0, 0, 0);
     for ((step, loss, path, _), e) in ckpts.iter().zip(&series) {

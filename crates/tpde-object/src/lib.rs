@@ -1,0 +1,153 @@
+//! TPDE files in object storage: S3 and every store that speaks its API, through the Arrow
+//! project's `object_store` crate.
+//!
+//! - [`ObjectSource`] is a [`tpde_read::Source`] over one object: opening it is one ranged GET
+//!   of the object's start (the header, and the object's length) and, for an object larger
+//!   than that, one of its tail (the trailer and, when it fits, the directory); the reader's
+//!   [`tpde_read::Source::prefetch`] then gets a window of chunks at a time, neighbours coalesced
+//!   and independent ranges concurrently.
+//! - [`ObjectWriter`] is an [`std::io::Write`] that uploads as it is written (a multipart upload
+//!   once the bytes outgrow one part, one PUT otherwise), so a file larger than memory goes
+//!   straight to the bucket; the object appears only on [`ObjectWriter::commit`], and an
+//!   upload dropped or failed before that is aborted.
+//!
+//! Objects are named by URL, `s3://bucket/key` ([`ObjectUrl`]). The connection is configured
+//! by the variables AWS's own tools read (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`,
+//! `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ALLOW_HTTP`, `AWS_VIRTUAL_HOSTED_STYLE_REQUEST`,
+//! `AWS_CHECKSUM_ALGORITHM`, ...). Requests that fail for a passing reason (a dropped
+//! connection, a 5xx answer) are retried with backoff; reads also resume a body cut short.
+//! Errors are [`std::io::Error`]s whose message starts with the object's URL; a missing object
+//! is [`std::io::ErrorKind::NotFound`].
+//!
+//! The store's API is async; this crate runs it on one small runtime of its own and blocks the
+//! calling thread, so that the reader and the writer, which are synchronous, need not change.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod source;
+mod upload;
+mod url;
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use object_store::aws::AmazonS3Builder;
+use object_store::{BackoffConfig, ObjectStore, ObjectStoreExt, RetryConfig};
+
+pub use source::{ObjectSource, Stats};
+pub use upload::{ObjectWriter, UploadOptions};
+pub use url::ObjectUrl;
+
+/// The runtime every request of this process runs on, started on first use.
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("tpde-object")
+            .enable_all()
+            .build()
+            .expect("a tokio runtime starts")
+    })
+}
+
+/// Runs `f` to completion on the runtime, from a thread that is not one of its own.
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    runtime().block_on(f)
+}
+
+/// How often and how long a request that failed for a passing reason is tried again.
+fn retry_config() -> RetryConfig {
+    RetryConfig {
+        backoff: BackoffConfig {
+            init_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(2),
+            base: 2.0,
+        },
+        max_retries: 5,
+        retry_timeout: Duration::from_secs(60),
+    }
+}
+
+/// The client for `bucket`, built once per bucket and process from the environment, so that
+/// its connections are reused.
+fn store(url: &ObjectUrl) -> io::Result<Arc<dyn ObjectStore>> {
+    static STORES: OnceLock<Mutex<HashMap<String, Arc<dyn ObjectStore>>>> = OnceLock::new();
+    let stores = STORES.get_or_init(Default::default);
+    let mut stores = stores.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(s) = stores.get(url.bucket()) {
+        return Ok(s.clone());
+    }
+    let s3 = AmazonS3Builder::from_env()
+        .with_bucket_name(url.bucket())
+        .with_retry(retry_config())
+        .build()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{url}: {e}")))?;
+    let s3: Arc<dyn ObjectStore> = Arc::new(s3);
+    stores.insert(url.bucket().to_owned(), s3.clone());
+    Ok(s3)
+}
+
+/// An `object_store` error as an I/O error that names the object.
+fn io_error(url: &ObjectUrl, e: object_store::Error) -> io::Error {
+    let kind = match e {
+        object_store::Error::NotFound { .. } => io::ErrorKind::NotFound,
+        object_store::Error::Precondition { .. } | object_store::Error::NotModified { .. } => {
+            io::ErrorKind::InvalidData
+        }
+        _ => io::ErrorKind::Other,
+    };
+    io::Error::new(kind, format!("{url}: {e}"))
+}
+
+/// The size of the object at `url`, or `None` if there is none.
+pub fn size(url: &ObjectUrl) -> io::Result<Option<u64>> {
+    let store = store(url)?;
+    match block_on(store.head(&url.path()?)) {
+        Ok(meta) => Ok(Some(meta.size)),
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(io_error(url, e)),
+    }
+}
+
+/// Deletes the object at `url` (deleting a missing object is not an error, as in S3).
+pub fn delete(url: &ObjectUrl) -> io::Result<()> {
+    let store = store(url)?;
+    match block_on(store.delete(&url.path()?)) {
+        Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+        Err(e) => Err(io_error(url, e)),
+    }
+}
+
+/// The objects under the "folder" `url` (its key and a `/`; the whole bucket for an empty
+/// key), recursively: each one's key relative to that folder and its size, sorted by key.
+pub fn list(url: &ObjectUrl) -> io::Result<Vec<(String, u64)>> {
+    let store = store(url)?;
+    let prefix = url.path_or_root()?;
+    let base = if url.key().is_empty() { String::new() } else { format!("{}/", url.key()) };
+    let metas: Vec<object_store::ObjectMeta> =
+        block_on(store.list(prefix.as_ref()).try_collect()).map_err(|e| io_error(url, e))?;
+    let mut out: Vec<(String, u64)> = metas
+        .into_iter()
+        .filter_map(|m| m.location.as_ref().strip_prefix(&base).map(|rel| (rel.to_owned(), m.size)))
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// The whole object at `url`, in one streamed GET (what `aws s3 cp` does for a download).
+pub fn get_all(url: &ObjectUrl) -> io::Result<bytes::Bytes> {
+    let store = store(url)?;
+    let path = url.path()?;
+    block_on(async { store.get(&path).await?.bytes().await }).map_err(|e| io_error(url, e))
+}
+
+/// Writes `data` to `url` in one PUT (the object appears whole or not at all).
+pub fn put(url: &ObjectUrl, data: Vec<u8>) -> io::Result<()> {
+    let store = store(url)?;
+    let path = url.path()?;
+    block_on(store.put(&path, data.into())).map(|_| ()).map_err(|e| io_error(url, e))
+}

@@ -1,0 +1,311 @@
+//! Where a `.tpde` file lives: a local path or an object in a bucket (`s3://bucket/key`), and
+//! the one way every front end opens, creates, lists and removes files at either.
+//!
+//! A local file is read through its memory map and written through an
+//! [`AtomicFile`](tpde_write::atomic::AtomicFile); an object through ranged GETs
+//! ([`ObjectSource`]) and a multipart upload ([`ObjectWriter`]). Both appear under their name
+//! only when complete.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::io::{self, BufWriter, Write};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use tpde_object::{ObjectSource, ObjectUrl, ObjectWriter};
+use tpde_read::{Reader, Source};
+use tpde_write::atomic::AtomicFile;
+
+use crate::Error;
+
+/// A file's place: a local path, or an object named by URL.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Location {
+    /// A path on this machine (`file://` URLs become paths).
+    Local(PathBuf),
+    /// An object in S3 or a store that speaks its API.
+    Object(ObjectUrl),
+}
+
+/// A reader of a file at a [`Location`].
+pub type FileReader = Reader<Stored>;
+
+impl Location {
+    /// Parses a path or a URL: `s3://bucket/key`, `file:///path`, or a plain path. A URL of
+    /// another scheme is an `unsupported-feature` error.
+    pub fn parse(s: &str) -> Result<Location, Error> {
+        if let Some(path) = s.strip_prefix("file://") {
+            return Ok(Location::Local(PathBuf::from(path)));
+        }
+        if ObjectUrl::is_url(s) {
+            return ObjectUrl::parse(s).map(Location::Object).map_err(|e| {
+                let kind = match e.kind() {
+                    io::ErrorKind::InvalidInput if s.starts_with("s3") => crate::ErrorKind::InvalidArgument,
+                    _ => crate::ErrorKind::UnsupportedFeature,
+                };
+                Error::new(kind, e.to_string())
+            });
+        }
+        Ok(Location::Local(PathBuf::from(s)))
+    }
+
+    /// The local path, if this is one.
+    pub fn as_path(&self) -> Option<&Path> {
+        match self {
+            Location::Local(p) => Some(p),
+            Location::Object(_) => None,
+        }
+    }
+
+    /// The file `name` in this location taken as a folder.
+    pub fn join(&self, name: &str) -> Result<Location, Error> {
+        Ok(match self {
+            Location::Local(p) => Location::Local(p.join(name)),
+            Location::Object(u) => Location::Object(u.join(name).map_err(io_err)?),
+        })
+    }
+
+    /// The last component of the path or key.
+    pub fn file_name(&self) -> String {
+        match self {
+            Location::Local(p) => p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+            Location::Object(u) => u.file_name().to_owned(),
+        }
+    }
+
+    /// The base a file here names by path hint `hint` (spec §7.3): a URL as it is, an
+    /// absolute path as it is, a relative one from this file's folder.
+    pub fn resolve_hint(&self, hint: &str) -> Result<Location, Error> {
+        if ObjectUrl::is_url(hint) || Path::new(hint).is_absolute() {
+            return Location::parse(hint);
+        }
+        Ok(match self {
+            Location::Local(p) => Location::Local(p.parent().unwrap_or(Path::new("")).join(hint)),
+            Location::Object(u) => Location::Object(u.parent().join(hint).map_err(io_err)?),
+        })
+    }
+
+    /// The path hint a file written here records for its base at `base`: relative when both
+    /// are local or in one bucket (a folder of checkpoints moved as a whole keeps its chains),
+    /// else the base's URL or absolute path.
+    pub fn hint_to(&self, base: &Location) -> String {
+        match (self, base) {
+            (Location::Local(out), Location::Local(b)) => crate::convert::path_hint(b, out),
+            (Location::Object(out), Location::Object(b)) => out.relative_hint(b).unwrap_or_else(|| b.to_string()),
+            (Location::Object(_), Location::Local(b)) => {
+                b.canonicalize().unwrap_or_else(|_| b.clone()).display().to_string()
+            }
+            (Location::Local(_), Location::Object(b)) => b.to_string(),
+        }
+    }
+
+    /// Whether a file (not a folder) is here.
+    pub fn is_file(&self) -> Result<bool, Error> {
+        match self {
+            Location::Local(p) => Ok(p.is_file()),
+            Location::Object(u) => Ok(tpde_object::size(u).map_err(io_err)?.is_some()),
+        }
+    }
+
+    /// Opens the file for reading.
+    pub fn open(&self) -> Result<Stored, Error> {
+        match self {
+            Location::Local(p) => {
+                tpde_read::map_file(p).map(Stored::Map).map_err(|e| Error::from(e).context(p.display()))
+            }
+            Location::Object(u) => ObjectSource::open(u).map(Stored::Object).map_err(io_err),
+        }
+    }
+
+    /// Starts a file that appears here, whole, on [`Sink::commit`].
+    pub fn create(&self) -> Result<Sink, Error> {
+        match self {
+            Location::Local(p) => AtomicFile::create(p)
+                .map(|f| Sink::File(BufWriter::with_capacity(1 << 20, f)))
+                .map_err(|e| Error::from(e).context(p.display())),
+            Location::Object(u) => ObjectWriter::create(u).map(Sink::Object).map_err(io_err),
+        }
+    }
+
+    /// Makes the folder this location names, if local (buckets have no folders).
+    pub fn create_dir_all(&self) -> Result<(), Error> {
+        match self {
+            Location::Local(p) => std::fs::create_dir_all(p).map_err(|e| Error::from(e).context(p.display())),
+            Location::Object(_) => Ok(()),
+        }
+    }
+
+    /// The files of this folder (not recursive for a local folder; every key below it for an
+    /// object prefix), by name, sorted. A missing folder has none.
+    pub fn list(&self) -> Result<Vec<String>, Error> {
+        match self {
+            Location::Local(p) => match std::fs::read_dir(p) {
+                Ok(entries) => {
+                    let mut names: Vec<String> =
+                        entries.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+                    names.sort();
+                    Ok(names)
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+                Err(e) => Err(Error::from(e).context(p.display())),
+            },
+            Location::Object(u) => Ok(tpde_object::list(u).map_err(io_err)?.into_iter().map(|(k, _)| k).collect()),
+        }
+    }
+
+    /// Removes the file (a missing one is not an error).
+    pub fn remove(&self) -> Result<(), Error> {
+        match self {
+            Location::Local(p) => match std::fs::remove_file(p) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => Err(Error::from(e).context(p.display())),
+                _ => Ok(()),
+            },
+            Location::Object(u) => tpde_object::delete(u).map_err(io_err),
+        }
+    }
+
+    /// What identifies the file for loop detection in a chain: the resolved path, or the URL.
+    pub(crate) fn identity(&self) -> Result<String, Error> {
+        match self {
+            Location::Local(p) => {
+                let canonical = p.canonicalize().map_err(|e| Error::from(e).context(p.display()))?;
+                Ok(canonical.display().to_string())
+            }
+            Location::Object(u) => Ok(u.to_string()),
+        }
+    }
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Location::Local(p) => write!(f, "{}", p.display()),
+            Location::Object(u) => write!(f, "{u}"),
+        }
+    }
+}
+
+impl From<&Path> for Location {
+    fn from(p: &Path) -> Self {
+        Location::Local(p.to_path_buf())
+    }
+}
+
+impl From<PathBuf> for Location {
+    fn from(p: PathBuf) -> Self {
+        Location::Local(p)
+    }
+}
+
+/// Bytes [`copy`] reads at once: a remote source fetches them as concurrent pieces.
+const COPY_BYTES: u64 = 64 << 20;
+
+/// Copies the file at `from` to `to` (either a path or a URL), streaming: a download, an upload,
+/// or a copy within one kind of storage, with the same guarantee as every write here (the file
+/// appears whole or not at all). Returns the bytes copied.
+pub fn copy(from: &Location, to: &Location) -> Result<u64, Error> {
+    let src = from.open()?;
+    let mut sink = to.create()?;
+    let mut at = 0;
+    while at < src.len() {
+        let end = src.len().min(at + COPY_BYTES);
+        let piece = src.get(at..end).map_err(|e| Error::from(e).context(from))?;
+        sink.write_all(&piece).map_err(|e| Error::from(e).context(to))?;
+        at = end;
+    }
+    sink.commit()
+}
+
+/// An object-store error (its message names the URL) as the facade's error.
+fn io_err(e: io::Error) -> Error {
+    let kind = match e.kind() {
+        io::ErrorKind::NotFound => crate::ErrorKind::NotFound,
+        io::ErrorKind::InvalidInput => crate::ErrorKind::InvalidArgument,
+        _ => crate::ErrorKind::Io,
+    };
+    Error::new(kind, e.to_string())
+}
+
+/// The bytes of an open file: a local file's memory map, or a remote object.
+pub enum Stored {
+    /// A mapped local file.
+    Map(memmap2::Mmap),
+    /// An object read by ranged GETs.
+    Object(ObjectSource),
+}
+
+impl Stored {
+    /// The remote object's request counts, `None` for a local file.
+    pub fn object_stats(&self) -> Option<tpde_object::Stats> {
+        match self {
+            Stored::Map(_) => None,
+            Stored::Object(o) => Some(o.stats()),
+        }
+    }
+}
+
+impl Source for Stored {
+    fn len(&self) -> u64 {
+        match self {
+            Stored::Map(m) => Source::len(m),
+            Stored::Object(o) => o.len(),
+        }
+    }
+    fn get(&self, range: Range<u64>) -> io::Result<Cow<'_, [u8]>> {
+        match self {
+            Stored::Map(m) => m.get(range),
+            Stored::Object(o) => o.get(range),
+        }
+    }
+    fn prefetch_window(&self) -> Option<u64> {
+        match self {
+            Stored::Map(_) => None,
+            Stored::Object(o) => o.prefetch_window(),
+        }
+    }
+    fn prefetch(&self, ranges: &[Range<u64>]) -> io::Result<()> {
+        match self {
+            Stored::Map(_) => Ok(()),
+            Stored::Object(o) => o.prefetch(ranges),
+        }
+    }
+}
+
+/// A file being written at a [`Location`]; it appears there only on [`Sink::commit`], and a
+/// sink dropped before that leaves nothing (no partial file, no object, no upload parts).
+pub enum Sink {
+    /// A local file.
+    File(BufWriter<AtomicFile>),
+    /// An object being uploaded.
+    Object(ObjectWriter),
+}
+
+impl Sink {
+    /// Puts the file in place; returns its length.
+    pub fn commit(self) -> Result<u64, Error> {
+        match self {
+            Sink::File(w) => {
+                let file = w.into_inner().map_err(|e| Error::from(e.into_error()))?;
+                let path = file.path().to_path_buf();
+                let file = file.commit().map_err(|e| Error::from(e).context(path.display()))?;
+                Ok(file.metadata()?.len())
+            }
+            Sink::Object(o) => o.commit().map_err(io_err),
+        }
+    }
+}
+
+impl Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Sink::File(w) => w.write(buf),
+            Sink::Object(o) => o.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Sink::File(w) => w.flush(),
+            Sink::Object(o) => o.flush(),
+        }
+    }
+}
