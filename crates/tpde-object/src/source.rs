@@ -195,7 +195,7 @@ impl ObjectSource {
     }
 
     /// The bytes of `range` if the prefetched pieces hold all of them.
-    fn from_fetched(&self, range: &Range<u64>) -> Option<Vec<u8>> {
+    fn copy_fetched(&self, range: &Range<u64>) -> Option<Vec<u8>> {
         let mut out = Vec::with_capacity((range.end - range.start) as usize);
         self.walk_fetched(range, |part| out.extend_from_slice(part)).then_some(out)
     }
@@ -237,7 +237,7 @@ impl Source for ObjectSource {
         if range.end <= self.head.len() as u64 {
             return Ok(Cow::Borrowed(&self.head[range.start as usize..range.end as usize]));
         }
-        if let Some(bytes) = self.from_fetched(&range) {
+        if let Some(bytes) = self.copy_fetched(&range) {
             return Ok(Cow::Owned(bytes));
         }
         Ok(Cow::Owned(self.fetch(range)?.to_vec()))
@@ -297,11 +297,11 @@ mod tests {
         assert_eq!(plan(&[0..100, far..far + 10]), vec![0..100, far..far + 10]);
         // A range of 2.5 pieces: three requests that cover it exactly.
         let big = 5 * PIECE_BYTES / 2;
-        let p = plan(&[10..10 + big]);
+        let p = plan(std::slice::from_ref(&(10..10 + big)));
         assert_eq!(p.len(), 3);
         assert_eq!((p[0].start, p[2].end), (10, 10 + big));
         assert!(p.windows(2).all(|w| w[0].end == w[1].start));
         // Empty ranges ask for nothing.
-        assert_eq!(plan(&[7..7]), Vec::<Range<u64>>::new());
+        assert_eq!(plan(std::slice::from_ref(&(7..7))), Vec::<Range<u64>>::new());
     }
 }

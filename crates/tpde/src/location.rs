@@ -113,7 +113,7 @@ impl Location {
             Location::Local(p) => {
                 tpde_read::map_file(p).map(Stored::Map).map_err(|e| Error::from(e).context(p.display()))
             }
-            Location::Object(u) => ObjectSource::open(u).map(Stored::Object).map_err(io_err),
+            Location::Object(u) => ObjectSource::open(u).map(|o| Stored::Object(Box::new(o))).map_err(io_err),
         }
     }
 
@@ -230,8 +230,8 @@ fn io_err(e: io::Error) -> Error {
 pub enum Stored {
     /// A mapped local file.
     Map(memmap2::Mmap),
-    /// An object read by ranged GETs.
-    Object(ObjectSource),
+    /// An object read by ranged GETs (boxed: it holds its cache and counters).
+    Object(Box<ObjectSource>),
 }
 
 impl Stored {
