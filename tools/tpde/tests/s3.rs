@@ -117,3 +117,46 @@ fn every_command_takes_urls() {
     assert!(err.contains(&s3.url("run/none.tpde")), "{err}");
     tpde(&s3).args(["verify", "gs://bucket/x.tpde"]).assert().code(2);
 }
+
+/// The same commands with the bucket addressed virtual-hosted style (`BUCKET.localhost`, as
+/// AWS addresses buckets by default) and with checksums sent as AWS's SDKs send them
+/// (`x-amz-checksum-sha256` on every upload).
+#[test]
+fn virtual_hosted_addressing_and_upload_checksums() {
+    let s3 = S3::start();
+    let dir = tempfile::tempdir().unwrap();
+    let demo = dir.path().join("demo");
+    tpde(&s3).args(["demo", "--dir"]).arg(&demo).assert().success();
+    let ck = |step: u32| demo.join(format!("checkpoints/step{step:06}.safetensors"));
+    let vh = |c: &mut Command| {
+        c.envs(s3.virtual_hosted_env()).env("AWS_CHECKSUM_ALGORITHM", "SHA256");
+    };
+    let (k, d) = (s3.url("vh/s10.tpde"), s3.url("vh/s20.tpde"));
+    let mut c = tpde(&s3);
+    vh(&mut c);
+    c.arg("pack").arg(ck(10)).args(["-o", &k]).assert().success();
+    let mut c = tpde(&s3);
+    vh(&mut c);
+    c.arg("pack").arg(ck(20)).args(["--base", &k, "-o", &d]).assert().success();
+    let mut c = tpde(&s3);
+    vh(&mut c);
+    c.args(["verify", &d, "--against"]).arg(ck(20)).assert().success();
+    let log = s3.requests("/vh/");
+    assert!(!log.is_empty() && log.iter().all(|l| l.target.starts_with("/vh/")), "virtual-hosted: {log:?}");
+    assert!(log.iter().any(|l| l.method == "GET"), "{log:?}");
+    assert!(log.iter().filter(|l| l.method == "PUT").all(|l| l.checksum.is_some()), "{log:?}");
+    assert!(s3.object_path("vh/s20.tpde").is_file());
+
+    // A byte damaged on the way up: the server finds the body does not match its checksum and
+    // refuses it, the client sends it again, and what is stored is intact.
+    s3.inject("PUT", "vh/damaged.tpde", s3::Fault::CorruptRequest, 1);
+    let mut c = tpde(&s3);
+    vh(&mut c);
+    c.arg("pack").arg(ck(10)).args(["-o", &s3.url("vh/damaged.tpde")]).assert().success();
+    let puts = s3.requests("vh/damaged.tpde");
+    assert!(puts.len() == 2 && puts[0].status >= 400 && puts[1].status == 200, "{puts:?}");
+    assert_eq!(puts[0].checksum, puts[1].checksum);
+    let mut c = tpde(&s3);
+    vh(&mut c);
+    c.args(["verify", &s3.url("vh/damaged.tpde"), "--against"]).arg(ck(10)).assert().success();
+}

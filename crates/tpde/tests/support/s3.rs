@@ -2,7 +2,10 @@
 //! installs it) on 127.0.0.1, behind a small HTTP proxy that logs every request and injects
 //! faults (error answers, dropped connections, bodies cut short) on the requests it is told to.
 //! Each request goes over its own connection (`Connection: close` both ways), so a fault hits
-//! exactly the request it was meant for.
+//! exactly the request it was meant for. The proxy also serves as an HTTP forward proxy
+//! (`HTTP_PROXY`), which lets a client address the bucket virtual-hosted style
+//! (`http://BUCKET.localhost/key`) without resolving that name: the server is started with
+//! `--domain localhost:PROXY_PORT` and takes the bucket from the `Host` header.
 
 #![allow(dead_code)]
 
@@ -31,6 +34,8 @@ pub struct Logged {
     pub status: u16,
     /// Response body bytes sent back.
     pub body_bytes: u64,
+    /// The `x-amz-checksum-sha256` header the client sent, if any.
+    pub checksum: Option<String>,
 }
 
 /// What the proxy does to a request instead of forwarding it faithfully.
@@ -42,6 +47,8 @@ pub enum Fault {
     Drop,
     /// Forward, but send only this many bytes of the response body, then close.
     CutBody(usize),
+    /// Forward with one byte of the request body flipped (damage in transit).
+    CorruptRequest,
 }
 
 struct Rule {
@@ -79,6 +86,8 @@ impl S3 {
         let root = tempfile::tempdir().expect("a temporary folder");
         std::fs::create_dir(root.path().join(BUCKET)).expect("the bucket's folder");
         let port = free_port();
+        let listener = TcpListener::bind("127.0.0.1:0").expect("the proxy's port");
+        let proxy_port = listener.local_addr().expect("bound").port();
         let exe = std::env::var_os("S3S_FS").map(PathBuf::from).unwrap_or_else(|| {
             let cargo_bin = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo/bin/s3s-fs"));
             cargo_bin.filter(|p| p.is_file()).unwrap_or_else(|| PathBuf::from("s3s-fs"))
@@ -88,6 +97,7 @@ impl S3 {
             .arg(&exe)
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
             .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
+            .args(["--domain", &format!("localhost:{proxy_port}")])
             .arg(root.path())
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -106,8 +116,6 @@ impl S3 {
             std::thread::sleep(Duration::from_millis(20));
         }
         let shared = Arc::new(Shared::default());
-        let listener = TcpListener::bind("127.0.0.1:0").expect("the proxy's port");
-        let proxy_port = listener.local_addr().expect("bound").port();
         let s = shared.clone();
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
@@ -118,6 +126,17 @@ impl S3 {
             }
         });
         S3 { child, keepalive: Some(keepalive), root, proxy_port, shared }
+    }
+
+    /// The variables that make a client address the bucket virtual-hosted style
+    /// (`http://BUCKET.localhost`), through the proxy as its HTTP proxy.
+    pub fn virtual_hosted_env(&self) -> Vec<(&'static str, String)> {
+        let mut env = self.env();
+        env[0].1 = format!("http://{BUCKET}.localhost:{}", self.proxy_port);
+        env.push(("AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "true".into()));
+        env.push(("HTTP_PROXY", format!("http://127.0.0.1:{}", self.proxy_port)));
+        env.push(("NO_PROXY", String::new()));
+        env
     }
 
     /// The variables that point a client at the proxy, as AWS's tools read them.
@@ -176,7 +195,15 @@ fn serve(client: TcpStream, upstream: u16, shared: &Shared) -> std::io::Result<(
         head.push(line);
     }
     let mut words = head[0].split_whitespace();
-    let (method, target) = (words.next().unwrap_or("").to_owned(), words.next().unwrap_or("").to_owned());
+    let (method, target, version) =
+        (words.next().unwrap_or(""), words.next().unwrap_or(""), words.next().unwrap_or(""));
+    // A request to a forward proxy names the whole URL; the server wants its path.
+    let target = match target.strip_prefix("http://") {
+        Some(rest) => rest.find('/').map_or("/", |i| &rest[i..]),
+        None => target,
+    };
+    let (method, target) = (method.to_owned(), target.to_owned());
+    head[0] = format!("{method} {target} {version}\r\n");
     let headers: HashMap<String, String> = head[1..]
         .iter()
         .filter_map(|l| l.split_once(':'))
@@ -199,6 +226,7 @@ fn serve(client: TcpStream, upstream: u16, shared: &Shared) -> std::io::Result<(
         range: headers.get("range").cloned(),
         status: 0,
         body_bytes: 0,
+        checksum: headers.get("x-amz-checksum-sha256").cloned(),
     };
     let result = match fault {
         Some(Fault::Drop) => Ok(()),
@@ -217,6 +245,9 @@ fn serve(client: TcpStream, upstream: u16, shared: &Shared) -> std::io::Result<(
                 }
             }
             request.extend_from_slice(b"Connection: close\r\n\r\n");
+            if let (Some(Fault::CorruptRequest), Some(b)) = (fault, body.last_mut()) {
+                *b ^= 1;
+            }
             request.extend_from_slice(&body);
             up.write_all(&request)?;
             let mut response = Vec::new();
