@@ -109,7 +109,7 @@ impl ObjectSource {
         } else {
             src.head = head;
             src.tail_start = len - EDGE_BYTES;
-            src.tail = src.fetch(src.tail_start..len)?;
+            src.tail = src.fetch(src.tail_start..len)?.into();
         }
         Ok(src)
     }
@@ -181,17 +181,13 @@ impl ObjectSource {
         }
     }
 
-    /// The bytes of `range`, fetched now.
-    fn fetch(&self, range: Range<u64>) -> io::Result<Bytes> {
-        let pieces = self.fetch_many(std::slice::from_ref(&range))?;
-        if let [(_, one)] = pieces.as_slice() {
-            return Ok(one.clone());
-        }
+    /// The bytes of `range`, fetched now (in pieces side by side when it is large), copied once.
+    fn fetch(&self, range: Range<u64>) -> io::Result<Vec<u8>> {
         let mut all = Vec::with_capacity((range.end - range.start) as usize);
-        for (_, b) in pieces {
+        for (_, b) in self.fetch_many(std::slice::from_ref(&range))? {
             all.extend_from_slice(&b);
         }
-        Ok(all.into())
+        Ok(all)
     }
 
     /// The bytes of `range` if the prefetched pieces hold all of them.
@@ -240,7 +236,7 @@ impl Source for ObjectSource {
         if let Some(bytes) = self.copy_fetched(&range) {
             return Ok(Cow::Owned(bytes));
         }
-        Ok(Cow::Owned(self.fetch(range)?.to_vec()))
+        Ok(Cow::Owned(self.fetch(range)?))
     }
 
     fn prefetch_window(&self) -> Option<u64> {

@@ -204,13 +204,18 @@ const COPY_BYTES: u64 = 64 << 20;
 /// or a copy within one kind of storage, with the same guarantee as every write here (the file
 /// appears whole or not at all). Returns the bytes copied.
 pub fn copy(from: &Location, to: &Location) -> Result<u64, Error> {
+    // An object's errors name its URL already; a local file's get its path here.
+    let named = |e: io::Error, at: &Location| match at {
+        Location::Local(p) => Error::from(e).context(p.display()),
+        Location::Object(_) => io_err(e),
+    };
     let src = from.open()?;
     let mut sink = to.create()?;
     let mut at = 0;
     while at < src.len() {
         let end = src.len().min(at + COPY_BYTES);
-        let piece = src.get(at..end).map_err(|e| Error::from(e).context(from))?;
-        sink.write_all(&piece).map_err(|e| Error::from(e).context(to))?;
+        let piece = src.get(at..end).map_err(|e| named(e, from))?;
+        sink.write_all(&piece).map_err(|e| named(e, to))?;
         at = end;
     }
     sink.commit()

@@ -160,3 +160,22 @@ fn virtual_hosted_addressing_and_upload_checksums() {
     vh(&mut c);
     c.args(["verify", &s3.url("vh/damaged.tpde"), "--against"]).arg(ck(10)).assert().success();
 }
+
+/// The GPU decoder reads a delta and its chain from a bucket like the CPU reader: the same
+/// bytes, every tensor checked against its digest on the way back.
+#[test]
+#[cfg_attr(feature = "skip-gpu-tests", ignore = "built with --features skip-gpu-tests: no GPU adapter")]
+fn gpu_unpack_of_a_chain_in_a_bucket() {
+    let s3 = S3::start();
+    let dir = tempfile::tempdir().unwrap();
+    let demo = dir.path().join("demo");
+    tpde(&s3).args(["demo", "--dir"]).arg(&demo).assert().success();
+    let ck = |step: u32| demo.join(format!("checkpoints/step{step:06}.safetensors"));
+    let (k, d) = (s3.url("gpu/s10.tpde"), s3.url("gpu/s20.tpde"));
+    tpde(&s3).arg("pack").arg(ck(10)).args(["--profile", "gpu", "-o", &k]).assert().success();
+    tpde(&s3).arg("pack").arg(ck(20)).args(["--profile", "gpu", "--base", &k, "-o", &d]).assert().success();
+    let (cpu, gpu) = (dir.path().join("cpu.safetensors"), dir.path().join("gpu.safetensors"));
+    tpde(&s3).args(["unpack", &d, "-o"]).arg(&cpu).assert().success();
+    tpde(&s3).args(["unpack", "--gpu", &d, "-o"]).arg(&gpu).assert().success();
+    assert_eq!(std::fs::read(&gpu).unwrap(), std::fs::read(&cpu).unwrap());
+}
