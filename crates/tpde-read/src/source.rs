@@ -92,21 +92,6 @@ impl<S: Source + ?Sized> Source for &S {
     }
 }
 
-impl<S: Source + ?Sized + Send> Source for Box<S> {
-    fn len(&self) -> u64 {
-        (**self).len()
-    }
-    fn get(&self, range: Range<u64>) -> io::Result<Cow<'_, [u8]>> {
-        (**self).get(range)
-    }
-    fn prefetch_window(&self) -> Option<u64> {
-        (**self).prefetch_window()
-    }
-    fn prefetch(&self, ranges: &[Range<u64>]) -> io::Result<()> {
-        (**self).prefetch(ranges)
-    }
-}
-
 /// A file read through `Read + Seek` (a pipe-free stream, a network object behind a seekable
 /// adapter, a file without mmap): each range is read into a fresh buffer under a lock. The
 /// reader only asks for ranges inside the length found at construction, so what it allocates
