@@ -26,6 +26,10 @@ pub const KEY_SOURCE_FORMAT: &str = "tpde.source_format";
 /// Reserved key: the bound τ of a lossy file (`f64`, spec §6.6). Every float element decodes to
 /// within τ of the tensor it was packed from; without this key a file is lossless.
 pub const KEY_MAX_ABS_ERROR: &str = "tpde.max_abs_error";
+/// Reserved key: the relative bound ρ of a lossy file (`f64`, spec §6.6, since 1.5). Every
+/// float element decodes to within τ + ρ·|x| of the element x it was packed from (τ from
+/// `tpde.max_abs_error`, 0 when absent).
+pub const KEY_MAX_REL_ERROR: &str = "tpde.max_rel_error";
 /// The reserved key prefix.
 pub const RESERVED_PREFIX: &str = "tpde.";
 
@@ -34,7 +38,7 @@ pub fn reserved_type(key: &str) -> Option<&'static str> {
     match key {
         KEY_STEP => Some("u64"),
         KEY_PRODUCER | KEY_SOURCE_FORMAT => Some("string"),
-        KEY_MAX_ABS_ERROR => Some("f64"),
+        KEY_MAX_ABS_ERROR | KEY_MAX_REL_ERROR => Some("f64"),
         _ => None,
     }
 }

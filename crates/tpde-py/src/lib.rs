@@ -113,6 +113,11 @@ impl File {
         (self.reader.file_len(), self.reader.tensors().iter().map(|t| t.stored_length()).sum())
     }
 
+    /// Stored (compressed) bytes of one tensor's chunks.
+    fn stored_bytes(&self, name: &str) -> PyResult<u64> {
+        Ok(self.entry(name)?.stored_length())
+    }
+
     /// Checks every CRC and digest (decoding every tensor).
     fn verify(&self, py: Python<'_>) -> PyResult<()> {
         py.detach(|| self.reader.verify().map(|_| ())).map_err(|e| py_err(e.into()))
@@ -200,11 +205,12 @@ fn base_of(at: &Location, snapshot: Option<&Snapshot>) -> Result<Arc<dyn tpde::B
 /// Writes tensors to `path` atomically. `tensors` is a list of `(name, dtype name, shape,
 /// flat uint8 array)`; `metadata` the user's string entries. With `base` (a `.tpde` or
 /// `.safetensors` path) the file is a delta against it, decoded from `base_snapshot` when that
-/// holds what `base` decodes to; `max_abs_error` makes a delta lossy, except for the tensors
+/// holds what `base` decodes to; `max_abs_error` (τ) and `max_rel_error` (ρ) make a delta lossy
+/// (a change of at most τ + ρ·|x| is dropped), except for the tensors
 /// named in `exact`. Returns a dict of what was written, with the written checkpoint as a
 /// `Snapshot` under "snapshot" if `keep`.
 #[pyfunction]
-#[pyo3(signature = (path, tensors, metadata=None, base=None, codec="auto", max_abs_error=None, exact=None, keep=false, base_snapshot=None))]
+#[pyo3(signature = (path, tensors, metadata=None, base=None, codec="auto", max_abs_error=None, exact=None, keep=false, base_snapshot=None, max_rel_error=None))]
 #[allow(clippy::too_many_arguments)]
 fn save<'py>(
     py: Python<'py>,
@@ -217,14 +223,11 @@ fn save<'py>(
     exact: Option<HashSet<String>>,
     keep: bool,
     base_snapshot: Option<PyRef<'py, Snapshot>>,
+    max_rel_error: Option<f64>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let encoder = convert::encoder(codec, None, convert::Profile::Cpu).map_err(py_err)?;
     let (path, base) = (location(path)?, base.map(location).transpose()?);
-    if let Some(t) = max_abs_error {
-        if !(t.is_finite() && t >= 0.0) {
-            return Err(invalid("max_abs_error must be a finite number >= 0"));
-        }
-    }
+    check_bounds(max_abs_error, max_rel_error)?;
     let mut refs: Vec<(String, DType, Vec<u64>)> = Vec::with_capacity(tensors.len());
     for (name, dtype, shape, data) in &tensors {
         let dt = DType::from_name(dtype).ok_or_else(|| invalid(format!("tensor {name:?}: unknown dtype {dtype:?}")))?;
@@ -250,6 +253,7 @@ fn save<'py>(
                 options: WriteOptions { encoder, ..WriteOptions::default() },
                 base: base_ck.as_deref().zip(base.as_ref()).map(|(b, at)| (b, path.hint_to(at))),
                 max_abs_error,
+                max_rel_error,
                 exact: exact.unwrap_or_default(),
                 keep_reconstruction: keep,
             };
@@ -261,6 +265,16 @@ fn save<'py>(
         d.set_item("snapshot", Snapshot { tensors: Arc::new(k), digest: report.content_digest })?;
     }
     Ok(d)
+}
+
+/// Lossy bounds must be finite and not negative.
+fn check_bounds(max_abs_error: Option<f64>, max_rel_error: Option<f64>) -> PyResult<()> {
+    for (name, bound) in [("max_abs_error", max_abs_error), ("max_rel_error", max_rel_error)] {
+        if bound.is_some_and(|t| !(t.is_finite() && t >= 0.0)) {
+            return Err(invalid(format!("{name} must be a finite number >= 0")));
+        }
+    }
+    Ok(())
 }
 
 fn pack_report<'py>(py: Python<'py>, report: &PackReport) -> PyResult<Bound<'py, PyDict>> {
@@ -278,7 +292,7 @@ fn pack_report<'py>(py: Python<'py>, report: &PackReport) -> PyResult<Bound<'py,
 /// `tpde pack`: a `.safetensors` file or a Hugging Face sharded folder into one `.tpde` file
 /// at `output`, a delta against `base` if given.
 #[pyfunction]
-#[pyo3(signature = (input, output, base=None, codec="auto", max_abs_error=None))]
+#[pyo3(signature = (input, output, base=None, codec="auto", max_abs_error=None, max_rel_error=None))]
 fn pack<'py>(
     py: Python<'py>,
     input: PathBuf,
@@ -286,9 +300,11 @@ fn pack<'py>(
     base: Option<&str>,
     codec: &str,
     max_abs_error: Option<f64>,
+    max_rel_error: Option<f64>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let encoder = convert::encoder(codec, None, convert::Profile::Cpu).map_err(py_err)?;
     let (output, base) = (location(output)?, base.map(location).transpose()?);
+    check_bounds(max_abs_error, max_rel_error)?;
     let report = py
         .detach(|| {
             let base_ck = base.as_ref().map(open_base).transpose()?;
@@ -296,6 +312,7 @@ fn pack<'py>(
                 options: WriteOptions { encoder, ..WriteOptions::default() },
                 base: base_ck.as_deref().zip(base.as_ref()).map(|(b, at)| (b, output.hint_to(at))),
                 max_abs_error,
+                max_rel_error,
                 exact: Default::default(),
                 keep_reconstruction: false,
             };

@@ -1,4 +1,5 @@
 """tpde.torch.Checkpointer: resume bit-exact, chains, async snapshots, pruning, crash safety."""
+import copy
 import os
 import signal
 import subprocess
@@ -171,6 +172,40 @@ def test_lossy_checkpoints_keep_the_bound_and_exact_counters(tmp_path):
             assert (back["model"][k].double() - v.double()).abs().max() <= 1e-4  # closed loop: no drift
     meta = tpde.safe_open(ck.path(3), "np")._f().all_metadata()
     assert float(meta["tpde.max_abs_error"]) == 1e-4
+
+
+def test_a_relative_bound_holds_at_every_scale(tmp_path):
+    # Weights and Adam's moments differ in scale by orders of magnitude: ρ bounds each element
+    # by its own magnitude, the moments included (an absolute τ that kept the weights would drop
+    # every change of exp_avg_sq).
+    model, opt, sched = make()
+    rho = 1e-2
+    ck = Checkpointer(tmp_path / "rel", keyframe_every=10, max_rel_error=rho)
+    exact = Checkpointer(tmp_path / "exact", keyframe_every=10)
+    originals = {}
+    for s in range(1, 5):
+        train_step(model, opt, sched, s)
+        st = state(model, opt, sched, s)
+        ck.save(s, st)
+        exact.save(s, st)
+        originals[s] = copy.deepcopy(st)
+    for s in range(1, 5):
+        back = ck.load(s)
+        for k, v in originals[s]["model"].items():
+            if v.is_floating_point():
+                assert ((back["model"][k].double() - v.double()).abs() <= rho * v.double().abs()).all(), k
+        for i, st in originals[s]["optim"]["state"].items():
+            got = back["optim"]["state"][i]
+            assert bits(got["step"]) == bits(st["step"])  # counters exact
+            for m in ("exp_avg", "exp_avg_sq"):
+                assert ((got[m].double() - st[m].double()).abs() <= rho * st[m].double().abs()).all(), (i, m)
+    f = tpde.safe_open(ck.path(4), "np")._f()
+    assert float(f.all_metadata()["tpde.max_rel_error"]) == rho and "tpde.max_abs_error" not in f.all_metadata()
+    lossy_bytes = sum(os.path.getsize(ck.path(s)) for s in range(2, 5))
+    exact_bytes = sum(os.path.getsize(exact.path(s)) for s in range(2, 5))
+    assert lossy_bytes < exact_bytes
+    with pytest.raises(tpde.TpdeError):
+        Checkpointer(tmp_path / "bad", max_rel_error=-1.0)
 
 
 def test_rejects_what_it_cannot_store(tmp_path):

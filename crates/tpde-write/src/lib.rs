@@ -62,11 +62,20 @@ pub struct WriteOptions {
     pub alignment: u32,
     /// The base this file is a delta against (sets the `BASE` feature flag).
     pub base: Option<BaseRef>,
+    /// The lowest minor version the header declares, for what the file's metadata uses (a
+    /// reserved key a later minor version defines, spec §11); the codecs may raise it.
+    pub min_minor_version: u16,
 }
 
 impl Default for WriteOptions {
     fn default() -> Self {
-        WriteOptions { encoder: Encoder::Raw, chunk_bytes: DEFAULT_CHUNK_BYTES, alignment: 64, base: None }
+        WriteOptions {
+            encoder: Encoder::Raw,
+            chunk_bytes: DEFAULT_CHUNK_BYTES,
+            alignment: 64,
+            base: None,
+            min_minor_version: 0,
+        }
     }
 }
 
@@ -140,7 +149,8 @@ impl<W: Write> Writer<W> {
         }
         let chunk_bytes = (options.chunk_bytes.min(MAX_CHUNK_DECODED_LEN) / a * a).max(a);
         let flags = if options.base.is_some() { RequiredFeatures::BASE } else { 0 };
-        let header = Header::new(options.encoder.since_minor(options.base.is_some()), options.alignment, flags);
+        let minor = options.encoder.since_minor(options.base.is_some()).max(options.min_minor_version);
+        let header = Header::new(minor, options.alignment, flags);
         out.write_all(&header.to_bytes())?;
         Ok(Writer {
             out,

@@ -1,15 +1,35 @@
-//! Opt-in lossy deltas (spec §6.6): a float element whose change from the base is at most τ
-//! takes the base's value, so the delta records no change there. Applied against the base as
-//! it decodes (closed loop), the error against the original never exceeds τ, however long the
-//! chain: each file's elements are within τ of that checkpoint's own original values.
+//! Opt-in lossy deltas (spec §6.6): a float element x whose base element b is within the
+//! bound, |x − b| ≤ τ + ρ·|x|, takes the base's value, so the delta records no change there.
+//! τ is absolute (`tpde.max_abs_error`), ρ relative to the element (`tpde.max_rel_error`), so
+//! one ρ suits tensors whose scales differ by orders of magnitude (weights, layer norms, Adam's
+//! moments). Applied against the base as it decodes (closed loop), the error against the
+//! original never exceeds the bound, however long the chain: each file's elements are within it
+//! of that checkpoint's own original values.
 //!
-//! Integer tensors, non-finite values and changes above τ are kept exactly.
+//! Integer tensors, non-finite values and changes over the bound are kept exactly.
 
 use tpde_format::DType;
 
-/// Replaces every float element of `data` within `tau` of `base` by the base's element. Returns
-/// `data` unchanged for integer dtypes.
-pub fn snap_to_base(dtype: DType, data: &[u8], base: &[u8], tau: f64) -> Vec<u8> {
+/// How far a lossy delta's float elements may be from the original: |decoded − x| ≤ abs + rel·|x|
+/// (the form of numpy's `isclose`). The default bounds nothing away: zero and zero.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Bound {
+    /// τ, `tpde.max_abs_error`.
+    pub abs: f64,
+    /// ρ, `tpde.max_rel_error`.
+    pub rel: f64,
+}
+
+impl Bound {
+    /// Whether `decoded` may stand for the original `x`.
+    pub fn allows(&self, x: f64, decoded: f64) -> bool {
+        (x - decoded).abs() <= self.abs + self.rel * x.abs()
+    }
+}
+
+/// Replaces every float element of `data` whose base element is within `bound` of it by the
+/// base's element. Returns `data` unchanged for integer dtypes.
+pub fn snap_to_base(dtype: DType, data: &[u8], base: &[u8], bound: Bound) -> Vec<u8> {
     let mut out = data.to_vec();
     if !dtype.is_float() || data.len() != base.len() {
         return out;
@@ -17,7 +37,7 @@ pub fn snap_to_base(dtype: DType, data: &[u8], base: &[u8], tau: f64) -> Vec<u8>
     let w = dtype.size() as usize;
     for (c, b) in out.chunks_exact_mut(w).zip(base.chunks_exact(w)) {
         if let (Some(x), Some(y)) = (element_value(dtype, c), element_value(dtype, b)) {
-            if x.is_finite() && y.is_finite() && (x - y).abs() <= tau {
+            if x.is_finite() && y.is_finite() && bound.allows(x, y) {
                 c.copy_from_slice(b);
             }
         }
@@ -63,10 +83,29 @@ mod tests {
     fn snaps_small_changes_only() {
         let base: Vec<u8> = [1.0f32, 2.0, 3.0, f32::NAN].iter().flat_map(|x| x.to_le_bytes()).collect();
         let cur: Vec<u8> = [1.0005f32, 2.5, 3.0, 0.0].iter().flat_map(|x| x.to_le_bytes()).collect();
-        let out = snap_to_base(DType::F32, &cur, &base, 1e-3);
+        let abs = Bound { abs: 1e-3, rel: 0.0 };
+        let out = snap_to_base(DType::F32, &cur, &base, abs);
         let v: Vec<f32> = out.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
         assert_eq!(v, [1.0, 2.5, 3.0, 0.0]);
-        assert_eq!(snap_to_base(DType::I32, &cur, &base, 1e9), cur);
+        assert_eq!(snap_to_base(DType::I32, &cur, &base, Bound { abs: 1e9, rel: 1.0 }), cur);
+    }
+
+    #[test]
+    fn a_relative_bound_scales_with_the_element() {
+        // The same relative change of 1e-4 at three scales, and one of 1e-2.
+        let base: Vec<u8> = [1.0f32, 1e-8, 1e4, 1.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+        let cur: Vec<u8> = [1.0001f32, 1.0001e-8, 1.0001e4, 1.01].iter().flat_map(|x| x.to_le_bytes()).collect();
+        let rel = Bound { abs: 0.0, rel: 1e-3 };
+        let v: Vec<f32> = snap_to_base(DType::F32, &cur, &base, rel)
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(v, [1.0, 1e-8, 1e4, 1.01]);
+        // An absolute τ that keeps the change at 1 drops every change of the tiny element and
+        // none of the large one's.
+        let abs = Bound { abs: 1e-5, rel: 0.0 };
+        assert!(abs.allows(1.0000001e-8, 5e-8) && !abs.allows(1.0001e4, 1e4));
+        assert!(Bound { abs: 1e-3, rel: 1e-3 }.allows(1e4, 1e4 + 10.0));
     }
 
     #[test]

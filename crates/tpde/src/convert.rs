@@ -11,10 +11,11 @@ use rayon::prelude::*;
 use safetensors::Dtype as StDtype;
 use tpde_codec::Encoder;
 use tpde_format::digest::{content_digest, tensor_digest, Digest, DigestInput};
-use tpde_format::metadata::{KEY_MAX_ABS_ERROR, KEY_PRODUCER, KEY_SOURCE_FORMAT, RESERVED_PREFIX};
+use tpde_format::metadata::{KEY_MAX_ABS_ERROR, KEY_MAX_REL_ERROR, KEY_PRODUCER, KEY_SOURCE_FORMAT, RESERVED_PREFIX};
 use tpde_format::{BaseRef, CodecTag, DType, ErrorKind, MetadataValue, TensorEntry};
 use tpde_read::{Base, TensorChunks};
-use tpde_write::{lossy, TensorInput, WriteOptions, Writer};
+use tpde_write::lossy::{self, Bound};
+use tpde_write::{TensorInput, WriteOptions, Writer};
 
 use crate::checkpoint::{open_tpde, MemoryCheckpoint, SafetensorsFile};
 use crate::location::{FileReader, Location, Sink, Stored};
@@ -89,8 +90,11 @@ pub struct PackJob<'a> {
     pub options: WriteOptions,
     /// The base checkpoint and the path recorded as its hint.
     pub base: Option<(&'a dyn Base, String)>,
-    /// Lossy bound τ (`--max-abs-error`); `None` is lossless.
+    /// Lossy absolute bound τ (`--max-abs-error`); `None` with `max_rel_error` `None` is
+    /// lossless.
     pub max_abs_error: Option<f64>,
+    /// Lossy relative bound ρ (`--max-rel-error`): a change of at most τ + ρ·|x| is dropped.
+    pub max_rel_error: Option<f64>,
     /// Tensors kept bit-exact even in a lossy pack (an optimizer's step counters).
     pub exact: HashSet<String>,
     /// Keep the reconstruction of what was written (for the next delta of a lossy series).
@@ -98,9 +102,22 @@ pub struct PackJob<'a> {
 }
 
 impl PackJob<'_> {
+    /// The lossy bound, if the job is lossy.
+    pub fn bound(&self) -> Option<Bound> {
+        (self.max_abs_error.is_some() || self.max_rel_error.is_some())
+            .then(|| Bound { abs: self.max_abs_error.unwrap_or(0.0), rel: self.max_rel_error.unwrap_or(0.0) })
+    }
+
     /// A keyframe, lossless.
     pub fn keyframe(options: WriteOptions) -> PackJob<'static> {
-        PackJob { options, base: None, max_abs_error: None, exact: HashSet::new(), keep_reconstruction: false }
+        PackJob {
+            options,
+            base: None,
+            max_abs_error: None,
+            max_rel_error: None,
+            exact: HashSet::new(),
+            keep_reconstruction: false,
+        }
     }
 }
 
@@ -121,7 +138,7 @@ pub fn pack_file(
     job: PackJob<'_>,
     bar: &dyn Progress,
 ) -> Result<(PackReport, Option<MemoryCheckpoint>), Error> {
-    let lossless = job.max_abs_error.is_none();
+    let lossless = job.bound().is_none();
     let tensors: Vec<TensorRef<'_>> = src.tensors().collect();
     let mut metadata: Vec<(String, String)> =
         src.metadata().into_iter().flatten().map(|(k, v)| (k.clone(), v.clone())).collect();
@@ -153,12 +170,17 @@ pub fn pack_tensors(
     bar: &dyn Progress,
 ) -> Result<(PackReport, Option<MemoryCheckpoint>, Vec<Digest>), Error> {
     let start = Instant::now();
+    let bound = job.bound();
     let mut options = job.options;
     if let Some((base, hint)) = &job.base {
         options.base = Some(BaseRef { digest: base.content_digest()?, path_hint: hint.clone() });
     }
-    if job.max_abs_error.is_some() && job.base.is_none() {
-        return Err(Error::usage("max_abs_error drops changes against a base: it needs a base"));
+    if bound.is_some() && job.base.is_none() {
+        return Err(Error::usage("max_abs_error and max_rel_error drop changes against a base: they need a base"));
+    }
+    if job.max_rel_error.is_some() {
+        // Spec §11: tpde.max_rel_error is defined in 1.5.
+        options.min_minor_version = options.min_minor_version.max(5);
     }
     if let Some(k) = metadata.iter().map(|(k, _)| k).find(|k| k.starts_with(RESERVED_PREFIX)) {
         return Err(Error::new(
@@ -171,6 +193,9 @@ pub fn pack_tensors(
     w.add_metadata(KEY_SOURCE_FORMAT, MetadataValue::String(source_format.into()))?;
     if let Some(tau) = job.max_abs_error {
         w.add_metadata(KEY_MAX_ABS_ERROR, MetadataValue::F64(tau))?;
+    }
+    if let Some(rho) = job.max_rel_error {
+        w.add_metadata(KEY_MAX_REL_ERROR, MetadataValue::F64(rho))?;
     }
     for (k, v) in metadata {
         w.add_metadata(k.clone(), MetadataValue::String(v.clone()))?;
@@ -188,9 +213,9 @@ pub fn pack_tensors(
             Some((b, _)) => b.tensor(name)?.filter(|t| t.dtype == dtype && t.shape == shape),
             None => None,
         };
-        let tau = job.max_abs_error.filter(|_| !job.exact.contains(name));
-        let data: Cow<[u8]> = match (&base, tau) {
-            (Some(b), Some(tau)) => Cow::Owned(lossy::snap_to_base(dtype, data, &b.data, tau)),
+        let bound = bound.filter(|_| !job.exact.contains(name));
+        let data: Cow<[u8]> = match (&base, bound) {
+            (Some(b), Some(bound)) => Cow::Owned(lossy::snap_to_base(dtype, data, &b.data, bound)),
             _ => Cow::Borrowed(data),
         };
         if let Some(k) = &mut kept {
@@ -311,6 +336,7 @@ pub fn pack_series(
     keyframe_every: usize,
     options: WriteOptions,
     max_abs_error: Option<f64>,
+    max_rel_error: Option<f64>,
     bar: &dyn Progress,
 ) -> Result<Vec<SeriesEntry>, Error> {
     if keyframe_every == 0 {
@@ -348,8 +374,9 @@ pub fn pack_series(
         let job = PackJob {
             options: options.clone(),
             max_abs_error: max_abs_error.filter(|_| base.is_some()),
+            max_rel_error: max_rel_error.filter(|_| base.is_some()),
             exact: HashSet::new(),
-            keep_reconstruction: max_abs_error.is_some(),
+            keep_reconstruction: max_abs_error.is_some() || max_rel_error.is_some(),
             base,
         };
         let (report, recon) = pack_file(&src, input, &output, job, bar)?;
@@ -579,7 +606,7 @@ pub struct AgainstReport {
     /// The largest absolute difference of any float element.
     pub max_abs_error: f64,
     /// The bound the file records, if lossy.
-    pub bound: Option<f64>,
+    pub bound: Option<Bound>,
 }
 
 /// Decodes `file` and compares it with `original`: bit-exact for a lossless file; for a lossy
@@ -587,10 +614,12 @@ pub struct AgainstReport {
 pub fn verify_against(file: &Location, base: Option<&Location>, original: &Path) -> Result<AgainstReport, Error> {
     let r = open_tpde(file, base)?;
     let orig = SafetensorsFile::open(original)?;
-    let bound = match r.metadata(KEY_MAX_ABS_ERROR) {
+    let recorded = |key| match r.metadata(key) {
         Some(MetadataValue::F64(t)) => Some(*t),
         _ => None,
     };
+    let (abs, rel) = (recorded(KEY_MAX_ABS_ERROR), recorded(KEY_MAX_REL_ERROR));
+    let bound = (abs.is_some() || rel.is_some()).then(|| Bound { abs: abs.unwrap_or(0.0), rel: rel.unwrap_or(0.0) });
     let mut rep = AgainstReport { bound, ..AgainstReport::default() };
     let names: std::collections::HashSet<&str> = orig.tensors().map(|t| t.0).collect();
     if let Some(extra) = r.tensors().iter().find(|t| !names.contains(t.name.as_str())) {
@@ -620,7 +649,8 @@ pub fn verify_against(file: &Location, base: Option<&Location>, original: &Path)
             if a == b {
                 continue;
             }
-            let (Some(x), Some(y), Some(tau)) = (lossy::element_value(dtype, a), lossy::element_value(dtype, b), bound)
+            let (Some(x), Some(y), Some(bound)) =
+                (lossy::element_value(dtype, a), lossy::element_value(dtype, b), bound)
             else {
                 let why = match bound {
                     None => "the file is lossless",
@@ -632,10 +662,16 @@ pub fn verify_against(file: &Location, base: Option<&Location>, original: &Path)
                 ));
             };
             let err = (x - y).abs();
-            if !(x.is_finite() && y.is_finite() && err <= tau) {
+            if !(x.is_finite() && y.is_finite() && bound.allows(y, x)) {
+                let limit = match bound.rel {
+                    0.0 => format!("{}", bound.abs),
+                    rel => format!("{} + {rel}·|x| = {}", bound.abs, bound.abs + rel * y.abs()),
+                };
                 return Err(Error::new(
                     ErrorKind::ChecksumMismatch,
-                    format!("tensor {name:?} element {i}: {x} decoded, {y} original, error {err} over the bound {tau}"),
+                    format!(
+                        "tensor {name:?} element {i}: {x} decoded, {y} original, error {err} over the bound {limit}"
+                    ),
                 ));
             }
             rep.max_abs_error = rep.max_abs_error.max(err);

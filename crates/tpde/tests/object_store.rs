@@ -50,6 +50,7 @@ fn write(out: &Location, tensors: &Tensors, base: Option<&Location>) -> Result<P
         options: WriteOptions { encoder: tpde::Encoder::Auto, ..WriteOptions::default() },
         base: base_ck.as_deref().zip(base).map(|(b, at)| (b, out.hint_to(at))),
         max_abs_error: None,
+        max_rel_error: None,
         exact: Default::default(),
         keep_reconstruction: false,
     };

@@ -1106,4 +1106,18 @@ fn single_rule(g: &mut Gen) {
         DELTA_BASE,
         Malformed,
     );
+    // 1.5's relative bound, likewise an f64.
+    let relative = g.get("valid/delta-lossy-relative.tpde").bytes.clone();
+    bad_delta(
+        g,
+        "r17-max-rel-error-type",
+        "R17",
+        "tpde.max_rel_error as a u64 (the spec says f64)",
+        edit_dir(&relative, |d| {
+            let m = d.metadata.iter_mut().find(|m| m.key == "tpde.max_rel_error").expect("the bound");
+            m.value = MetadataValue::U64(1);
+        }),
+        "valid/delta-lossy-relative-base.tpde",
+        Malformed,
+    );
 }

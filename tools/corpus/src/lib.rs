@@ -21,7 +21,7 @@ use tpde_tools::conformance::{Case, Expect, ExpectedMetadata, ExpectedTensor, Ma
 use tpde_write::{WriteOptions, Writer};
 
 /// The spec version the corpus is generated for.
-pub const SPEC_VERSION: &str = "1.4";
+pub const SPEC_VERSION: &str = "1.5";
 
 /// The generated corpus: files (path relative to the corpus folder, bytes) and the manifest.
 pub struct Corpus {
@@ -98,6 +98,11 @@ impl<'a> Spec<'a> {
     }
     pub fn encoder(mut self, encoder: Encoder) -> Self {
         self.options.encoder = encoder;
+        self
+    }
+    /// The lowest minor version the header declares (for a reserved key of a later minor).
+    pub fn minor(mut self, minor: u16) -> Self {
+        self.options.min_minor_version = minor;
         self
     }
     pub fn chunk_bytes(mut self, n: u64) -> Self {

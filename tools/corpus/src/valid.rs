@@ -4,8 +4,9 @@
 use half::{bf16, f16};
 use tpde_codec::Encoder;
 use tpde_format::limits::{MAX_KEY_LEN, MAX_NAME_LEN, MAX_RANK};
-use tpde_format::metadata::{KEY_MAX_ABS_ERROR, KEY_PRODUCER, KEY_SOURCE_FORMAT, KEY_STEP};
+use tpde_format::metadata::{KEY_MAX_ABS_ERROR, KEY_MAX_REL_ERROR, KEY_PRODUCER, KEY_SOURCE_FORMAT, KEY_STEP};
 use tpde_format::{surgery, CodecTag, DType, MetadataEntry, MetadataValue};
+use tpde_write::lossy::Bound;
 
 use crate::{Gen, Rng, Spec, T};
 
@@ -38,6 +39,7 @@ pub fn all(g: &mut Gen) {
     contexts(g);
     base_contexts(g);
     clarifications(g);
+    relative_bound(g);
 }
 
 /// Bytes of `values` as `dtype` (a float dtype that `half` or the std covers, or an integer).
@@ -394,7 +396,7 @@ fn deltas(g: &mut Gen) {
     let tau = 1e-3;
     let mut lossy = drifted(&base, 1.0, 14, &mut rng);
     for (t, b) in lossy.iter_mut().zip(&base) {
-        t.data = tpde_write::lossy::snap_to_base(t.dtype, &t.data, &b.data, tau);
+        t.data = tpde_write::lossy::snap_to_base(t.dtype, &t.data, &b.data, Bound { abs: tau, rel: 0.0 });
     }
     g.valid(
         Spec::new(
@@ -785,5 +787,43 @@ fn clarifications(g: &mut Gen) {
         "a zstd chunk whose data frame follows a skippable frame of 4 bytes: it decodes to nothing",
         SMALL_ZSTD,
         skippable,
+    );
+}
+
+/// 1.5: a lossy delta with a relative bound (§6.6). Its weights span six orders of magnitude
+/// (as a checkpoint's weights and Adam moments do), so one ρ drops the small relative changes
+/// of every scale where an absolute τ would drop all of the small tensors' changes and none of
+/// the large ones'.
+fn relative_bound(g: &mut Gen) {
+    let mut rng = Rng::new(15);
+    let scales = [1.0, 1e-2, 1e-4, 1e-6];
+    let values: Vec<f64> = (0..1024).map(|i| rng.normal(1.0) * scales[i % 4]).collect();
+    let base = vec![T::new("w.scales", DType::F32, &[1024], encode(DType::F32, &values))];
+    let rho = 1e-3;
+    let bound = Bound { abs: 0.0, rel: rho };
+    let next: Vec<f64> = values.iter().map(|v| v * (1.0 + rng.normal(2e-3))).collect();
+    let mut lossy = T::new("w.scales", DType::F32, &[1024], encode(DType::F32, &next));
+    lossy.data = tpde_write::lossy::snap_to_base(DType::F32, &lossy.data, &base[0].data, bound);
+    lossy.delta = true;
+    g.valid(
+        Spec::new(
+            "valid/delta-lossy-relative-base.tpde",
+            "§7.3",
+            "the keyframe of delta-lossy-relative: f32 weights at four scales from 1 to 1e-6",
+        )
+        .encoder(Encoder::Codec(CodecTag::Planes))
+        .tensors(base),
+    );
+    g.valid(
+        Spec::new(
+            "valid/delta-lossy-relative.tpde",
+            "§6.6",
+            "lossy delta, relative bound (1.5): changes of at most 1e-3 of |x| dropped; tpde.max_rel_error records it",
+        )
+        .encoder(Encoder::AutoSerial)
+        .minor(5)
+        .meta(KEY_MAX_REL_ERROR, MetadataValue::F64(rho))
+        .tensor(lossy)
+        .base("valid/delta-lossy-relative-base.tpde"),
     );
 }

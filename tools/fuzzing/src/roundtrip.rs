@@ -88,6 +88,7 @@ pub fn run(data: &[u8]) {
         chunk_bytes: (u64::from(input.chunk_kib) + 1) * 1024,
         alignment: 64 << (input.alignment_log2 % 5),
         base: None,
+        min_minor_version: 0,
     };
     let mut w = Writer::new(Vec::new(), options).expect("valid options");
     let mut metadata = Vec::new();

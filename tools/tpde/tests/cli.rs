@@ -602,3 +602,70 @@ fn bench_smoke() {
     assert!(out.contains("| tpde read all tensors (auto file, CRC on, in memory) | 1 |"), "{out}");
     assert_eq!(std::fs::read_dir(&work).unwrap().count(), 0, "bench left files in its folder");
 }
+
+/// `--max-rel-error` (format 1.5): a change of at most ρ·|x| is dropped, whatever the tensor's
+/// scale; the file records ρ and says 1.5; `verify --against` checks every element against
+/// ρ·|x| of its original, and fails on one moved past it.
+#[test]
+fn relative_bounds_are_recorded_and_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("train")).unwrap();
+    let ckpts = demo::train_checkpoints(&d.join("train"), 64, 40, 10, 3).unwrap();
+    let (a, b) = (&ckpts[0].2, &ckpts[1].2);
+    let packed = d.join("b.tpde");
+    tpde()
+        .arg("pack")
+        .arg(b)
+        .arg("--base")
+        .arg(a)
+        .args(["--max-rel-error", "0.01", "-o"])
+        .arg(&packed)
+        .assert()
+        .success();
+    let r = tpde_read::Reader::open(&packed).unwrap();
+    assert_eq!(r.header().minor_version, 5);
+    assert_eq!(r.metadata("tpde.max_rel_error"), Some(&tpde_format::MetadataValue::F64(0.01)));
+    assert_eq!(r.metadata("tpde.max_abs_error"), None);
+    let out = tpde().arg("verify").arg(&packed).arg("--against").arg(b).assert().success().get_output().stdout.clone();
+    let out = String::from_utf8(out).unwrap();
+    assert!(out.contains("within the recorded bound 1e-2·|x|"), "{out}");
+    let max: f64 = out.rsplit("max abs error ").next().unwrap().trim().parse().unwrap();
+    assert!(max > 0.0, "something was dropped: {out}");
+    // Smaller than the lossless delta.
+    let lossless = d.join("b-lossless.tpde");
+    tpde().arg("pack").arg(b).arg("--base").arg(a).arg("-o").arg(&lossless).assert().success();
+    assert!(std::fs::metadata(&packed).unwrap().len() < std::fs::metadata(&lossless).unwrap().len());
+    // A negative bound is a usage error.
+    tpde()
+        .arg("pack")
+        .arg(b)
+        .arg("--base")
+        .arg(a)
+        .args(["--max-rel-error", "-1", "-o"])
+        .arg(d.join("x.tpde"))
+        .assert()
+        .code(2);
+    // One element moved by 2% of itself in a copy of the original: over the bound.
+    let st = std::fs::read(b).unwrap();
+    let parsed = safetensors::SafeTensors::deserialize(&st).unwrap();
+    let mut owned: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> =
+        parsed.tensors().into_iter().map(|(n, t)| (n, t.dtype(), t.shape().to_vec(), t.data().to_vec())).collect();
+    let f32s = owned.iter_mut().find(|t| t.1 == safetensors::Dtype::F32).unwrap();
+    let x = f32::from_le_bytes(f32s.3[..4].try_into().unwrap());
+    f32s.3[..4].copy_from_slice(&(x * 1.02 + 1e-30).to_le_bytes());
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = owned
+        .iter()
+        .map(|(n, dt, s, data)| (n.clone(), safetensors::tensor::TensorView::new(*dt, s.clone(), data).unwrap()))
+        .collect();
+    let moved = d.join("moved.safetensors");
+    safetensors::tensor::serialize_to_file(views, None, &moved).unwrap();
+    tpde()
+        .arg("verify")
+        .arg(&packed)
+        .arg("--against")
+        .arg(&moved)
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains("over the bound 0 + 0.01·|x|"));
+}

@@ -36,13 +36,15 @@ def pack(
     base: Optional[PathLike] = None,
     codec: str = "auto",
     max_abs_error: Optional[float] = None,
+    max_rel_error: Optional[float] = None,
 ) -> Dict[str, Any]:
     """As ``tpde pack``: a ``.safetensors`` file, or a Hugging Face sharded folder (its shards
     and ``*.safetensors.index.json``), into one ``.tpde`` file; a delta against ``base`` (a
     ``.tpde`` or ``.safetensors``) if given. Returns what was written (sizes, digest)."""
     from ._tpde import pack as _pack
 
-    return _pack(os.fspath(input), os.fspath(output), None if base is None else os.fspath(base), codec, max_abs_error)
+    base = None if base is None else os.fspath(base)
+    return _pack(os.fspath(input), os.fspath(output), base, codec, max_abs_error, max_rel_error)
 
 
 def unpack(input: PathLike, output: PathLike, base: Optional[PathLike] = None) -> None:

@@ -146,8 +146,11 @@ class Checkpointer:
     checkpoint before (so a restore decodes at most ``keyframe_every`` files). ``keep_last``
     keeps that many checkpoints (and the files they need as bases). ``async_save`` returns from
     ``save`` once the tensors are copied, and encodes and writes on a background thread.
-    ``max_abs_error`` makes deltas lossy within that bound for floating-point tensors (integer
-    tensors and optimizer step counters stay exact); it is recorded in each file.
+    ``max_abs_error`` (τ) and ``max_rel_error`` (ρ) make deltas lossy for floating-point tensors:
+    an element x that changed by at most τ + ρ·|x| keeps the last checkpoint's value (integer
+    tensors and optimizer step counters stay exact); the bounds are recorded in each file. A
+    relative bound suits states whose tensors differ in scale by orders of magnitude (weights
+    and Adam's moments; ``tools/bench/lossy.py`` measures both).
     ``base_in_memory`` keeps the last checkpoint as it decodes in memory (one copy of the
     state's tensors), so that the next delta is encoded against it without decoding the last
     file and its chain again; a process that restarts decodes it once.
@@ -169,13 +172,15 @@ class Checkpointer:
         codec: str = "auto",
         process_group: Any = None,
         base_in_memory: bool = True,
+        max_rel_error: Optional[float] = None,
     ):
         if keyframe_every < 1:
             raise _tpde.TpdeError("keyframe_every must be at least 1")
         if keep_last is not None and keep_last < 1:
             raise _tpde.TpdeError("keep_last must be at least 1 (or None to keep all)")
-        if max_abs_error is not None and not (math.isfinite(max_abs_error) and max_abs_error >= 0):
-            raise _tpde.TpdeError("max_abs_error must be a finite number >= 0")
+        for name, bound in (("max_abs_error", max_abs_error), ("max_rel_error", max_rel_error)):
+            if bound is not None and not (math.isfinite(bound) and bound >= 0):
+                raise _tpde.TpdeError(f"{name} must be a finite number >= 0")
         self.directory = os.fspath(directory)
         if self.directory.startswith("file://"):
             self.directory = self.directory[len("file://") :]
@@ -185,6 +190,7 @@ class Checkpointer:
         self.keep_last = keep_last
         self.async_save = async_save
         self.max_abs_error = max_abs_error
+        self.max_rel_error = max_rel_error
         self.codec = codec
         self.base_in_memory = base_in_memory
         # (step, Snapshot): the last checkpoint written, as it decodes, when it may be a base.
@@ -336,6 +342,7 @@ class Checkpointer:
                 base=None if base is None else self.path(base),
                 codec=self.codec,
                 max_abs_error=self.max_abs_error if base is not None else None,
+                max_rel_error=self.max_rel_error if base is not None else None,
                 exact=set(exact),
                 keep=keep,
                 base_snapshot=snapshot,
@@ -399,6 +406,7 @@ class Checkpointer:
             base=None if base is None else self.path(base),
             codec=self.codec,
             max_abs_error=self.max_abs_error if base is not None else None,
+            max_rel_error=self.max_rel_error if base is not None else None,
             metadata=metadata,
             base_in_memory=self.base_in_memory,
         )

@@ -17,6 +17,7 @@ def save_file(
     base: Any = None,
     codec: str = "auto",
     max_abs_error: Optional[float] = None,
+    max_rel_error: Optional[float] = None,
     exact: Optional[Iterable[str]] = None,
 ) -> Dict[str, Any]:
     if not isinstance(tensors, dict):
@@ -38,6 +39,7 @@ def save_file(
         base=None if base is None else os.fspath(base),
         codec=codec,
         max_abs_error=max_abs_error,
+        max_rel_error=max_rel_error,
         exact=None if exact is None else set(exact),
     )
 

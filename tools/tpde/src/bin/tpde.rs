@@ -197,6 +197,11 @@ struct CodecArgs {
     /// value. Off by default; recorded in the file as tpde.max_abs_error.
     #[arg(long)]
     max_abs_error: Option<f64>,
+    /// LOSSY: a float element x that changed by at most this share of |x| (plus
+    /// --max-abs-error, if given) keeps the base's value: one bound for tensors of any scale.
+    /// Off by default; recorded in the file as tpde.max_rel_error (format 1.5).
+    #[arg(long)]
+    max_rel_error: Option<f64>,
 }
 
 /// Which readers `pack` chooses codecs for.
@@ -218,9 +223,9 @@ impl CodecArgs {
         if self.chunk_size == 0 {
             return Err(CliError::usage("--chunk-size must be positive"));
         }
-        if let Some(t) = self.max_abs_error {
-            if !(t.is_finite() && t >= 0.0) {
-                return Err(CliError::usage("--max-abs-error must be a finite number >= 0"));
+        for (flag, bound) in [("--max-abs-error", self.max_abs_error), ("--max-rel-error", self.max_rel_error)] {
+            if bound.is_some_and(|t| !(t.is_finite() && t >= 0.0)) {
+                return Err(CliError::usage(format!("{flag} must be a finite number >= 0")));
             }
         }
         Ok(WriteOptions { encoder, chunk_bytes: self.chunk_size, ..WriteOptions::default() })
@@ -266,6 +271,7 @@ fn run(command: Command) -> Result<(), CliError> {
                 options,
                 base: base_ck.as_deref().zip(base.as_ref()).map(|(b, at)| (b, output.hint_to(at))),
                 max_abs_error: codec.max_abs_error,
+                max_rel_error: codec.max_rel_error,
                 exact: Default::default(),
                 keep_reconstruction: false,
             };
@@ -277,7 +283,8 @@ fn run(command: Command) -> Result<(), CliError> {
         Command::PackSeries { dir, output, keyframe_every, codec } => {
             let options = codec.options()?;
             let bar = progress_bar(0, "packing");
-            let done = convert::pack_series(&dir, &output, keyframe_every, options, codec.max_abs_error, &bar)?;
+            let (abs, rel) = (codec.max_abs_error, codec.max_rel_error);
+            let done = convert::pack_series(&dir, &output, keyframe_every, options, abs, rel, &bar)?;
             for e in &done {
                 let kind = if e.keyframe { "keyframe" } else { "delta" };
                 println!("{} -> {} ({kind}): {}", e.input.display(), e.output, pack_line(&e.report));
@@ -308,9 +315,10 @@ fn run(command: Command) -> Result<(), CliError> {
                 let rep = convert::verify_against(&file, base.as_ref(), &orig)?;
                 match rep.bound {
                     None => println!("ok: all {} tensors bit-exact against {}", rep.tensors, orig.display()),
-                    Some(t) => println!(
-                        "ok: {} tensors within the recorded bound {t:e} of {} ({} bit-exact), max abs error {:e}",
+                    Some(b) => println!(
+                        "ok: {} tensors within the recorded bound {} of {} ({} bit-exact), max abs error {:e}",
                         rep.tensors,
+                        bound_text(b),
                         orig.display(),
                         rep.identical,
                         rep.max_abs_error
@@ -389,6 +397,15 @@ fn run(command: Command) -> Result<(), CliError> {
     }
 }
 
+/// A lossy bound as `verify --against` reports it: `1e-4`, `1e-3·|x|` or `1e-4 + 1e-3·|x|`.
+fn bound_text(b: tpde::write::lossy::Bound) -> String {
+    match (b.abs, b.rel) {
+        (abs, 0.0) => format!("{abs:e}"),
+        (0.0, rel) => format!("{rel:e}·|x|"),
+        (abs, rel) => format!("{abs:e} + {rel:e}·|x|"),
+    }
+}
+
 /// A command-line path or URL.
 fn location(s: &str) -> Result<Location, String> {
     Location::parse(s).map_err(|e| e.to_string())
@@ -439,7 +456,7 @@ fn run_demo(dir: Option<PathBuf>) -> Result<(), CliError> {
     let opts =
         WriteOptions { encoder: convert::encoder("auto", None, convert::Profile::Cpu)?, ..WriteOptions::default() };
     let bar = progress_bar(0, "packing");
-    let series = convert::pack_series(&train, &packed.clone().into(), 10, opts, None, &bar)?;
+    let series = convert::pack_series(&train, &packed.clone().into(), 10, opts, None, None, &bar)?;
     println!("| step | loss | safetensors | zstd -3 | tpde | stored as |\n|---:|---:|---:|---:|---:|---|");
     let (mut st_total, mut zstd_total, mut tpde_total) = (0, 0, 0);
     for ((step, loss, path, _), e) in ckpts.iter().zip(&series) {

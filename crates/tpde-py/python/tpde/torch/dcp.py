@@ -144,9 +144,10 @@ class TpdeStorageWriter(StorageWriter):
     """Writes a DCP checkpoint into folder ``path``: one ``.tpde`` file per rank, deltas against
     the checkpoint folder ``base`` if given (see the module's documentation).
 
-    ``codec`` is the TPDE codec (default: the writer's choice per chunk). ``max_abs_error`` makes
-    the floating-point shards of a delta lossy within that bound (byte items, integer tensors and
-    optimizer step counters stay exact); it is recorded in each file. ``metadata`` (str to str) is
+    ``codec`` is the TPDE codec (default: the writer's choice per chunk). ``max_abs_error`` (τ)
+    and ``max_rel_error`` (ρ) make the floating-point shards of a delta lossy within τ + ρ·|x|
+    (byte items, integer tensors and optimizer step counters stay exact); they are recorded in
+    each file. ``metadata`` (str to str) is
     stored in every rank file. ``base_in_memory`` keeps, in each process, the rank file it wrote
     last as it decodes (one copy of that rank's shards), so that a save against it as the base
     does not decode it again; the file is still the reference (a stale copy is never used).
@@ -161,17 +162,20 @@ class TpdeStorageWriter(StorageWriter):
         max_abs_error: Optional[float] = None,
         metadata: Optional[Dict[str, str]] = None,
         base_in_memory: bool = True,
+        max_rel_error: Optional[float] = None,
     ) -> None:
         super().__init__()
         self.base_in_memory = base_in_memory
         self.path = os.fspath(path)
         self.base = None if base is None else os.fspath(base)
         self.codec = codec
-        if max_abs_error is not None and not (math.isfinite(max_abs_error) and max_abs_error >= 0):
-            raise error("invalid-argument", "max_abs_error must be a finite number >= 0")
-        if max_abs_error is not None and base is None:
-            raise error("invalid-argument", "max_abs_error drops changes against a base: it needs base=")
+        for name, bound in (("max_abs_error", max_abs_error), ("max_rel_error", max_rel_error)):
+            if bound is not None and not (math.isfinite(bound) and bound >= 0):
+                raise error("invalid-argument", f"{name} must be a finite number >= 0")
+            if bound is not None and base is None:
+                raise error("invalid-argument", f"{name} drops changes against a base: it needs base=")
         self.max_abs_error = max_abs_error
+        self.max_rel_error = max_rel_error
         self.metadata = dict(metadata or {})
         self._base_metadata: Optional[Metadata] = None
         if self.base is not None:
@@ -273,6 +277,7 @@ class TpdeStorageWriter(StorageWriter):
                 base=base,
                 codec=self.codec,
                 max_abs_error=self.max_abs_error if base is not None else None,
+                max_rel_error=self.max_rel_error if base is not None else None,
                 exact=exact,
                 keep=self.base_in_memory,
                 base_snapshot=snapshot,
