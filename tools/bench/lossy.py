@@ -17,8 +17,8 @@ standard library's source, AdamW, fp32; `tools/finetune_checkpoints.py`'s model 
    - `open-loop abs τ`: the prototype's rule, emulated: a change below τ against the previous
      *original* is dropped and the decoder adds the kept changes to what it has, so errors add
      up along the chain; stored losslessly as TPDE deltas to size it;
-   - `rel ρ`: a relative bound, emulated closed loop: a change of at most ρ·|x| keeps the base's
-     value; stored losslessly as TPDE deltas to size it.
+   - `rel ρ`: TPDE's `max_rel_error=ρ` (format 1.5, closed loop): a change of at most ρ·|x|
+     keeps the base's value.
 3. Prints the table: stored share of the raw bytes per group (deltas only), the ratio of original
    over stored bytes (the prototype's measure; this model's tied embedding is stored once), the
    largest error at the end of the chain, and the losses.
@@ -160,19 +160,6 @@ def snap_open_loop(prev_orig, orig, prev_recon, tau):
     return out
 
 
-def snap_relative(orig, prev_recon, rho):
-    """Closed loop, relative bound: a change of at most ρ·|x| against what the decoder has
-    keeps the decoder's value."""
-    out = {}
-    for name, t in orig.items():
-        if not t.is_floating_point():
-            out[name] = t.clone()
-            continue
-        b = prev_recon[name]
-        out[name] = torch.where((t - b).abs() <= rho * t.abs(), b, t)
-    return out
-
-
 def variant(run, originals, kind, bound, work, gen_state, resume_steps):
     """Stores the series as `kind` with `bound`; returns the row of the table."""
     d = work / f"{kind}-{bound}"
@@ -183,12 +170,12 @@ def variant(run, originals, kind, bound, work, gen_state, resume_steps):
     prev_path = prev_recon = None
     for k, orig in enumerate(originals):
         path = d / f"ck{k:02d}.tpde"
-        if k == 0 or kind in ("lossless", "abs"):
+        if k == 0 or kind != "open":
             tau = bound if (kind == "abs" and k > 0) else None
-            report = tpde.torch.save_file(orig, path, base=prev_path, max_abs_error=tau)
+            rho = bound if (kind == "rel" and k > 0) else None
+            report = tpde.torch.save_file(orig, path, base=prev_path, max_abs_error=tau, max_rel_error=rho)
         else:
-            recon = (snap_open_loop(originals[k - 1], orig, prev_recon, bound) if kind == "open"
-                     else snap_relative(orig, prev_recon, bound))
+            recon = snap_open_loop(originals[k - 1], orig, prev_recon, bound)
             report = tpde.torch.save_file(recon, path, base=prev_path)
         if k > 0:
             f = _tpde.File(str(path), None)
@@ -199,8 +186,8 @@ def variant(run, originals, kind, bound, work, gen_state, resume_steps):
                     stored[g] += f.stored_bytes(name)
             file_raw += sum(t.numel() * t.element_size() for t in orig.values())
             file_stored += report["file_bytes"]
-        # What the decoder has: what the emulated rules snap against, and the end of the chain.
-        if kind in ("open", "rel") or k + 1 == len(originals):
+        # What the decoder has: what the open loop adds to, and the end of the chain.
+        if kind == "open" or k + 1 == len(originals):
             prev_recon = tpde.torch.load_file(path)
         prev_path = path
     end, last = prev_recon, originals[-1]
@@ -235,6 +222,7 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-5)
     ap.add_argument("--eval-batches", type=int, default=16)
     ap.add_argument("--taus", default="1e-5,1e-4,1e-3")
+    ap.add_argument("--open-taus", default="1e-4,1e-3")
     ap.add_argument("--rhos", default="1e-3,1e-2")
     ap.add_argument("--out", help="also write the table here")
     args = ap.parse_args()
@@ -253,7 +241,8 @@ def main():
           file=sys.stderr, flush=True)
     taus = [float(t) for t in args.taus.split(",") if t]
     rhos = [float(r) for r in args.rhos.split(",") if r]
-    plan = [("lossless", 0.0)] + [("abs", t) for t in taus] + [("open", t) for t in taus] + [("rel", r) for r in rhos]
+    open_taus = [float(t) for t in args.open_taus.split(",") if t]
+    plan = [("lossless", 0.0)] + [("abs", t) for t in taus] + [("open", t) for t in open_taus] + [("rel", r) for r in rhos]
     work = Path(tempfile.mkdtemp(prefix="tpde-lossy-"))
     rows = []
     try:
