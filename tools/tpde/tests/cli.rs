@@ -292,18 +292,7 @@ fn lossy_deltas_are_bounded_recorded_and_checked() {
     // Against a checkpoint with the same integers and floats moved past the bound: the float
     // check fails, naming the bound.
     let moved = d.join("moved.safetensors");
-    let st = std::fs::read(b).unwrap();
-    let parsed = safetensors::SafeTensors::deserialize(&st).unwrap();
-    let mut owned: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> =
-        parsed.tensors().into_iter().map(|(n, t)| (n, t.dtype(), t.shape().to_vec(), t.data().to_vec())).collect();
-    let f32s = owned.iter_mut().find(|t| t.1 == safetensors::Dtype::F32).unwrap();
-    let x = f32::from_le_bytes(f32s.3[..4].try_into().unwrap()) + 1e-3;
-    f32s.3[..4].copy_from_slice(&x.to_le_bytes());
-    let views: Vec<(String, safetensors::tensor::TensorView)> = owned
-        .iter()
-        .map(|(n, dt, sh, data)| (n.clone(), safetensors::tensor::TensorView::new(*dt, sh.clone(), data).unwrap()))
-        .collect();
-    safetensors::tensor::serialize_to_file(views, None, &moved).unwrap();
+    first_f32_moved(b, &moved, |x| x + 1e-3);
     tpde()
         .arg("verify")
         .arg(d.join("b.tpde"))
@@ -647,19 +636,8 @@ fn relative_bounds_are_recorded_and_checked() {
         .assert()
         .code(2);
     // One element moved by 2% of itself in a copy of the original: over the bound.
-    let st = std::fs::read(b).unwrap();
-    let parsed = safetensors::SafeTensors::deserialize(&st).unwrap();
-    let mut owned: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> =
-        parsed.tensors().into_iter().map(|(n, t)| (n, t.dtype(), t.shape().to_vec(), t.data().to_vec())).collect();
-    let f32s = owned.iter_mut().find(|t| t.1 == safetensors::Dtype::F32).unwrap();
-    let x = f32::from_le_bytes(f32s.3[..4].try_into().unwrap());
-    f32s.3[..4].copy_from_slice(&(x * 1.02 + 1e-30).to_le_bytes());
-    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = owned
-        .iter()
-        .map(|(n, dt, s, data)| (n.clone(), safetensors::tensor::TensorView::new(*dt, s.clone(), data).unwrap()))
-        .collect();
     let moved = d.join("moved.safetensors");
-    safetensors::tensor::serialize_to_file(views, None, &moved).unwrap();
+    first_f32_moved(b, &moved, |x| x * 1.02 + 1e-30);
     tpde()
         .arg("verify")
         .arg(&packed)
@@ -668,4 +646,21 @@ fn relative_bounds_are_recorded_and_checked() {
         .assert()
         .code(1)
         .stderr(predicates::str::contains("over the bound 0 + 0.01·|x|"));
+}
+
+/// Copies the safetensors file `from` to `to` with the first element of its first f32 tensor
+/// replaced by `f` of it.
+fn first_f32_moved(from: &Path, to: &Path, f: impl Fn(f32) -> f32) {
+    let st = std::fs::read(from).unwrap();
+    let parsed = safetensors::SafeTensors::deserialize(&st).unwrap();
+    let mut owned: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> =
+        parsed.tensors().into_iter().map(|(n, t)| (n, t.dtype(), t.shape().to_vec(), t.data().to_vec())).collect();
+    let f32s = owned.iter_mut().find(|t| t.1 == safetensors::Dtype::F32).unwrap();
+    let x = f(f32::from_le_bytes(f32s.3[..4].try_into().unwrap()));
+    f32s.3[..4].copy_from_slice(&x.to_le_bytes());
+    let views: Vec<(String, safetensors::tensor::TensorView)> = owned
+        .iter()
+        .map(|(n, dt, sh, data)| (n.clone(), safetensors::tensor::TensorView::new(*dt, sh.clone(), data).unwrap()))
+        .collect();
+    safetensors::tensor::serialize_to_file(views, None, to).unwrap();
 }
