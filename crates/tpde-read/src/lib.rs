@@ -466,15 +466,7 @@ impl<S: Source> Reader<S> {
     /// decoding bytes `range` of tensor `name` needs ([`Base::prefetch_range`]).
     pub(crate) fn prefetch_span(&self, name: &str, range: std::ops::Range<u64>) -> Result<(), ReadError> {
         let t = self.tensor(name)?;
-        let mut at = 0u64;
-        let mut stored = Vec::new();
-        for c in &t.chunks {
-            let (lo, hi) = (at, at + c.decoded_length);
-            at = hi;
-            if hi > range.start && lo < range.end {
-                stored.push(c.offset..c.offset + c.stored_length);
-            }
-        }
+        let stored: Vec<_> = covering(t, &range).map(|(_, c, _)| c.offset..c.offset + c.stored_length).collect();
         self.src.prefetch(&stored).map_err(|source| ReadError::source("chunks", &stored, source))?;
         match &self.base {
             Some(b) if self.tensor_uses_base(t) && b.reads_ranges() => b.prefetch_range(name, range),
@@ -493,16 +485,10 @@ impl<S: Source> Reader<S> {
         base: &ChunkBase<'_>,
         policy: ChecksumPolicy,
     ) -> Result<(), ReadError> {
-        let mut at = 0u64;
         let mut jobs = Vec::new();
         let mut rest = out;
-        for (i, c) in t.chunks.iter().enumerate() {
-            let (lo, hi) = (at, at + c.decoded_length);
-            at = hi;
-            if hi <= range.start || lo >= range.end {
-                continue;
-            }
-            let (from, to) = (lo.max(range.start), hi.min(range.end));
+        for (i, c, lo) in covering(t, &range) {
+            let (from, to) = (lo.max(range.start), (lo + c.decoded_length).min(range.end));
             let (part, tail) = std::mem::take(&mut rest).split_at_mut((to - from) as usize);
             rest = tail;
             jobs.push(SpanJob { i, c, lo, skip: from - lo, part });
@@ -658,6 +644,21 @@ impl<S: Source> Reader<S> {
         }
         Ok(bytes)
     }
+}
+
+/// The chunks of `t` whose decoded bytes overlap bytes `range` of the tensor: each one's index,
+/// entry, and the tensor byte its decoded bytes start at.
+fn covering<'t>(
+    t: &'t TensorEntry,
+    range: &std::ops::Range<u64>,
+) -> impl Iterator<Item = (usize, &'t ChunkEntry, u64)> + 't {
+    let (start, end) = (range.start, range.end);
+    let mut at = 0u64;
+    t.chunks.iter().enumerate().filter_map(move |(i, c)| {
+        let lo = at;
+        at += c.decoded_length;
+        (at > start && lo < end).then_some((i, c, lo))
+    })
 }
 
 /// One chunk's part of a [`Reader::decode_span`]: chunk `i` (entry `c`, whose decoded bytes

@@ -14,7 +14,7 @@ use tpde_read::{Base, BaseTensor, ReadError, Reader};
 
 use crate::convert::dtype_from_safetensors;
 use crate::location::{FileReader, Location};
-use crate::Error;
+use crate::{Error, ErrorKind};
 
 /// One tensor of a safetensors file.
 struct Entry {
@@ -209,29 +209,41 @@ pub fn chain_readers(at: &Location) -> Result<Vec<(Location, FileReader)>, Error
     let chain_err = |detail: String| Error::from(ReadError::BaseChain { detail });
     let mut seen = HashSet::new();
     let mut links: Vec<(Location, FileReader)> = Vec::new();
-    let mut next = Some(at.clone());
-    while let Some(at) = next.take() {
+    let mut next = Some((at.clone(), open_reader(at)?));
+    while let Some((at, reader)) = next.take() {
         if !seen.insert(at.identity()?) {
             return Err(chain_err(format!("{at} refers back to itself")));
         }
         if seen.len() > tpde_read::MAX_CHAIN {
             return Err(chain_err(format!("more than {} files in the chain", tpde_read::MAX_CHAIN)));
         }
-        let reader = open_reader(&at)?;
         if let Some(base) = reader.directory().base.as_ref().filter(|_| reader.uses_base()) {
             let missing = |hint: String| Error::from(ReadError::BaseMissing { digest: to_hex(&base.digest), hint });
             if base.path_hint.is_empty() {
                 return Err(missing(String::new()));
             }
             let base_at = at.resolve_hint(&base.path_hint)?;
-            if !base_at.is_file()? {
-                return Err(missing(base_at.to_string()));
+            match open_present(&base_at)? {
+                Some(base_reader) => next = Some((base_at, base_reader)),
+                None => return Err(missing(base_at.to_string())),
             }
-            next = Some(base_at);
         }
         links.push((at, reader));
     }
     Ok(links)
+}
+
+/// The file at `at` opened, or `None` when there is none: a stat for a local path; for an
+/// object, opening it (its first GET answers "not found"), with no HEAD request before it.
+fn open_present(at: &Location) -> Result<Option<FileReader>, Error> {
+    match at {
+        Location::Local(p) if !p.is_file() => Ok(None),
+        Location::Object(_) => match open_reader(at) {
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            opened => opened.map(Some),
+        },
+        Location::Local(_) => open_reader(at).map(Some),
+    }
 }
 
 /// Opens the `.tpde` file at `at` as it is (no base attached); errors name the file.
@@ -252,9 +264,15 @@ pub fn open_tpde(at: &Location, base: Option<&Location>) -> Result<FileReader, E
         Some(b) if !b.path_hint.is_empty() && reader.uses_base() => at.resolve_hint(&b.path_hint).ok(),
         _ => None,
     };
+    // A hinted base that is not there leaves the reader as it is; a remote one is found
+    // missing by opening it, not by a HEAD request first.
     match hint {
-        Some(base_at) if base_at.is_file()? => Ok(reader.with_base(open_base(&base_at)?)?),
-        _ => Ok(reader),
+        Some(Location::Local(p)) if !p.is_file() => Ok(reader),
+        Some(base_at) => match open_base(&base_at) {
+            Err(e) if e.kind() == ErrorKind::NotFound && matches!(base_at, Location::Object(_)) => Ok(reader),
+            opened => Ok(reader.with_base(opened?)?),
+        },
+        None => Ok(reader),
     }
 }
 
