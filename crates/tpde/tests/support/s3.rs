@@ -229,9 +229,13 @@ fn serve(client: TcpStream, upstream: u16, shared: &Shared) -> std::io::Result<(
         checksum: headers.get("x-amz-checksum-sha256").cloned(),
     };
     let result = match fault {
-        Some(Fault::Drop) => Ok(()),
+        Some(Fault::Drop) => {
+            log(shared, logged);
+            Ok(())
+        }
         Some(Fault::Status(code)) => {
             logged.status = code;
+            log(shared, logged);
             client.write_all(
                 format!("HTTP/1.1 {code} Injected\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").as_bytes(),
             )
@@ -267,9 +271,15 @@ fn serve(client: TcpStream, upstream: u16, shared: &Shared) -> std::io::Result<(
                 _ => resp_body,
             };
             logged.body_bytes = sent.len() as u64;
+            log(shared, logged);
             client.write_all(out.as_bytes()).and_then(|_| client.write_all(sent))
         }
     };
-    shared.log.lock().unwrap().push(logged);
     result
+}
+
+/// Logs a request before its answer goes out, so that a client that has its answer finds it
+/// in the log.
+fn log(shared: &Shared, logged: Logged) {
+    shared.log.lock().unwrap().push(logged);
 }
