@@ -12,6 +12,7 @@
 mod float;
 pub mod planes;
 pub mod positions;
+pub mod predict;
 pub mod rans;
 mod raw;
 mod select;
@@ -22,6 +23,7 @@ use tpde_format::{CodecTag, DType, ErrorKind};
 pub use float::{trailing, Dense, DenseOp, Planes, Sparse, SparseLayout};
 pub use planes::PlaneForm;
 pub use positions::PositionCoder;
+pub use predict::Predicted;
 pub use raw::Raw;
 pub use zstd_codec::Zstd;
 
@@ -30,7 +32,8 @@ pub use zstd_codec::Zstd;
 pub struct ChunkContext<'a> {
     /// The tensor's element type.
     pub dtype: DType,
-    /// The base tensor's bytes over the same elements, for the delta codecs (spec §6.3).
+    /// The base tensor's bytes over the same elements, for the delta codecs (spec §6.3); for
+    /// `delta-predicted`, the chunk's prediction (§6.8).
     pub base: Option<&'a [u8]>,
 }
 
@@ -145,6 +148,7 @@ pub fn decoder(tag: CodecTag) -> &'static dyn ChunkCodec {
         CodecTag::PlanesContext => &Planes(PlaneForm::Contexts),
         CodecTag::DeltaXorContext => &Dense(DenseOp::Xor, PlaneForm::BaseContexts),
         CodecTag::DeltaSubContext => &Dense(DenseOp::Sub, PlaneForm::BaseContexts),
+        CodecTag::DeltaPredicted => &Predicted,
         // `CodecTag` is non-exhaustive only across crates; every tag the format crate
         // registers is matched above.
         #[allow(unreachable_patterns)]

@@ -47,7 +47,7 @@ impl PlaneForm {
     pub fn of(tag: CodecTag) -> PlaneForm {
         if tag == CodecTag::PlanesContext {
             PlaneForm::Contexts
-        } else if matches!(tag, CodecTag::DeltaXorContext | CodecTag::DeltaSubContext) {
+        } else if matches!(tag, CodecTag::DeltaXorContext | CodecTag::DeltaSubContext | CodecTag::DeltaPredicted) {
             PlaneForm::BaseContexts
         } else if tag.lanes() {
             PlaneForm::Lanes

@@ -50,11 +50,14 @@ pub enum CodecTag {
     /// `0x000F delta-sub-context`: `delta-sub-lanes` whose planes may also be coded with tables
     /// chosen by each element's base (spec §6.4.1).
     DeltaSubContext,
+    /// `0x0010 delta-predicted`: `delta-sub-context` against a prediction computed from this
+    /// file's and the base's tensors (spec §6.8), such as what Adam's step makes of a weight.
+    DeltaPredicted,
 }
 
 impl CodecTag {
     /// Every tag of this version of the registry.
-    pub const ALL: [CodecTag; 16] = [
+    pub const ALL: [CodecTag; 17] = [
         CodecTag::Raw,
         CodecTag::Zstd,
         CodecTag::Planes,
@@ -71,6 +74,7 @@ impl CodecTag {
         CodecTag::PlanesContext,
         CodecTag::DeltaXorContext,
         CodecTag::DeltaSubContext,
+        CodecTag::DeltaPredicted,
     ];
 
     /// The on-disk value.
@@ -92,6 +96,7 @@ impl CodecTag {
             CodecTag::PlanesContext => 0x000D,
             CodecTag::DeltaXorContext => 0x000E,
             CodecTag::DeltaSubContext => 0x000F,
+            CodecTag::DeltaPredicted => 0x0010,
         }
     }
 
@@ -123,6 +128,7 @@ impl CodecTag {
             CodecTag::PlanesContext => "planes-context",
             CodecTag::DeltaXorContext => "delta-xor-context",
             CodecTag::DeltaSubContext => "delta-sub-context",
+            CodecTag::DeltaPredicted => "delta-predicted",
         }
     }
 
@@ -148,6 +154,7 @@ impl CodecTag {
                 | CodecTag::PlanesContext
                 | CodecTag::DeltaXorContext
                 | CodecTag::DeltaSubContext
+                | CodecTag::DeltaPredicted
         )
     }
 
@@ -163,6 +170,7 @@ impl CodecTag {
             CodecTag::Raw | CodecTag::Zstd => 0,
             CodecTag::PlanesContext => 3,
             CodecTag::DeltaXorContext | CodecTag::DeltaSubContext => 4,
+            CodecTag::DeltaPredicted => 6,
             t if t.lanes() => 2,
             _ => 1,
         }

@@ -22,3 +22,6 @@ pub const MAX_CODEC_PARAMS_LEN: u64 = 1024;
 pub const MAX_ALIGNMENT: u64 = 1 << 20;
 /// Smallest payload alignment, in bytes.
 pub const MIN_ALIGNMENT: u64 = 64;
+/// The longest chain of predicted tensors that read each other (a weight reads its second
+/// moment, itself predicted from its first moment: 2).
+pub const MAX_PREDICTION_DEPTH: usize = 4;

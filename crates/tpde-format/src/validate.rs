@@ -158,6 +158,8 @@ pub fn validate(header: &Header, dir: &Directory, payload_end: u64) -> Result<()
         }
     }
 
+    crate::predict::validate_predictions(dir)?;
+
     // Two chunks may share a stored range exactly (a deduplicated payload); no other overlap.
     ranges.sort_unstable();
     for w in ranges.windows(2) {

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use tpde_format::digest::{to_hex, Digest};
-use tpde_format::TensorEntry;
+use tpde_format::{CodecTag, DType, Prediction, TensorEntry};
 use tpde_read::{hinted_base_path, ReadError, Reader, Source, MAX_CHAIN};
 
 use crate::device::{DeviceTensor, Gpu, GpuError, Pending};
@@ -55,6 +55,17 @@ fn check_base_digest<S: Source>(reader: &Reader<S>, base: Option<&DeviceCheckpoi
     Ok(())
 }
 
+/// Whether a chunk of `t` is coded against a prediction (spec §6.8).
+fn is_predicted(t: &TensorEntry) -> bool {
+    t.chunks.iter().any(|c| c.codec == CodecTag::DeltaPredicted)
+}
+
+/// The error of a delta decoded without its base.
+fn missing_base<S: Source>(reader: &Reader<S>) -> GpuError {
+    let b = reader.directory().base.as_ref().expect("validation ties base codecs to a base reference");
+    ReadError::BaseMissing { digest: to_hex(&b.digest), hint: b.path_hint.clone() }.into()
+}
+
 /// The base tensor `t` decodes against: `None` if it needs none or no base was given (the
 /// decoder then reports the base missing), an error if the base lacks it.
 fn base_tensor<'a, S: Source>(
@@ -84,9 +95,54 @@ impl Gpu {
         base: Option<&DeviceCheckpoint>,
     ) -> Result<DeviceCheckpoint, GpuError> {
         check_base_digest(reader, base)?;
-        let names: Vec<usize> = (0..reader.tensors().len()).collect();
-        let tensors = self.pipelined(reader, base, &names)?;
-        Ok(DeviceCheckpoint::new(reader.content_digest(), tensors))
+        let all = reader.tensors();
+        let (plain, predicted): (Vec<usize>, Vec<usize>) = (0..all.len()).partition(|&i| !is_predicted(&all[i]));
+        let mut slots: Vec<Option<DeviceTensor>> = (0..all.len()).map(|_| None).collect();
+        for (&i, t) in plain.iter().zip(self.pipelined(reader, base, &plain)?) {
+            slots[i] = Some(t);
+        }
+        // Predicted tensors (spec §6.8) once the tensors they read are decoded: validation (R30)
+        // ruled out loops, so every round decodes at least one.
+        let index: HashMap<&str, usize> = all.iter().enumerate().map(|(i, t)| (t.name.as_str(), i)).collect();
+        let mut left = predicted;
+        while !left.is_empty() {
+            let ready = |i: usize| {
+                all[i]
+                    .chunks
+                    .iter()
+                    .filter_map(|c| Prediction::parse(&c.params).ok())
+                    .all(|p| p.inputs().iter().all(|n| index.get(n).is_some_and(|&j| slots[j].is_some())))
+            };
+            let (now, later): (Vec<usize>, Vec<usize>) = left.iter().partition(|&&i| ready(i));
+            assert!(!now.is_empty(), "R30 rules out predictions that read each other in a loop");
+            for i in now {
+                let t = &all[i];
+                let b = base_tensor(reader, t, base)?.ok_or_else(|| missing_base(reader))?;
+                let slots_now = &slots;
+                let this = |name: &str| slots_now[index[name]].as_ref().expect("decoded before");
+                let effective = self.prediction_base(t, b, |p| match p {
+                    Prediction::AdamSecondMoment { exp_avg, .. } => {
+                        let found = base.and_then(|b| b.get(exp_avg));
+                        match found {
+                            Some(m0) if m0.dtype == DType::F32 && m0.shape == t.shape => Ok((this(exp_avg), m0)),
+                            _ => Err(ReadError::BaseTensor {
+                                name: exp_avg.clone(),
+                                detail: "a prediction reads it from the base, which has no f32 tensor of that name and shape".into(),
+                            }
+                            .into()),
+                        }
+                    }
+                    Prediction::AdamParameter { exp_avg, exp_avg_sq, .. } => Ok((this(exp_avg), this(exp_avg_sq))),
+                })?;
+                let decoded = self.decode(reader, t, Some(&effective))?;
+                slots[i] = Some(decoded);
+            }
+            left = later;
+        }
+        Ok(DeviceCheckpoint::new(
+            reader.content_digest(),
+            slots.into_iter().map(|t| t.expect("every tensor")).collect(),
+        ))
     }
 
     /// Decodes the tensors at `indices`, submitting each before waiting for the one before.
@@ -204,6 +260,12 @@ impl<'a, S: Source + Sync> LayerLoader<'a, S> {
             .iter()
             .map(|&i| {
                 let t = &self.reader.tensors()[i];
+                if is_predicted(t) {
+                    return Err(GpuError::Device(format!(
+                        "tensor {:?} is predicted (delta-predicted): load the checkpoint whole (Gpu::load), which decodes the tensors it reads first",
+                        t.name
+                    )));
+                }
                 self.gpu.submit(self.reader, t, base_tensor(self.reader, t, self.base)?)
             })
             .collect::<Result<_, _>>()?;

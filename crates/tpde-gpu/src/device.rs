@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rayon::prelude::*;
 use tpde_codec::CodecError;
-use tpde_format::{DType, ErrorKind, TensorEntry};
+use tpde_format::{CodecTag, DType, ErrorKind, Prediction, TensorEntry};
 use tpde_read::{check_digest, chunk_location, ReadError, Reader, Source};
 use wgpu::util::DeviceExt;
 
@@ -82,12 +82,19 @@ struct Kernels {
     scatter: wgpu::ComputePipeline,
 }
 
+/// The prediction kernel (`shaders/predict.wgsl`, spec §6.8) and its bindings.
+struct Predictor {
+    layout: wgpu::BindGroupLayout,
+    pipeline: wgpu::ComputePipeline,
+}
+
 /// A GPU and the decode kernels compiled for it.
 pub struct Gpu {
     device: wgpu::Device,
     queue: wgpu::Queue,
     layout: wgpu::BindGroupLayout,
     kernels: Kernels,
+    predictor: Predictor,
     limits: Limits,
     max_buffer: u64,
     info: wgpu::AdapterInfo,
@@ -173,6 +180,41 @@ impl Gpu {
             finish: kernel("finish"),
             scatter: kernel("scatter"),
         };
+        let predictor = {
+            let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some("tpde predict"),
+                source: wgpu::ShaderSource::Wgsl(Cow::Borrowed(include_str!("shaders/predict.wgsl"))),
+            });
+            let mut entries = vec![storage(0, true), storage(1, true), storage(2, true), storage(3, false)];
+            entries.push(wgpu::BindGroupLayoutEntry {
+                binding: 4,
+                visibility: wgpu::ShaderStages::COMPUTE,
+                ty: wgpu::BindingType::Buffer {
+                    ty: wgpu::BufferBindingType::Uniform,
+                    has_dynamic_offset: false,
+                    min_binding_size: None,
+                },
+                count: None,
+            });
+            let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                label: Some("tpde predict"),
+                entries: &entries,
+            });
+            let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                label: Some("tpde predict"),
+                bind_group_layouts: &[Some(&layout)],
+                immediate_size: 0,
+            });
+            let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some("predict"),
+                layout: Some(&pipeline_layout),
+                module: &module,
+                entry_point: Some("predict"),
+                compilation_options: Default::default(),
+                cache: None,
+            });
+            Predictor { layout, pipeline }
+        };
         let dummy = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("no base"),
             size: 16,
@@ -185,6 +227,7 @@ impl Gpu {
             queue,
             layout,
             kernels,
+            predictor,
             limits,
             max_buffer,
             info: adapter.get_info(),
@@ -341,6 +384,85 @@ impl Gpu {
             .into());
         }
         Ok(&b.buffer)
+    }
+
+    /// The bytes a predicted tensor `t` decodes against (spec §6.8): for its `delta-predicted`
+    /// chunks their prediction, computed on the device from `base` (the base's tensor of its
+    /// name), `exp_avg` and `other` (for predictor 1 the base's first moment, for predictor 2
+    /// this file's second moment: resident and decoded); for its other delta chunks the base's
+    /// bytes. The caller checked the inputs' dtypes and shapes.
+    pub fn prediction_base<'a>(
+        &self,
+        t: &TensorEntry,
+        base: &DeviceTensor,
+        inputs: impl Fn(&Prediction) -> Result<(&'a DeviceTensor, &'a DeviceTensor), GpuError>,
+    ) -> Result<DeviceTensor, GpuError> {
+        let out = self.tensor_buffer(&t.name, t.byte_length)?;
+        let mut enc =
+            self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tpde predict") });
+        // Pieces of at most this many bytes, so that every binding fits the device's limit
+        // after its offset is aligned down.
+        let piece = (self.limits.max_binding - self.limits.offset_align) / 4 * 4;
+        for c in &t.chunks {
+            let (from, len) = (c.element_start * 4, c.decoded_length);
+            if c.codec != CodecTag::DeltaPredicted {
+                if c.codec.needs_base() {
+                    enc.copy_buffer_to_buffer(&base.buffer, from, &out, from, len);
+                }
+                continue;
+            }
+            let p = Prediction::parse(&c.params).map_err(|e| GpuError::Device(format!("validated params: {e}")))?;
+            let (m, other) = inputs(&p)?;
+            let k = p.constants();
+            let mut at = from;
+            while at < from + len {
+                let end = (at + piece).min(from + len);
+                let offset = at / self.limits.offset_align * self.limits.offset_align;
+                let window = offset..end;
+                let mut job = [p.code() as u32, ((end - at) / 4) as u32, ((at - offset) / 4) as u32, 0, 0, 0, 0, 0];
+                for (slot, v) in job[4..].iter_mut().zip(&k) {
+                    *slot = v.to_bits();
+                }
+                let uniform = self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                    label: Some("predict job"),
+                    contents: bytemuck::cast_slice(&job),
+                    usage: wgpu::BufferUsages::UNIFORM,
+                });
+                let resources = [
+                    window_binding(&base.buffer, &window),
+                    window_binding(&m.buffer, &window),
+                    window_binding(&other.buffer, &window),
+                    window_binding(&out, &window),
+                    uniform.as_entire_binding(),
+                ];
+                let entries: Vec<wgpu::BindGroupEntry> = resources
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, resource)| wgpu::BindGroupEntry { binding: i as u32, resource })
+                    .collect();
+                let bind = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: Some("tpde predict"),
+                    layout: &self.predictor.layout,
+                    entries: &entries,
+                });
+                let [x, y, z] = groups(job[1]);
+                let mut pass =
+                    enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
+                pass.set_pipeline(&self.predictor.pipeline);
+                pass.set_bind_group(0, &bind, &[]);
+                pass.dispatch_workgroups(x, y, z);
+                drop(pass);
+                at = end;
+            }
+        }
+        self.scoped(|| self.queue.submit([enc.finish()]))?;
+        Ok(DeviceTensor {
+            name: t.name.clone(),
+            dtype: t.dtype,
+            shape: t.shape.clone(),
+            byte_length: t.byte_length,
+            buffer: out,
+        })
     }
 
     /// Uploads a batch and submits its six kernels.

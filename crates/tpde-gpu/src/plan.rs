@@ -251,7 +251,8 @@ pub fn plan_chunk(
         last,
     };
     let tag = c.codec;
-    if !c.params.is_empty() {
+    // A prediction's params were validated at open (R30); the prediction is the base here.
+    if !c.params.is_empty() && tag != CodecTag::DeltaPredicted {
         return Err(CodecError::BadParams {
             codec: tag,
             detail: format!("expected no parameters, found {} bytes", c.params.len()),
@@ -281,7 +282,8 @@ pub fn plan_chunk(
         | CodecTag::DeltaSub
         | CodecTag::DeltaSubLanes
         | CodecTag::DeltaXorContext
-        | CodecTag::DeltaSubContext => {
+        | CodecTag::DeltaSubContext
+        | CodecTag::DeltaPredicted => {
             let at = work.append_blob(stored);
             work.planes = work.planes(tag, at, stored, 0, n)?;
             work.mode = match tag {

@@ -371,3 +371,126 @@ fn context_records_in_many_lanes_decode_on_the_device() {
     let delta_on_device = gpu.load(&cpu_delta, Some(&on_device)).unwrap();
     assert_same(gpu, &delta_on_device, &cpu_delta, &b);
 }
+
+/// Bit patterns that reach every path of the device's integer binary32 arithmetic: zeros,
+/// subnormals, the normal range's ends, ones, infinities, NaNs, and random finite values.
+fn awkward_f32s(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let special = [
+        0u32,
+        0x8000_0000,
+        1,
+        0x8000_0001,
+        0x007F_FFFF,
+        0x0080_0000,
+        0x7F7F_FFFF,
+        0x3F80_0000,
+        0x7F80_0000,
+        0xFF80_0000,
+        0x7FC0_0000,
+        0x7F80_0001,
+    ];
+    (0..n)
+        .flat_map(|i| {
+            let r = next();
+            let bits = match r % 8 {
+                0 => special[(r >> 8) as usize % special.len()],
+                1 => (r >> 16) as u32 & 0x807F_FFFF,                  // subnormal
+                2 => ((r >> 16) as u32 & 0x80FF_FFFF) | (0x30 << 23), // small normal
+                _ => (r >> 16) as u32 & 0xBFFF_FFFF | ((i as u32 & 1) << 29), // mostly near 1
+            };
+            bits.to_le_bytes()
+        })
+        .collect()
+}
+
+#[test]
+#[cfg_attr(feature = "skip-gpu-tests", ignore = "built with --features skip-gpu-tests: no GPU adapter")]
+fn predictions_on_the_device_are_the_cpus_bit_for_bit() {
+    use tpde_format::{ChunkEntry, Prediction, TensorEntry};
+    let gpu = gpu();
+    let n = 1 << 18;
+    let (b, m, o) = (awkward_f32s(n, 11), awkward_f32s(n, 12), awkward_f32s(n, 13));
+    let up = |name: &str, bytes: &[u8]| gpu.upload(name, DType::F32, &[n as u64], bytes).unwrap();
+    let (db, dm, d_o) = (up("b", &b), up("m", &m), up("o", &o));
+    let k = |bits: u32| f32::from_bits(bits);
+    let predictions = [
+        Prediction::AdamSecondMoment {
+            one_minus_beta1: 0.1,
+            beta2: 0.999,
+            one_minus_beta2: 0.001,
+            exp_avg: "m".into(),
+        },
+        Prediction::AdamParameter {
+            decay: 0.9999,
+            bias2_sqrt: 0.0316,
+            eps: 1e-8,
+            neg_step: -1e-3,
+            exp_avg: "m".into(),
+            exp_avg_sq: "o".into(),
+        },
+        // Constants that are subnormal, huge or negative push results to both ends of the range.
+        Prediction::AdamSecondMoment {
+            one_minus_beta1: k(3),
+            beta2: k(0x7F00_0000),
+            one_minus_beta2: -2.5,
+            exp_avg: "m".into(),
+        },
+        Prediction::AdamParameter {
+            decay: k(0x0040_0000),
+            bias2_sqrt: k(0x0000_0100),
+            eps: -0.0,
+            neg_step: k(0x7E80_0000),
+            exp_avg: "m".into(),
+            exp_avg_sq: "o".into(),
+        },
+    ];
+    for p in &predictions {
+        // Three chunks, one of them a plain delta (its base bytes are copied, not predicted).
+        let chunk = |start: u64, count: u64, codec| ChunkEntry {
+            element_start: start,
+            element_count: count,
+            offset: 0,
+            stored_length: 0,
+            decoded_length: count * 4,
+            crc32: 0,
+            codec,
+            params: if codec == CodecTag::DeltaPredicted { p.to_bytes() } else { Vec::new() },
+        };
+        let third = n as u64 / 3;
+        let t = TensorEntry {
+            name: "t".into(),
+            dtype: DType::F32,
+            shape: vec![n as u64],
+            byte_length: n as u64 * 4,
+            digest: [0; 32],
+            chunks: vec![
+                chunk(0, third, CodecTag::DeltaPredicted),
+                chunk(third, third, CodecTag::DeltaSubContext),
+                chunk(2 * third, n as u64 - 2 * third, CodecTag::DeltaPredicted),
+            ],
+        };
+        let got = gpu.read_back(&gpu.prediction_base(&t, &db, |_| Ok((&dm, &d_o))).unwrap()).unwrap();
+        let mut want = vec![0u8; n * 4];
+        tpde_codec::predict::predict(p, tpde_codec::predict::Inputs { base: &b, exp_avg: &m, other: &o }, &mut want);
+        let (lo, hi) = (third as usize * 4, 2 * third as usize * 4);
+        want[lo..hi].copy_from_slice(&b[lo..hi]);
+        let differ: Vec<_> = (0..n).filter(|&i| got[i * 4..i * 4 + 4] != want[i * 4..i * 4 + 4]).take(5).collect();
+        let show = |v: &[u8], i: usize| format!("{:08x}", u32::from_le_bytes(v[i * 4..i * 4 + 4].try_into().unwrap()));
+        assert!(
+            differ.is_empty(),
+            "{p:?}: elements {differ:?} differ: device {:?}, CPU {:?}; inputs b {:?} m {:?} o {:?}",
+            differ.iter().map(|&i| show(&got, i)).collect::<Vec<_>>(),
+            differ.iter().map(|&i| show(&want, i)).collect::<Vec<_>>(),
+            differ.iter().map(|&i| show(&b, i)).collect::<Vec<_>>(),
+            differ.iter().map(|&i| show(&m, i)).collect::<Vec<_>>(),
+            differ.iter().map(|&i| show(&o, i)).collect::<Vec<_>>(),
+        );
+    }
+}

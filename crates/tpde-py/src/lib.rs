@@ -5,7 +5,7 @@
 //! `tpde.TpdeError` with the error's category as `kind`. Tensors cross as flat `uint8` numpy
 //! arrays; the Python modules give them their dtype and shape (numpy, ml_dtypes, torch).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -210,7 +210,7 @@ fn base_of(at: &Location, snapshot: Option<&Snapshot>) -> Result<Arc<dyn tpde::B
 /// named in `exact`. Returns a dict of what was written, with the written checkpoint as a
 /// `Snapshot` under "snapshot" if `keep`.
 #[pyfunction]
-#[pyo3(signature = (path, tensors, metadata=None, base=None, codec="auto", max_abs_error=None, exact=None, keep=false, base_snapshot=None, max_rel_error=None))]
+#[pyo3(signature = (path, tensors, metadata=None, base=None, codec="auto", max_abs_error=None, exact=None, keep=false, base_snapshot=None, max_rel_error=None, predictions=None))]
 #[allow(clippy::too_many_arguments)]
 fn save<'py>(
     py: Python<'py>,
@@ -224,8 +224,10 @@ fn save<'py>(
     keep: bool,
     base_snapshot: Option<PyRef<'py, Snapshot>>,
     max_rel_error: Option<f64>,
+    predictions: Option<Vec<PredictionArg>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let encoder = convert::encoder(codec, None, convert::Profile::Cpu).map_err(py_err)?;
+    let predictions = prediction_candidates(predictions.unwrap_or_default())?;
     let (path, base) = (location(path)?, base.map(location).transpose()?);
     check_bounds(max_abs_error, max_rel_error)?;
     let mut refs: Vec<(String, DType, Vec<u64>)> = Vec::with_capacity(tensors.len());
@@ -256,6 +258,7 @@ fn save<'py>(
                 max_rel_error,
                 exact: exact.unwrap_or_default(),
                 keep_reconstruction: keep,
+                predictions,
             };
             convert::pack_tensors(&list, &metadata, "python", &path, job, &()).map(|(r, k, _)| (r, k))
         })
@@ -265,6 +268,43 @@ fn save<'py>(
         d.set_item("snapshot", Snapshot { tensors: Arc::new(k), digest: report.content_digest })?;
     }
     Ok(d)
+}
+
+/// A prediction as Python gives it: `(tensor, predictor, constants, names)`.
+type PredictionArg = (String, u8, Vec<f64>, Vec<String>);
+
+/// Predictions to try, from `(tensor, predictor, constants, names)` tuples (spec §6.8: predictor
+/// 1 takes 3 constants and 1 name, predictor 2 takes 4 and 2). Constants are rounded to binary32
+/// to nearest, as torch rounds a Python float applied to a float32 tensor.
+fn prediction_candidates(list: Vec<PredictionArg>) -> PyResult<HashMap<String, Vec<tpde::Prediction>>> {
+    let mut out: HashMap<String, Vec<tpde::Prediction>> = HashMap::new();
+    for (tensor, code, k, names) in list {
+        let p = match (code, &k[..], &names[..]) {
+            (1, &[a, b, c], [m]) => tpde::Prediction::AdamSecondMoment {
+                one_minus_beta1: a as f32,
+                beta2: b as f32,
+                one_minus_beta2: c as f32,
+                exp_avg: m.clone(),
+            },
+            (2, &[d, r, e, h], [m, v]) => tpde::Prediction::AdamParameter {
+                decay: d as f32,
+                bias2_sqrt: r as f32,
+                eps: e as f32,
+                neg_step: h as f32,
+                exp_avg: m.clone(),
+                exp_avg_sq: v.clone(),
+            },
+            _ => {
+                return Err(invalid(format!(
+                    "prediction for {tensor:?}: predictor {code} with {} constants and {} names",
+                    k.len(),
+                    names.len()
+                )))
+            }
+        };
+        out.entry(tensor).or_default().push(p);
+    }
+    Ok(out)
 }
 
 /// Lossy bounds must be finite and not negative.
@@ -315,6 +355,7 @@ fn pack<'py>(
                 max_rel_error,
                 exact: Default::default(),
                 keep_reconstruction: false,
+                predictions: Default::default(),
             };
             sharded::pack_file_or_folder(&input, &output, job, &())
         })

@@ -297,3 +297,60 @@ def test_a_snapshot_is_used_only_for_the_file_it_decodes_to(tmp_path):
     assert back.tolist() == [1, 2, 3, 5]
     with tpde.safe_open(tmp_path / "b.tpde", "np") as f:
         assert f._f().is_delta()
+
+
+def _stored(ck, step, names):
+    f = tpde._tpde.File(ck.path(step), None)
+    return sum(f.stored_bytes(n) for n in f.keys() if any(n.endswith(s) for s in names))
+
+
+@pytest.mark.parametrize("optimizer", ["adamw-amsgrad-steplr", "adam-l2"])
+def test_adam_states_saved_every_step_are_predicted(tmp_path, optimizer):
+    runs = {}
+    for predict in (True, False):
+        model, opt, sched = make()
+        if optimizer == "adam-l2":
+            opt = torch.optim.Adam(model.parameters(), lr=3e-3, weight_decay=0.05)
+            sched = torch.optim.lr_scheduler.StepLR(opt, step_size=100)
+        ck = Checkpointer(tmp_path / f"{optimizer}-{predict}", keyframe_every=10, predict=predict)
+        saved = {}
+        for step in range(1, 8):
+            train_step(model, opt, sched, step)
+            ck.save(step, state(model, opt, sched, step))
+            saved[step] = copy.deepcopy(state(model, opt, sched, step))
+        for step, want in saved.items():
+            got = ck.load(step)
+            for k, t in want["model"].items():
+                assert bits(got["model"][k]) == bits(t), (step, k)
+            for i, s in want["optim"]["state"].items():
+                for k, t in s.items():
+                    assert bits(got["optim"]["state"][i][k]) == bits(t), (step, i, k)
+        runs[predict] = ck
+    for step in range(3, 8):
+        weights = [".weight", ".bias"]
+        with_p, without = (_stored(runs[p], step, weights) for p in (True, False))
+        assert with_p * 4 < without, (step, with_p, without)
+        with_p, without = (_stored(runs[p], step, ["/exp_avg_sq"]) for p in (True, False))
+        assert with_p < without, (step, with_p, without)  # a young second moment predicts less well
+
+
+def test_predictions_that_do_not_fit_cost_no_bytes(tmp_path):
+    sizes = {}
+    for predict in (True, False):
+        model, _, _ = make()
+        opt = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9)
+        adam = torch.optim.Adam(model.parameters(), lr=1e-3)
+        ck = Checkpointer(tmp_path / str(predict), keyframe_every=10, predict=predict)
+        for step in range(1, 7):
+            for o in (opt, adam) if step % 2 else (opt,):
+                g = torch.Generator().manual_seed(step)
+                x = torch.randint(0, 64, (8, 12), generator=g)
+                loss = model(x).square().mean()
+                o.zero_grad()
+                loss.backward()
+                o.step()
+            # Adam's moments move every other step between checkpoints: nothing predicts them.
+            ck.save(step, {"model": model.state_dict(), "sgd": opt.state_dict(), "adam": adam.state_dict()})
+        sizes[predict] = [_stored(ck, s, [""]) for s in range(2, 7)]
+        assert bits(ck.load(6)["model"]["hidden.weight"]) == bits(model.state_dict()["hidden.weight"])
+    assert all(a <= b for a, b in zip(sizes[True], sizes[False])), sizes

@@ -45,11 +45,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use rayon::prelude::*;
+use tpde_codec::predict::Inputs;
 use tpde_codec::ChunkContext;
 use tpde_format::digest::{content_digest, tensor_digest, to_hex, Digest, DigestInput};
 use tpde_format::validate::validate;
 use tpde_format::{
-    ChunkEntry, CodecTag, Directory, FormatError, Header, Location, MetadataValue, TensorEntry, Trailer,
+    ChunkEntry, CodecTag, DType, Directory, FormatError, Header, Location, MetadataValue, Prediction, TensorEntry,
+    Trailer,
 };
 
 pub use base::{hinted_base_path, open_chain, Base, BaseTensor, MAX_CHAIN};
@@ -615,10 +617,64 @@ impl<S: Source> Reader<S> {
                 Some(&own[..])
             }
         };
+        let prediction;
+        let base = if c.codec == CodecTag::DeltaPredicted {
+            let b = base.ok_or_else(|| self.base_missing())?;
+            prediction = self.predict(c, from..from + out.len() as u64, b)?;
+            Some(&prediction[..])
+        } else {
+            base
+        };
         let ctx = ChunkContext { dtype: t.dtype, base };
         let stored = self.stored(t, i, c, policy)?;
         tpde_codec::decode(c.codec, ctx, &c.params, &stored, out)
             .map_err(|source| ReadError::Codec { location: chunk_location(t, i, c), source })
+    }
+
+    /// The prediction of a `delta-predicted` chunk `c` over bytes `range` of its tensor, whose
+    /// base bytes there are `base` (spec §6.8). The tensors it reads in this file are decoded
+    /// over the same range first; validation bounded how deep that goes (R30).
+    fn predict(&self, c: &ChunkEntry, range: std::ops::Range<u64>, base: &[u8]) -> Result<Vec<u8>, ReadError> {
+        let p = Prediction::parse(&c.params).expect("validated when the file was opened (R30)");
+        let len = base.len();
+        let this = |name: &str| -> Result<Vec<u8>, ReadError> {
+            let mut out = vec![0u8; len];
+            self.decode_range(self.tensor(name)?, range.clone(), &mut out)?;
+            Ok(out)
+        };
+        let exp_avg = this(p.inputs()[0])?;
+        let other = match &p {
+            Prediction::AdamSecondMoment { exp_avg: name, .. } => {
+                let b = self.base.as_ref().ok_or_else(|| self.base_missing())?;
+                match b.tensor_info(name)? {
+                    Some((DType::F32, shape)) if shape == self.tensor(name)?.shape => {}
+                    found => {
+                        return Err(ReadError::BaseTensor {
+                            name: name.clone(),
+                            detail: match found {
+                                None => "a prediction reads it from the base, which has no tensor of that name".into(),
+                                Some((dtype, shape)) => format!(
+                                    "a prediction reads it from the base, whose is {dtype} {shape:?}, not the file's"
+                                ),
+                            },
+                        })
+                    }
+                }
+                let mut out = vec![0u8; len];
+                b.read_range_into(name, range.clone(), &mut out)?;
+                out
+            }
+            Prediction::AdamParameter { exp_avg_sq, .. } => this(exp_avg_sq)?,
+        };
+        let mut prediction = vec![0u8; len];
+        tpde_codec::predict::predict(&p, Inputs { base, exp_avg: &exp_avg, other: &other }, &mut prediction);
+        Ok(prediction)
+    }
+
+    /// The error of a delta decoded without its base.
+    fn base_missing(&self) -> ReadError {
+        let b = self.directory.base.as_ref().expect("validation ties base codecs to a base reference");
+        ReadError::BaseMissing { digest: to_hex(&b.digest), hint: b.path_hint.clone() }
     }
 
     /// A chunk's stored bytes, CRC-checked under `policy`.

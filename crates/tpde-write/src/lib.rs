@@ -35,7 +35,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use rayon::prelude::*;
-use tpde_codec::{ChunkContext, CodecError, Encoder};
+use tpde_codec::predict::Inputs;
+use tpde_codec::{ChunkContext, CodecError, Encoder, Predicted};
 use tpde_format::digest::{tensor_digest, Digest};
 use tpde_format::limits::{
     MAX_CHUNK_DECODED_LEN, MAX_KEY_LEN, MAX_NAME_LEN, MAX_PATH_HINT_LEN, MAX_RANK, MIN_ALIGNMENT,
@@ -43,8 +44,8 @@ use tpde_format::limits::{
 use tpde_format::metadata::reserved_type;
 use tpde_format::CodecTag;
 use tpde_format::{
-    BaseRef, ChunkEntry, DType, Directory, ErrorKind, Header, MetadataEntry, MetadataValue, RequiredFeatures,
-    TensorEntry, Trailer,
+    BaseRef, ChunkEntry, DType, Directory, ErrorKind, Header, MetadataEntry, MetadataValue, Prediction,
+    RequiredFeatures, TensorEntry, Trailer,
 };
 
 /// The default decoded size of a chunk: large enough that per-chunk overhead is noise, small
@@ -216,7 +217,7 @@ impl<W: Write> Writer<W> {
         shape: &[u64],
         data: &[u8],
     ) -> Result<&TensorEntry, WriteError> {
-        self.add_one(TensorInput { name, dtype, shape, data, base: None })
+        self.add_one(TensorInput { name, dtype, shape, data, base: None, predict: None })
     }
 
     /// Adds a tensor as a delta against the base tensor of the same name, whose logical bytes
@@ -246,7 +247,7 @@ impl<W: Write> Writer<W> {
         base: &[u8],
         base_digest: Digest,
     ) -> Result<&TensorEntry, WriteError> {
-        self.add_one(TensorInput { name, dtype, shape, data, base: Some((base, base_digest)) })
+        self.add_one(TensorInput { name, dtype, shape, data, base: Some((base, base_digest)), predict: None })
     }
 
     /// Adds several tensors, in order, encoding the chunks of all of them in parallel: a
@@ -277,6 +278,10 @@ impl<W: Write> Writer<W> {
             .iter()
             .enumerate()
             .map(|(i, key)| {
+                // A predicted tensor's chunks read other tensors: never shared.
+                if tensors[i].predict.is_some() {
+                    return None;
+                }
                 let found = self.written.get(key).map(|&e| Reuse::Written(e));
                 let found = found.or_else(|| in_batch.get(key).map(|&j| Reuse::Batch(j)));
                 in_batch.entry(*key).or_insert(i);
@@ -306,9 +311,10 @@ impl<W: Write> Writer<W> {
                 match reuse[i] {
                     Some(Reuse::Written(e)) => entry.chunks = w.directory.tensors[e].chunks.clone(),
                     Some(Reuse::Batch(j)) => entry.chunks = w.directory.tensors[pushed[j]].chunks.clone(),
-                    None => {
+                    None if tensors[i].predict.is_none() => {
                         w.written.insert(keys[i], w.directory.tensors.len());
                     }
+                    None => {}
                 }
                 pushed[i] = w.directory.tensors.len();
                 w.push_entry(entry);
@@ -347,7 +353,12 @@ impl<W: Write> Writer<W> {
             let spawn = |k: usize| {
                 let (i, at) = jobs[k];
                 let (t, range) = (&tensors[i], chunk_of(i, at));
-                let part = Part { dtype: t.dtype, data: &t.data[range.clone()], base: t.base.map(|(b, _)| &b[range]) };
+                let part = Part {
+                    dtype: t.dtype,
+                    data: &t.data[range.clone()],
+                    base: t.base.map(|(b, _)| &b[range.clone()]),
+                    predict: t.predict.map(|p| (p.prediction, &p.exp_avg[range.clone()], &p.other[range])),
+                };
                 let done = done.clone();
                 s.spawn(move |_| {
                     // A panic is sent on, to be raised here, where the writer waits.
@@ -404,6 +415,24 @@ impl<W: Write> Writer<W> {
             }
             debug_assert_eq!(tensor_digest(base), digest, "the digest of tensor {:?}'s base", t.name);
         }
+        if let Some(p) = t.predict {
+            let minor = CodecTag::DeltaPredicted.since_minor();
+            if self.header.minor_version < minor {
+                return Err(WriteError::invalid(
+                    what(),
+                    format!(
+                        "predictions need format 1.{minor}; the file was started as 1.{}",
+                        self.header.minor_version
+                    ),
+                ));
+            }
+            if t.dtype != DType::F32 || t.base.is_none() {
+                return Err(WriteError::invalid(what(), "predictions are of f32 deltas (spec §6.8)"));
+            }
+            if p.exp_avg.len() != t.data.len() || p.other.len() != t.data.len() {
+                return Err(WriteError::invalid(what(), "a prediction's inputs are not the tensor's length"));
+            }
+        }
         Ok(())
     }
 
@@ -445,8 +474,10 @@ impl<W: Write> Writer<W> {
                 )
             })?;
             hasher.update(&buf[..n]);
-            let parts: Vec<Part<'_>> =
-                buf[..n].chunks(self.chunk_bytes as usize).map(|data| Part { dtype, data, base: None }).collect();
+            let parts: Vec<Part<'_>> = buf[..n]
+                .chunks(self.chunk_bytes as usize)
+                .map(|data| Part { dtype, data, base: None, predict: None })
+                .collect();
             for (part, encoded) in parts.iter().zip(encode_parts(self.encoder, &parts)) {
                 let encoded = encoded.map_err(|source| WriteError::Codec { tensor: name.to_owned(), source })?;
                 self.write_chunk(&mut entry, part.data, encoded)?;
@@ -468,6 +499,9 @@ impl<W: Write> Writer<W> {
     /// Writes the directory and trailer and returns the output.
     pub fn finish(mut self) -> Result<W, WriteError> {
         self.check_not_failed()?;
+        // A prediction's names must be tensors of the file (R30): the reader predicts from them.
+        tpde_format::predict::validate_predictions(&self.directory)
+            .map_err(|e| WriteError::invalid("predictions", e.to_string()))?;
         let dir = self.directory.to_bytes();
         let trailer = Trailer::new(self.pos, &dir);
         self.out.write_all(&dir)?;
@@ -604,6 +638,23 @@ pub struct TensorInput<'a> {
     /// For a delta: the base tensor's logical bytes and their digest, as
     /// [`Writer::add_tensor_delta_with_digest`] takes them. `None` for a keyframe.
     pub base: Option<(&'a [u8], Digest)>,
+    /// A prediction to try for a delta's chunks (spec §6.8; an `f32` delta in a file of format
+    /// 1.6 or later). Each chunk is coded against whichever of the prediction and the base
+    /// codes smaller.
+    pub predict: Option<PredictInput<'a>>,
+}
+
+/// A prediction for [`TensorInput::predict`], with the whole tensors it reads, which must be
+/// exactly what the file stores (or its base holds) under the names the prediction gives:
+/// the reader predicts from those. [`Writer::finish`] checks that the names are in the file.
+#[derive(Clone, Copy, Debug)]
+pub struct PredictInput<'a> {
+    /// What predicts the tensor.
+    pub prediction: &'a Prediction,
+    /// The logical bytes of tensor `exp_avg` of the file.
+    pub exp_avg: &'a [u8],
+    /// Predictor 1: those of `exp_avg` in the base; predictor 2: of `exp_avg_sq` in the file.
+    pub other: &'a [u8],
 }
 
 /// Where a tensor's chunks already are.
@@ -615,11 +666,13 @@ enum Reuse {
     Batch(usize),
 }
 
-/// One chunk to encode: its logical bytes and the base bytes it may decode against.
+/// One chunk to encode: its logical bytes, the base bytes it may decode against, and the
+/// prediction it may be coded against with its inputs over the same elements.
 struct Part<'a> {
     dtype: DType,
     data: &'a [u8],
     base: Option<&'a [u8]>,
+    predict: Option<(&'a Prediction, &'a [u8], &'a [u8])>,
 }
 
 /// The next chunk encoding to arrive. A caller on a thread of the pool (inside
@@ -655,7 +708,19 @@ fn encode_part(encoder: Encoder, p: &Part<'_>) -> Encoded {
     // Room for the chunk stored whole and its plane headers: growing the buffer copies what is
     // already coded.
     let mut stored = Vec::with_capacity(p.data.len() + 4096);
-    let (tag, params) = encoder.encode(ChunkContext { dtype: p.dtype, base: p.base }, p.data, &mut stored)?;
+    let (mut tag, mut params) = encoder.encode(ChunkContext { dtype: p.dtype, base: p.base }, p.data, &mut stored)?;
+    if let (Some((prediction, exp_avg, other)), Some(base)) = (p.predict, p.base) {
+        // Coded against the prediction where that is smaller: a wrong guess about the
+        // optimizer costs the time of one more encoding, never bytes.
+        let mut predicted = vec![0u8; p.data.len()];
+        tpde_codec::predict::predict(prediction, Inputs { base, exp_avg, other }, &mut predicted);
+        let mut alt = Vec::with_capacity(stored.len());
+        Predicted::encode_against(p.dtype, &predicted, p.data, &mut alt)?;
+        let params_alt = prediction.to_bytes();
+        if alt.len() + params_alt.len() < stored.len() + params.len() {
+            (stored, tag, params) = (alt, CodecTag::DeltaPredicted, params_alt);
+        }
+    }
     let crc32 = crc32fast::hash(&stored);
     Ok(EncodedChunk { stored: Some(stored), tag, params, crc32 })
 }

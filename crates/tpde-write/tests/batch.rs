@@ -35,13 +35,41 @@ fn a_batch_writes_what_one_by_one_writes() {
     let (base_a, base_b) = (bytes(5000, 3), bytes(512, 4));
     let d = |x: &[u8]| tensor_digest(x);
     let tensors = [
-        TensorInput { name: "a", dtype: DType::F32, shape: &[1250], data: &a, base: Some((&base_a, d(&base_a))) },
-        TensorInput { name: "b", dtype: DType::BF16, shape: &[256], data: &b, base: Some((&base_b, d(&base_b))) },
-        TensorInput { name: "empty", dtype: DType::F16, shape: &[0, 3], data: &c, base: None },
-        TensorInput { name: "a.tied", dtype: DType::F32, shape: &[1250], data: &a, base: Some((&base_a, d(&base_a))) },
-        TensorInput { name: "key", dtype: DType::U8, shape: &[5000], data: &a, base: None },
-        TensorInput { name: "b.tied", dtype: DType::BF16, shape: &[256], data: &b, base: Some((&base_b, d(&base_b))) },
-        TensorInput { name: "long", dtype: DType::U8, shape: &[100_000], data: &long, base: None },
+        TensorInput {
+            name: "a",
+            dtype: DType::F32,
+            shape: &[1250],
+            data: &a,
+            base: Some((&base_a, d(&base_a))),
+            predict: None,
+        },
+        TensorInput {
+            name: "b",
+            dtype: DType::BF16,
+            shape: &[256],
+            data: &b,
+            base: Some((&base_b, d(&base_b))),
+            predict: None,
+        },
+        TensorInput { name: "empty", dtype: DType::F16, shape: &[0, 3], data: &c, base: None, predict: None },
+        TensorInput {
+            name: "a.tied",
+            dtype: DType::F32,
+            shape: &[1250],
+            data: &a,
+            base: Some((&base_a, d(&base_a))),
+            predict: None,
+        },
+        TensorInput { name: "key", dtype: DType::U8, shape: &[5000], data: &a, base: None, predict: None },
+        TensorInput {
+            name: "b.tied",
+            dtype: DType::BF16,
+            shape: &[256],
+            data: &b,
+            base: Some((&base_b, d(&base_b))),
+            predict: None,
+        },
+        TensorInput { name: "long", dtype: DType::U8, shape: &[100_000], data: &long, base: None, predict: None },
     ];
     for encoder in [Encoder::Auto, Encoder::AutoSerial, Encoder::Raw, Encoder::Zstd { level: 1 }] {
         let mut one = Writer::new(Vec::new(), options(encoder)).unwrap();
@@ -68,7 +96,7 @@ fn a_refused_batch_writes_nothing() {
     let mut w = Writer::new(Vec::new(), options(Encoder::AutoSerial)).unwrap();
     w.add_tensor("first", DType::U8, &[16], &a[..16]).unwrap();
     let before = w.tensors().to_vec();
-    let ok = TensorInput { name: "x", dtype: DType::U8, shape: &[4096], data: &a, base: None };
+    let ok = TensorInput { name: "x", dtype: DType::U8, shape: &[4096], data: &a, base: None, predict: None };
     let cases = [
         (vec![ok, TensorInput { name: "y", shape: &[4095], ..ok }], "needs 4095"),
         (vec![ok, TensorInput { name: "x", ..ok }], "the batch names it twice"),
@@ -93,7 +121,7 @@ fn a_batch_written_from_inside_a_one_thread_pool_finishes() {
     // `tpde bench` packs inside `ThreadPool::install`: the writer's own thread is the pool's
     // only one, so it must run the chunks it waits for.
     fn write(data: &[u8]) -> Vec<u8> {
-        let input = [TensorInput { name: "t", dtype: DType::U8, shape: &[100_000], data, base: None }];
+        let input = [TensorInput { name: "t", dtype: DType::U8, shape: &[100_000], data, base: None, predict: None }];
         let mut w = Writer::new(Vec::new(), options(Encoder::Zstd { level: 1 })).unwrap();
         w.add_tensors(&input).unwrap();
         w.finish().unwrap()

@@ -3,19 +3,20 @@
 //! keys, and come back out on unpack.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::time::Instant;
 
 use rayon::prelude::*;
 use safetensors::Dtype as StDtype;
+use tpde_codec::predict::Inputs;
 use tpde_codec::Encoder;
 use tpde_format::digest::{content_digest, tensor_digest, Digest, DigestInput};
 use tpde_format::metadata::{KEY_MAX_ABS_ERROR, KEY_MAX_REL_ERROR, KEY_PRODUCER, KEY_SOURCE_FORMAT, RESERVED_PREFIX};
-use tpde_format::{BaseRef, CodecTag, DType, ErrorKind, MetadataValue, TensorEntry};
+use tpde_format::{BaseRef, CodecTag, DType, ErrorKind, MetadataValue, Prediction, TensorEntry};
 use tpde_read::{Base, TensorChunks};
 use tpde_write::lossy::{self, Bound};
-use tpde_write::{TensorInput, WriteOptions, Writer};
+use tpde_write::{PredictInput, TensorInput, WriteOptions, Writer};
 
 use crate::checkpoint::{open_tpde, MemoryCheckpoint, SafetensorsFile};
 use crate::location::{FileReader, Location, Sink, Stored};
@@ -99,6 +100,10 @@ pub struct PackJob<'a> {
     pub exact: HashSet<String>,
     /// Keep the reconstruction of what was written (for the next delta of a lossy series).
     pub keep_reconstruction: bool,
+    /// Predictions to try (spec §6.8), by the name of the tensor they predict, best guess
+    /// first: for each delta tensor the first that predicts a sample of its elements well is
+    /// tried on every chunk ([`choose_prediction`]). Ignored in a lossy pack.
+    pub predictions: HashMap<String, Vec<Prediction>>,
 }
 
 impl PackJob<'_> {
@@ -117,6 +122,7 @@ impl PackJob<'_> {
             max_rel_error: None,
             exact: HashSet::new(),
             keep_reconstruction: false,
+            predictions: HashMap::new(),
         }
     }
 }
@@ -178,6 +184,11 @@ pub fn pack_tensors(
     if bound.is_some() && job.base.is_none() {
         return Err(Error::usage("max_abs_error and max_rel_error drop changes against a base: they need a base"));
     }
+    let predicting = bound.is_none() && job.base.is_some() && !job.predictions.is_empty();
+    if predicting {
+        // Spec §11: a writer that may choose delta-predicted declares 1.6.
+        options.min_minor_version = options.min_minor_version.max(CodecTag::DeltaPredicted.since_minor());
+    }
     if job.max_rel_error.is_some() {
         // Spec §11: tpde.max_rel_error is defined in 1.5.
         options.min_minor_version = options.min_minor_version.max(5);
@@ -203,6 +214,7 @@ pub fn pack_tensors(
     bar.set_length(tensors.iter().map(|t| t.3.len() as u64).sum());
     let mut report = PackReport::default();
     let mut kept = job.keep_reconstruction.then(MemoryCheckpoint::default);
+    let by_name: HashMap<&str, (DType, &[u64], &[u8])> = tensors.iter().map(|&(n, d, s, b)| (n, (d, s, b))).collect();
     // Tensors go to the writer in batches, whose chunks it encodes in parallel.
     let mut batch: Vec<Pending<'_>> = Vec::new();
     let mut batch_bytes = 0;
@@ -221,8 +233,15 @@ pub fn pack_tensors(
         if let Some(k) = &mut kept {
             k.insert(name, dtype, shape, data.to_vec());
         }
+        let predict = match (&base, &job.base) {
+            (Some(b), Some((base_ck, _))) if predicting => {
+                let candidates = job.predictions.get(name).map(Vec::as_slice).unwrap_or_default();
+                choose_prediction(candidates, &data, &b.data, &by_name, *base_ck)?
+            }
+            _ => None,
+        };
         batch_bytes += data.len();
-        batch.push(Pending { name, dtype, shape, data, base });
+        batch.push(Pending { name, dtype, shape, data, base, predict });
         if batch_bytes >= PACK_BATCH_BYTES || k + 1 == tensors.len() {
             add_batch(&mut w, &batch, &mut report)?;
             bar.inc(batch_bytes as u64);
@@ -259,6 +278,62 @@ struct Pending<'a> {
     shape: &'a [u64],
     data: Cow<'a, [u8]>,
     base: Option<tpde_read::BaseTensor<'a>>,
+    predict: Option<Chosen<'a>>,
+}
+
+/// A prediction chosen for a tensor, with the tensors it reads: `exp_avg` of the file and, for
+/// predictor 1, `exp_avg` of the base, for predictor 2 `exp_avg_sq` of the file.
+pub struct Chosen<'a> {
+    prediction: Prediction,
+    exp_avg: &'a [u8],
+    other: Cow<'a, [u8]>,
+}
+
+/// Elements of a tensor a prediction is tried on before its chunks are.
+const PREDICTION_SAMPLE: usize = 256;
+
+/// The first of `candidates` that predicts at least 90% of a sample of `data` (the tensor's
+/// first elements) bit-exactly, else the one that predicts most of it if that is at least 2%,
+/// else `None`: one candidate per guess about the optimizer (which moments belong to which
+/// weight, which learning rate the step used), so a wrong guess costs a sample, not a pass
+/// over the tensor. `base` is the tensor's base bytes; `file` the tensors being packed.
+pub fn choose_prediction<'a>(
+    candidates: &[Prediction],
+    data: &[u8],
+    base: &[u8],
+    file: &HashMap<&str, (DType, &'a [u64], &'a [u8])>,
+    base_ck: &'a dyn Base,
+) -> Result<Option<Chosen<'a>>, Error> {
+    let n = data.len().min(PREDICTION_SAMPLE * 4);
+    let same = |name: &str| file.get(name).filter(|t| t.0 == DType::F32 && t.2.len() == data.len()).map(|t| t.2);
+    let mut best: Option<(usize, Chosen<'a>)> = None;
+    for p in candidates {
+        let Some(exp_avg) = same(p.inputs()[0]) else { continue };
+        let other: Cow<'a, [u8]> = match p {
+            Prediction::AdamSecondMoment { exp_avg: name, .. } => {
+                match base_ck.tensor(name)?.filter(|t| t.dtype == DType::F32 && t.data.len() == data.len()) {
+                    Some(t) => t.data,
+                    None => continue,
+                }
+            }
+            Prediction::AdamParameter { exp_avg_sq, .. } => match same(exp_avg_sq) {
+                Some(v) => Cow::Borrowed(v),
+                None => continue,
+            },
+        };
+        let mut predicted = vec![0u8; n];
+        let inputs = Inputs { base: &base[..n], exp_avg: &exp_avg[..n], other: &other[..n] };
+        tpde_codec::predict::predict(p, inputs, &mut predicted);
+        let hits = predicted.chunks_exact(4).zip(data.chunks_exact(4)).filter(|(a, b)| a == b).count();
+        let chosen = Chosen { prediction: p.clone(), exp_avg, other };
+        if hits * 10 >= (n / 4) * 9 {
+            return Ok(Some(chosen));
+        }
+        if best.as_ref().map_or(true, |(h, _)| hits > *h) {
+            best = Some((hits, chosen));
+        }
+    }
+    Ok(best.filter(|(hits, _)| hits * 50 >= n / 4 && *hits > 0).map(|(_, c)| c))
 }
 
 fn add_batch(w: &mut Writer<Sink>, batch: &[Pending<'_>], report: &mut PackReport) -> Result<(), Error> {
@@ -274,6 +349,11 @@ fn add_batch(w: &mut Writer<Sink>, batch: &[Pending<'_>], report: &mut PackRepor
             shape: p.shape,
             data: &p.data,
             base: p.base.as_ref().zip(digest).map(|(b, d)| (&b.data[..], d)),
+            predict: p.predict.as_ref().map(|c| PredictInput {
+                prediction: &c.prediction,
+                exp_avg: c.exp_avg,
+                other: &c.other,
+            }),
         })
         .collect();
     w.add_tensors(&inputs)?;
@@ -377,6 +457,7 @@ pub fn pack_series(
             max_rel_error: max_rel_error.filter(|_| base.is_some()),
             exact: HashSet::new(),
             keep_reconstruction: max_abs_error.is_some() || max_rel_error.is_some(),
+            predictions: HashMap::new(),
             base,
         };
         let (report, recon) = pack_file(&src, input, &output, job, bar)?;

@@ -23,7 +23,7 @@ pub use tpde_write as write;
 
 pub use location::{FileReader, Location};
 pub use tpde_codec::Encoder;
-pub use tpde_format::{DType, ErrorKind, MetadataValue};
+pub use tpde_format::{DType, ErrorKind, MetadataValue, Prediction};
 pub use tpde_read::{Base, Reader};
 pub use tpde_write::{FileWriter, WriteOptions, Writer};
 

@@ -53,6 +53,7 @@ fn write(out: &Location, tensors: &Tensors, base: Option<&Location>) -> Result<P
         max_rel_error: None,
         exact: Default::default(),
         keep_reconstruction: false,
+        predictions: Default::default(),
     };
     let refs: Vec<TensorRef<'_>> =
         tensors.iter().map(|(n, d, s, b)| (n.as_str(), *d, s.as_slice(), b.as_slice())).collect();

@@ -2,13 +2,13 @@
 //! thing broken and its checksums resealed, so that only the rule under test can catch it.
 
 use tpde_format::{
-    surgery, BaseRef, CodecTag, DType, Directory, ErrorKind, Header, MetadataEntry, MetadataValue, RequiredFeatures,
-    Trailer,
+    surgery, BaseRef, CodecTag, DType, Directory, ErrorKind, Header, MetadataEntry, MetadataValue, Prediction,
+    RequiredFeatures, TensorEntry, Trailer,
 };
 
 use crate::valid::{
     CONTEXT_BASE, CONTEXT_F32, DELTA_BASE, DELTA_PACKED, DELTA_SUB_CONTEXT, DELTA_XOR, LANES_F32, LANES_PACKED,
-    SMALL_PLANES, SMALL_RAW, SMALL_ZSTD,
+    PREDICTED, PREDICTED_BASE, SMALL_PLANES, SMALL_RAW, SMALL_ZSTD,
 };
 use crate::Gen;
 use tpde_codec::planes::PlaneRecord;
@@ -27,6 +27,7 @@ pub fn all(g: &mut Gen) {
     contexts(g);
     base_contexts(g);
     single_rule(g);
+    predicted(g);
 }
 
 /// The manifest entry of `invalid/{name}.tpde`, read on its own.
@@ -1118,6 +1119,93 @@ fn single_rule(g: &mut Gen) {
             m.value = MetadataValue::U64(1);
         }),
         "valid/delta-lossy-relative-base.tpde",
+        Malformed,
+    );
+}
+
+/// 1.6's predictions (§6.8, R30 at open; R29 for the base tensor a prediction reads): the
+/// predicted delta with its params edited.
+fn predicted(g: &mut Gen) {
+    let file = g.get(PREDICTED).bytes.clone();
+    // Rewrites the params of every predicted chunk of tensor `name` with `edit`.
+    let with_params = |name: &'static str, edit: fn(&mut Prediction)| {
+        edit_dir(&file, move |d| {
+            let t = d.tensors.iter_mut().find(|t| t.name == name).expect("the tensor");
+            for c in t.chunks.iter_mut().filter(|c| c.codec == CodecTag::DeltaPredicted) {
+                let mut p = Prediction::parse(&c.params).expect("valid params");
+                edit(&mut p);
+                c.params = p.to_bytes();
+            }
+        })
+    };
+    // A tensor of the file that the base lacks: f32 of the predicted tensors' shape.
+    let with_extra = |edit: fn(&mut Prediction)| {
+        let mut file = with_params("v", edit);
+        file = edit_dir(&file, |d| {
+            let m = d.tensors.iter().find(|t| t.name == "m").expect("m").clone();
+            d.tensors.push(TensorEntry { name: "m.new".into(), ..m });
+        });
+        file
+    };
+    fn first_name(p: &mut Prediction, to: &str) {
+        match p {
+            Prediction::AdamSecondMoment { exp_avg, .. } | Prediction::AdamParameter { exp_avg, .. } => {
+                *exp_avg = to.into()
+            }
+        }
+    }
+    let cases: Vec<(&str, &str, &str, Vec<u8>)> = vec![
+        (
+            "r30-predicted-name-absent",
+            "R30",
+            "w's prediction reads m.absent, which the file lacks",
+            with_params("w", |p| first_name(p, "m.absent")),
+        ),
+        (
+            "r30-predicted-loop",
+            "R30",
+            "v's prediction reads w, whose prediction reads v: a loop",
+            with_params("v", |p| first_name(p, "w")),
+        ),
+        ("r30-predicted-self", "R30", "v's prediction reads v itself", with_params("v", |p| first_name(p, "v"))),
+        (
+            "r30-predicted-predictor-3",
+            "R30",
+            "a prediction's predictor byte is 3",
+            edit_dir(&file, |d| {
+                let c = d.tensors[0].chunks.iter_mut().find(|c| c.codec == CodecTag::DeltaPredicted).expect("one");
+                c.params[0] = 3;
+            }),
+        ),
+        (
+            "r30-predicted-trailing-byte",
+            "R30",
+            "a byte after a prediction's last name",
+            edit_dir(&file, |d| {
+                let c = d.tensors[0].chunks.iter_mut().find(|c| c.codec == CodecTag::DeltaPredicted).expect("one");
+                c.params.push(0);
+            }),
+        ),
+        (
+            "r30-predicted-shape",
+            "R30",
+            "w's prediction reads a tensor of another shape (m reshaped to 3000)",
+            edit_dir(&file, |d| {
+                let m = d.tensors.iter_mut().find(|t| t.name == "m").expect("m");
+                m.shape = vec![3000];
+            }),
+        ),
+    ];
+    for (name, rule, description, bytes) in cases {
+        bad_delta(g, name, rule, description, bytes, PREDICTED_BASE, Malformed);
+    }
+    bad_delta(
+        g,
+        "r29-predicted-base-moment-absent",
+        "R29",
+        "v's prediction reads m.new, a tensor of the file that the base lacks",
+        with_extra(|p| first_name(p, "m.new")),
+        PREDICTED_BASE,
         Malformed,
     );
 }

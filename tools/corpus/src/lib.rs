@@ -16,12 +16,12 @@ use std::collections::HashMap;
 
 use tpde_codec::Encoder;
 use tpde_format::digest::{content_digest, tensor_digest, DigestInput};
-use tpde_format::{BaseRef, DType, MetadataValue};
+use tpde_format::{BaseRef, DType, MetadataValue, Prediction};
 use tpde_tools::conformance::{Case, Expect, ExpectedMetadata, ExpectedTensor, Manifest, SCHEMA};
-use tpde_write::{WriteOptions, Writer};
+use tpde_write::{PredictInput, TensorInput, WriteOptions, Writer};
 
 /// The spec version the corpus is generated for.
-pub const SPEC_VERSION: &str = "1.5";
+pub const SPEC_VERSION: &str = "1.6";
 
 /// The generated corpus: files (path relative to the corpus folder, bytes) and the manifest.
 pub struct Corpus {
@@ -60,11 +60,13 @@ pub(crate) struct T {
     pub delta: bool,
     /// The encoder for this tensor (default: the file's).
     pub encoder: Option<Encoder>,
+    /// For a delta: a prediction its chunks may be coded against (spec §6.8).
+    pub predict: Option<Prediction>,
 }
 
 impl T {
     pub fn new(name: &str, dtype: DType, shape: &[u64], data: Vec<u8>) -> T {
-        T { name: name.into(), dtype, shape: shape.to_vec(), data, delta: false, encoder: None }
+        T { name: name.into(), dtype, shape: shape.to_vec(), data, delta: false, encoder: None, predict: None }
     }
     pub fn with(mut self, encoder: Encoder) -> T {
         self.encoder = Some(encoder);
@@ -163,11 +165,26 @@ impl Gen {
         }
         for t in &spec.tensors {
             w.set_encoder(t.encoder.unwrap_or(options.encoder)).expect("encoder of the file's version");
-            let r = if t.delta {
-                let b = base_tensors.as_ref().and_then(|b| b.iter().find(|b| b.name == t.name)).expect("base tensor");
-                w.add_tensor_delta(&t.name, t.dtype, &t.shape, &t.data, &b.data)
+            let base_of = |name: &str| {
+                base_tensors.as_ref().and_then(|b| b.iter().find(|b| b.name == name)).expect("base tensor")
+            };
+            let this = |name: &str| &spec.tensors.iter().find(|t| t.name == name).expect("named tensor").data;
+            let r = if let (true, Some(p)) = (t.delta, &t.predict) {
+                let b = base_of(&t.name);
+                let other = match p {
+                    Prediction::AdamSecondMoment { exp_avg, .. } => &base_of(exp_avg).data,
+                    Prediction::AdamParameter { exp_avg_sq, .. } => this(exp_avg_sq),
+                };
+                let predict = Some(PredictInput { prediction: p, exp_avg: this(p.inputs()[0]), other });
+                let base = Some((&b.data[..], tensor_digest(&b.data)));
+                let input =
+                    TensorInput { name: &t.name, dtype: t.dtype, shape: &t.shape, data: &t.data, base, predict };
+                w.add_tensors(&[input])
+            } else if t.delta {
+                let b = base_of(&t.name);
+                w.add_tensor_delta(&t.name, t.dtype, &t.shape, &t.data, &b.data).map(|_| ())
             } else {
-                w.add_tensor(&t.name, t.dtype, &t.shape, &t.data)
+                w.add_tensor(&t.name, t.dtype, &t.shape, &t.data).map(|_| ())
             };
             r.unwrap_or_else(|e| panic!("{}: {e}", spec.path));
         }

@@ -5,7 +5,7 @@ use half::{bf16, f16};
 use tpde_codec::Encoder;
 use tpde_format::limits::{MAX_KEY_LEN, MAX_NAME_LEN, MAX_RANK};
 use tpde_format::metadata::{KEY_MAX_ABS_ERROR, KEY_MAX_REL_ERROR, KEY_PRODUCER, KEY_SOURCE_FORMAT, KEY_STEP};
-use tpde_format::{surgery, CodecTag, DType, MetadataEntry, MetadataValue};
+use tpde_format::{surgery, CodecTag, DType, MetadataEntry, MetadataValue, Prediction};
 use tpde_write::lossy::Bound;
 
 use crate::{Gen, Rng, Spec, T};
@@ -40,6 +40,7 @@ pub fn all(g: &mut Gen) {
     base_contexts(g);
     clarifications(g);
     relative_bound(g);
+    predicted(g);
 }
 
 /// Bytes of `values` as `dtype` (a float dtype that `half` or the std covers, or an integer).
@@ -826,4 +827,85 @@ fn relative_bound(g: &mut Gen) {
         .tensor(lossy)
         .base("valid/delta-lossy-relative-base.tpde"),
     );
+}
+
+/// The keyframe the predicted delta decodes against.
+pub const PREDICTED_BASE: &str = "valid/delta-predicted-base.tpde";
+/// 1.6's predicted delta (§6.8).
+pub const PREDICTED: &str = "valid/delta-predicted.tpde";
+
+/// 1.6: one AdamW step of weights `w` and moments `m`, `v`, computed in binary32 as torch does,
+/// stored as a delta whose `v` and `w` are predicted (§6.8). The weights' last chunk is noise
+/// that no prediction fits, coded as a plain delta; special elements (a NaN weight, an infinite
+/// one, a negative second moment, subnormal moments) test the canonical NaN and the subnormals.
+fn predicted(g: &mut Gen) {
+    let mut rng = Rng::new(16);
+    let n = 3000;
+    let (beta1, beta2, eps, lr, wd, t) = (0.9f64, 0.999f64, 1e-8f64, 1e-3f64, 0.01f64, 7i32);
+    let (a, b2, c) = ((1.0 - beta1) as f32, beta2 as f32, (1.0 - beta2) as f32);
+    let (d, r, e, h) = (
+        (1.0 - lr * wd) as f32,
+        (1.0 - beta2.powi(t)).sqrt() as f32,
+        eps as f32,
+        (-(lr / (1.0 - beta1.powi(t)))) as f32,
+    );
+    let mut w0: Vec<f32> = (0..n).map(|_| rng.normal(0.05) as f32).collect();
+    let mut m0: Vec<f32> = (0..n).map(|_| rng.normal(1e-3) as f32).collect();
+    let mut v0: Vec<f32> = (0..n).map(|_| (rng.normal(1e-3) as f32).powi(2)).collect();
+    let grad: Vec<f32> = (0..n).map(|_| rng.normal(1e-3) as f32).collect();
+    (w0[5], w0[6], v0[7], m0[8], v0[8]) = (f32::NAN, f32::INFINITY, -1e-6, 1e-39, 1e-40);
+    let m1: Vec<f32> = m0.iter().zip(&grad).map(|(&m, &g)| m + a * (g - m)).collect();
+    let v1: Vec<f32> = v0.iter().zip(&grad).map(|(&v, &g)| v * b2 + (c * g) * g).collect();
+    let mut w1: Vec<f32> = (0..n).map(|i| w0[i] * d + (h * m1[i]) / (v1[i].sqrt() / r + e)).collect();
+    for x in &mut w1[2048..] {
+        *x = rng.normal(0.05) as f32;
+    }
+    let f32s = |x: &[f32]| x.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>();
+    let shape = [30, 100];
+    g.valid(
+        Spec::new(
+            PREDICTED_BASE,
+            "§6.8",
+            "the keyframe of delta-predicted: AdamW's weights w and moments m, v before a step (f32, 30x100)",
+        )
+        .encoder(Encoder::Codec(CodecTag::PlanesLanes))
+        .tensors([
+            T::new("w", DType::F32, &shape, f32s(&w0)),
+            T::new("m", DType::F32, &shape, f32s(&m0)),
+            T::new("v", DType::F32, &shape, f32s(&v0)),
+        ]),
+    );
+    let v_pred =
+        Prediction::AdamSecondMoment { one_minus_beta1: a, beta2: b2, one_minus_beta2: c, exp_avg: "m".into() };
+    let w_pred = Prediction::AdamParameter {
+        decay: d,
+        bias2_sqrt: r,
+        eps: e,
+        neg_step: h,
+        exp_avg: "m".into(),
+        exp_avg_sq: "v".into(),
+    };
+    let file = g.valid(
+        Spec::new(
+            PREDICTED,
+            "§6.8",
+            "delta-predicted (0x0010, 1.6) after one AdamW step: w (listed first, read before the tensors it depends on) predicted from its base and this file's m and v (predictor 2), v from its base and m here and in the base (predictor 1); w's last chunk is a plain delta; a NaN, an infinity, a negative v and subnormals among the elements",
+        )
+        .encoder(Encoder::Auto)
+        .minor(6)
+        .chunk_bytes(4096)
+        .tensors([
+            T { delta: true, predict: Some(w_pred), ..T::new("w", DType::F32, &shape, f32s(&w1)) },
+            T { delta: true, ..T::new("m", DType::F32, &shape, f32s(&m1)) },
+            T { delta: true, predict: Some(v_pred), ..T::new("v", DType::F32, &shape, f32s(&v1)) },
+        ])
+        .base(PREDICTED_BASE),
+    );
+    let d = surgery::directory(&file).expect("a valid file");
+    let tags = |name: &str| {
+        d.tensors.iter().find(|t| t.name == name).unwrap().chunks.iter().map(|c| c.codec).collect::<Vec<_>>()
+    };
+    assert_eq!(tags("w")[..2], [CodecTag::DeltaPredicted; 2], "w's first chunks are predicted");
+    assert_ne!(tags("w")[2], CodecTag::DeltaPredicted, "w's noise is a plain delta");
+    assert!(tags("v").iter().all(|&c| c == CodecTag::DeltaPredicted), "v is predicted");
 }

@@ -274,6 +274,7 @@ fn run(command: Command) -> Result<(), CliError> {
                 max_rel_error: codec.max_rel_error,
                 exact: Default::default(),
                 keep_reconstruction: false,
+                predictions: Default::default(),
             };
             let bar = progress_bar(0, "packing");
             let r = sharded::pack_file_or_folder(&input, &output, job, &bar)?;

@@ -1,0 +1,160 @@
+//! `delta-predicted` (spec §6.8): a chunk coded as `delta-sub-context` against a prediction
+//! instead of the base, and the predictions' arithmetic.
+//!
+//! Every operation is one IEEE 754 binary32 operation, rounded to nearest even, in the order
+//! the spec's parentheses give: Rust's `f32` `+ − × ÷ sqrt` are exactly those (no fused
+//! multiply-add, no flushing of subnormals, no excess precision), so the prediction is the
+//! same bit for bit on every conforming reader. Only NaN payloads differ between machines,
+//! which is why a NaN prediction is replaced by the canonical quiet NaN.
+
+use tpde_format::{CodecTag, DType, Prediction};
+
+use crate::float::{trailing, Dense, DenseOp};
+use crate::planes::{self, PlaneForm};
+use crate::{ChunkCodec, ChunkContext, CodecError};
+
+/// The prediction of a NaN (spec §6.8): the canonical quiet NaN.
+pub const CANONICAL_NAN: u32 = 0x7FC0_0000;
+
+/// The inputs of a prediction over one chunk's elements, little-endian `f32` bytes of equal
+/// length: the base's element of the chunk's own tensor, and the tensors the prediction names.
+#[derive(Clone, Copy, Debug)]
+pub struct Inputs<'a> {
+    /// The base tensor of the chunk's own name (spec §6.3).
+    pub base: &'a [u8],
+    /// `exp_avg` of this file.
+    pub exp_avg: &'a [u8],
+    /// Predictor 1: `exp_avg` of the base. Predictor 2: `exp_avg_sq` of this file.
+    pub other: &'a [u8],
+}
+
+/// Writes the prediction of `p` over `inputs` to `out` (all of one length, a multiple of 4).
+pub fn predict(p: &Prediction, inputs: Inputs<'_>, out: &mut [u8]) {
+    let n = out.len();
+    assert!(
+        n % 4 == 0 && inputs.base.len() == n && inputs.exp_avg.len() == n && inputs.other.len() == n,
+        "prediction inputs of one length"
+    );
+    let f = |b: &[u8]| f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    let elements = inputs.base.chunks_exact(4).zip(inputs.exp_avg.chunks_exact(4)).zip(inputs.other.chunks_exact(4));
+    match *p {
+        Prediction::AdamSecondMoment { one_minus_beta1: a, beta2, one_minus_beta2: c, .. } => {
+            for (o, ((v0, m), m0)) in out.chunks_exact_mut(4).zip(elements) {
+                let (v0, m, m0) = (f(v0), f(m), f(m0));
+                let g = m0 + (m - m0) / a;
+                o.copy_from_slice(&canonical(v0 * beta2 + (c * g) * g).to_le_bytes());
+            }
+        }
+        Prediction::AdamParameter { decay: d, bias2_sqrt: r, eps: e, neg_step: h, .. } => {
+            for (o, ((w0, m), v)) in out.chunks_exact_mut(4).zip(elements) {
+                let (w0, m, v) = (f(w0), f(m), f(v));
+                o.copy_from_slice(&canonical(w0 * d + (h * m) / (v.sqrt() / r + e)).to_le_bytes());
+            }
+        }
+    }
+}
+
+fn canonical(x: f32) -> u32 {
+    if x.is_nan() {
+        CANONICAL_NAN
+    } else {
+        x.to_bits()
+    }
+}
+
+/// The `delta-predicted` codec. Its [`ChunkContext::base`] is the chunk's prediction, which
+/// the reader computes ([`predict`]) from the tensors the params name; the stored bytes are
+/// those of `delta-sub-context` against it.
+#[derive(Clone, Copy, Debug)]
+pub struct Predicted;
+
+impl Predicted {
+    /// Appends the stored form of `input` coded against `prediction` to `out`; the chunk's
+    /// params are `p.to_bytes()`.
+    pub fn encode_against(dtype: DType, prediction: &[u8], input: &[u8], out: &mut Vec<u8>) -> Result<(), CodecError> {
+        Dense(DenseOp::Sub, PlaneForm::BaseContexts).encode(
+            ChunkContext { dtype, base: Some(prediction) },
+            input,
+            out,
+        )?;
+        Ok(())
+    }
+}
+
+impl ChunkCodec for Predicted {
+    fn tag(&self) -> CodecTag {
+        CodecTag::DeltaPredicted
+    }
+
+    fn encode(&self, _: ChunkContext, _: &[u8], _: &mut Vec<u8>) -> Result<Vec<u8>, CodecError> {
+        Err(CodecError::Encode {
+            codec: self.tag(),
+            detail: "a prediction's chunk is encoded with Predicted::encode_against, which takes the prediction".into(),
+        })
+    }
+
+    fn check_lengths(&self, _stored: u64, _decoded: u64) -> Result<(), CodecError> {
+        Ok(()) // the base tensor, not the stored bytes, justifies the decoded length
+    }
+
+    fn decode(&self, ctx: ChunkContext, params: &[u8], stored: &[u8], out: &mut [u8]) -> Result<(), CodecError> {
+        Prediction::parse(params).map_err(|detail| CodecError::BadParams { codec: self.tag(), detail })?;
+        let prediction = ctx.base.ok_or(CodecError::MissingBase { codec: self.tag() })?;
+        if prediction.len() != out.len() {
+            return Err(CodecError::BaseLength {
+                codec: self.tag(),
+                found: prediction.len() as u64,
+                expected: out.len() as u64,
+            });
+        }
+        let context_base = planes::BaseElements { dtype: ctx.dtype, elements: prediction };
+        let end = planes::decode(self.tag(), stored, 0, 4, false, Some(context_base), out)?;
+        trailing(self.tag(), stored, end)?;
+        Dense::inverse(DenseOp::Sub, ctx.dtype, out, prediction);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(x: &[f32]) -> Vec<u8> {
+        x.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    fn words(b: &[u8]) -> Vec<u32> {
+        b.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect()
+    }
+
+    #[test]
+    fn predictions_follow_the_spec_formulas_and_round_trip() {
+        let v = Prediction::AdamSecondMoment {
+            one_minus_beta1: 0.1,
+            beta2: 0.999,
+            one_minus_beta2: 0.001,
+            exp_avg: "m".into(),
+        };
+        let (v0, m, m0) = ([4e-8f32, 0.0, f32::NAN, 1e-40], [2e-4f32, -1e-5, 0.0, 0.0], [1e-4f32, 0.0, 0.0, 0.0]);
+        let mut out = vec![0; 16];
+        predict(&v, Inputs { base: &bytes(&v0), exp_avg: &bytes(&m), other: &bytes(&m0) }, &mut out);
+        let g = 1e-4f32 + (2e-4f32 - 1e-4) / 0.1;
+        let want = [4e-8f32 * 0.999 + (0.001 * g) * g, 0.0, 0.0, 1e-40 * 0.999];
+        let got = words(&out);
+        assert_eq!(got[0], want[0].to_bits());
+        assert_eq!(got[2], CANONICAL_NAN, "NaN in, the canonical NaN out");
+        assert_eq!(got[3], want[3].to_bits(), "subnormals are kept");
+        assert_ne!(got[3], 0);
+
+        // A chunk coded against its prediction decodes back to the chunk.
+        let cur = bytes(&[4.1e-8f32, 1e-11, 3.0, 1e-40]);
+        let mut stored = Vec::new();
+        Predicted::encode_against(DType::F32, &out, &cur, &mut stored).unwrap();
+        let mut back = vec![0; 16];
+        let ctx = ChunkContext { dtype: DType::F32, base: Some(&out) };
+        Predicted.decode(ctx, &v.to_bytes(), &stored, &mut back).unwrap();
+        assert_eq!(back, cur);
+        let bad = Predicted.decode(ctx, &[9], &stored, &mut back).unwrap_err();
+        assert!(matches!(bad, CodecError::BadParams { .. }), "{bad}");
+    }
+}

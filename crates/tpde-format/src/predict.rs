@@ -1,0 +1,271 @@
+//! Predictions (spec §6.8): the params of a `delta-predicted` chunk, which name the tensors and
+//! binary32 constants its prediction is computed from, and the dependency rules between the
+//! tensors of a file (R30). The arithmetic itself is in `tpde-codec` (`predict`).
+
+use std::collections::HashMap;
+
+use crate::directory::Directory;
+use crate::error::{FormatError, Location};
+use crate::limits::MAX_PREDICTION_DEPTH;
+use crate::{CodecTag, DType};
+
+/// What a `delta-predicted` chunk predicts its elements from (spec §6.8). Constants are
+/// binary32 values, stored as their bit patterns; a reader uses them as they are.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Prediction {
+    /// Predictor 1: Adam's second moment after one step, `p = b·β + (c·g)·g` with the gradient
+    /// recovered from the first moment as `g = m' + (m − m')/a`. `b` is the base's element of
+    /// this tensor, `m` of tensor `exp_avg` in this file, `m'` of `exp_avg` in the base.
+    AdamSecondMoment {
+        /// `a`: 1 − β1.
+        one_minus_beta1: f32,
+        /// `β`: β2.
+        beta2: f32,
+        /// `c`: 1 − β2.
+        one_minus_beta2: f32,
+        /// The first moment's tensor.
+        exp_avg: String,
+    },
+    /// Predictor 2: a parameter after one Adam(W) step, `p = b·d + (h·m)/(√v/r + e)`. `b` is the
+    /// base's element of this tensor, `m` and `v` those of tensors `exp_avg` and `exp_avg_sq` in
+    /// this file.
+    AdamParameter {
+        /// `d`: the decoupled weight decay's factor 1 − lr·λ (1 without it).
+        decay: f32,
+        /// `r`: the square root of the second moment's bias correction, √(1 − β2^t).
+        bias2_sqrt: f32,
+        /// `e`: ε.
+        eps: f32,
+        /// `h`: the signed step, −lr / (1 − β1^t).
+        neg_step: f32,
+        /// The first moment's tensor.
+        exp_avg: String,
+        /// The second moment's tensor (under `amsgrad`, its running maximum).
+        exp_avg_sq: String,
+    },
+}
+
+impl Prediction {
+    /// The predictor's code in the params.
+    pub fn code(&self) -> u8 {
+        match self {
+            Prediction::AdamSecondMoment { .. } => 1,
+            Prediction::AdamParameter { .. } => 2,
+        }
+    }
+
+    /// The constants, in the order the params store them.
+    pub fn constants(&self) -> Vec<f32> {
+        match *self {
+            Prediction::AdamSecondMoment { one_minus_beta1, beta2, one_minus_beta2, .. } => {
+                vec![one_minus_beta1, beta2, one_minus_beta2]
+            }
+            Prediction::AdamParameter { decay, bias2_sqrt, eps, neg_step, .. } => {
+                vec![decay, bias2_sqrt, eps, neg_step]
+            }
+        }
+    }
+
+    /// The tensors of the same file the prediction reads, in the params' order.
+    pub fn inputs(&self) -> Vec<&str> {
+        match self {
+            Prediction::AdamSecondMoment { exp_avg, .. } => vec![exp_avg],
+            Prediction::AdamParameter { exp_avg, exp_avg_sq, .. } => vec![exp_avg, exp_avg_sq],
+        }
+    }
+
+    /// The tensors of the base the prediction reads besides the base's tensor of the chunk's
+    /// own name.
+    pub fn base_inputs(&self) -> Vec<&str> {
+        match self {
+            Prediction::AdamSecondMoment { exp_avg, .. } => vec![exp_avg],
+            Prediction::AdamParameter { .. } => Vec::new(),
+        }
+    }
+
+    /// The params bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = vec![self.code()];
+        for c in self.constants() {
+            out.extend_from_slice(&c.to_bits().to_le_bytes());
+        }
+        for name in self.inputs() {
+            out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+            out.extend_from_slice(name.as_bytes());
+        }
+        out
+    }
+
+    /// Parses a chunk's params (hand-written: a dozen bytes and a name or two, checked to the
+    /// byte, do not need a parser library). The error says what is wrong.
+    pub fn parse(params: &[u8]) -> Result<Prediction, String> {
+        let mut at = params;
+        let mut take = |n: usize, what: &str| -> Result<&[u8], String> {
+            if at.len() < n {
+                return Err(format!("the params end before {what}"));
+            }
+            let (head, rest) = at.split_at(n);
+            at = rest;
+            Ok(head)
+        };
+        let code = take(1, "the predictor")?[0];
+        let constants = match code {
+            1 => 3,
+            2 => 4,
+            _ => return Err(format!("predictor {code} is not 1 or 2")),
+        };
+        let mut k = Vec::with_capacity(4);
+        for _ in 0..constants {
+            let b = take(4, "a constant")?;
+            k.push(f32::from_bits(u32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+        }
+        let mut names = Vec::with_capacity(2);
+        for _ in 0..code {
+            let len = take(2, "a name's length")?;
+            let len = u16::from_le_bytes([len[0], len[1]]) as usize;
+            let name = std::str::from_utf8(take(len, "a name")?).map_err(|_| "a name is not UTF-8".to_owned())?;
+            if name.is_empty() {
+                return Err("a name is empty".into());
+            }
+            names.push(name.to_owned());
+        }
+        if !at.is_empty() {
+            return Err(format!("{} bytes follow the params", at.len()));
+        }
+        let mut names = names.into_iter();
+        let mut name = || names.next().expect("one name per input");
+        Ok(match code {
+            1 => Prediction::AdamSecondMoment {
+                one_minus_beta1: k[0],
+                beta2: k[1],
+                one_minus_beta2: k[2],
+                exp_avg: name(),
+            },
+            _ => Prediction::AdamParameter {
+                decay: k[0],
+                bias2_sqrt: k[1],
+                eps: k[2],
+                neg_step: k[3],
+                exp_avg: name(),
+                exp_avg_sq: name(),
+            },
+        })
+    }
+}
+
+/// R30: every `delta-predicted` chunk's params parse, its tensor and the tensors it reads are
+/// `f32` of one shape, those tensors exist in the file, and no chain of tensors reading each
+/// other loops or is longer than [`MAX_PREDICTION_DEPTH`].
+pub fn validate_predictions(dir: &Directory) -> Result<(), FormatError> {
+    let index: HashMap<&str, usize> = dir.tensors.iter().enumerate().map(|(i, t)| (t.name.as_str(), i)).collect();
+    // The tensors each tensor's predictions read.
+    let mut reads: Vec<Vec<usize>> = vec![Vec::new(); dir.tensors.len()];
+    for (ti, t) in dir.tensors.iter().enumerate() {
+        for (ci, c) in t.chunks.iter().enumerate().filter(|(_, c)| c.codec == CodecTag::DeltaPredicted) {
+            let bad =
+                |detail: String| FormatError::malformed("prediction", Location::chunk(&t.name, ci as u32), detail);
+            let p = Prediction::parse(&c.params).map_err(bad)?;
+            if t.dtype != DType::F32 {
+                return Err(bad(format!("the tensor is {}; predictions are of f32 tensors", t.dtype)));
+            }
+            for name in p.inputs() {
+                let &i =
+                    index.get(name).ok_or_else(|| bad(format!("it reads tensor {name:?}, which the file lacks")))?;
+                let input = &dir.tensors[i];
+                if input.dtype != DType::F32 || input.shape != t.shape {
+                    return Err(bad(format!(
+                        "it reads tensor {name:?}, which is {} {:?}; the tensor is f32 {:?}",
+                        input.dtype, input.shape, t.shape
+                    )));
+                }
+                if !reads[ti].contains(&i) {
+                    reads[ti].push(i);
+                }
+            }
+        }
+    }
+    // Depth-first along the reads, each tensor explored once: `height[i]` is the longest chain of
+    // predicted tensors from i, once known. The path is at most MAX_PREDICTION_DEPTH + 1 long,
+    // so the search is bounded whatever the file.
+    fn walk(
+        reads: &[Vec<usize>],
+        height: &mut [usize],
+        path: &mut Vec<usize>,
+        dir: &Directory,
+    ) -> Result<(), FormatError> {
+        let here = *path.last().expect("a path starts at a tensor");
+        let names =
+            |p: &[usize]| p.iter().map(|&i| format!("{:?}", dir.tensors[i].name)).collect::<Vec<_>>().join(" reads ");
+        let mut tallest = 0;
+        for &next in &reads[here] {
+            if reads[next].is_empty() {
+                continue;
+            }
+            let looped = path.contains(&next);
+            path.push(next);
+            let first = path[0];
+            let at = || Location::tensor(&dir.tensors[first].name);
+            if looped {
+                return Err(FormatError::malformed(
+                    "prediction",
+                    at(),
+                    format!("the predictions loop: {}", names(path)),
+                ));
+            }
+            if height[next] == 0 && path.len() <= MAX_PREDICTION_DEPTH {
+                walk(reads, height, path, dir)?;
+            }
+            if path.len() - 1 + height[next].max(1) > MAX_PREDICTION_DEPTH {
+                let detail = format!("a chain of more than {MAX_PREDICTION_DEPTH} predicted tensors: {}", names(path));
+                return Err(FormatError::malformed("prediction", at(), detail));
+            }
+            tallest = tallest.max(height[next]);
+            path.pop();
+        }
+        height[here] = 1 + tallest;
+        Ok(())
+    }
+    let mut height = vec![0; dir.tensors.len()];
+    for ti in 0..dir.tensors.len() {
+        if !reads[ti].is_empty() && height[ti] == 0 {
+            walk(&reads, &mut height, &mut vec![ti], dir)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_round_trip_and_reject_what_the_spec_rejects() {
+        let v = Prediction::AdamSecondMoment {
+            one_minus_beta1: 0.1,
+            beta2: 0.999,
+            one_minus_beta2: 0.001,
+            exp_avg: "optim/state/0/exp_avg".into(),
+        };
+        let w = Prediction::AdamParameter {
+            decay: 0.9999995,
+            bias2_sqrt: 0.0447,
+            eps: 1e-8,
+            neg_step: -5e-4,
+            exp_avg: "m".into(),
+            exp_avg_sq: "v".into(),
+        };
+        for p in [&v, &w] {
+            assert_eq!(&Prediction::parse(&p.to_bytes()).unwrap(), p);
+        }
+        let mut long = w.to_bytes();
+        long.push(0);
+        assert!(Prediction::parse(&long).unwrap_err().contains("follow"));
+        let bytes = w.to_bytes();
+        assert!(Prediction::parse(&bytes[..bytes.len() - 1]).is_err());
+        assert!(Prediction::parse(&[3]).unwrap_err().contains("predictor 3"));
+        let mut empty_name = vec![1u8];
+        empty_name.extend_from_slice(&[0; 12]);
+        empty_name.extend_from_slice(&[0, 0]);
+        assert!(Prediction::parse(&empty_name).unwrap_err().contains("empty"));
+    }
+}
