@@ -69,7 +69,9 @@ fn keyframe_encoders() -> Vec<Encoder> {
 
 fn delta_encoders() -> Vec<Encoder> {
     let mut e = vec![Encoder::AutoSerial, Encoder::Auto, Encoder::Raw];
-    e.extend(CodecTag::ALL.into_iter().filter(|t| t.needs_base()).map(Encoder::Codec));
+    e.extend(
+        CodecTag::ALL.into_iter().filter(|t| t.needs_base() && *t != CodecTag::DeltaPredicted).map(Encoder::Codec),
+    );
     e
 }
 

@@ -22,7 +22,8 @@ pub struct Input {
 
 /// One of the codecs that decode against a base, or one of the writer's own choices.
 fn encoder(selector: u8) -> Encoder {
-    let deltas: Vec<CodecTag> = CodecTag::ALL.into_iter().filter(|t| t.needs_base()).collect();
+    let deltas: Vec<CodecTag> =
+        CodecTag::ALL.into_iter().filter(|t| t.needs_base() && *t != CodecTag::DeltaPredicted).collect();
     let i = selector as usize % (deltas.len() + 2);
     deltas.get(i).map_or(if i == deltas.len() { Encoder::AutoSerial } else { Encoder::Auto }, |&t| Encoder::Codec(t))
 }
