@@ -657,6 +657,12 @@ pub fn encoder(codec: &str, level: Option<i32>, profile: Profile) -> Result<Enco
             }
             Encoder::Zstd { level }
         }
+        "delta-predicted" => {
+            return Err(Error::usage(
+                "delta-predicted codes a tensor against an optimizer's prediction, which the Python Checkpointer \
+                 gives (predict=True); a pack chooses codecs without one",
+            ))
+        }
         other => CodecTag::from_name(other).map(Encoder::Codec).ok_or_else(|| {
             let names: Vec<&str> = CodecTag::ALL.iter().map(|t| t.name()).collect();
             Error::usage(format!("unknown codec {other:?}: expected auto, auto-serial, {}", names.join(", ")))

@@ -528,7 +528,8 @@ fn sharded_folders_pack_to_one_file_and_unpack_to_the_same_folder() {
 fn the_codec_help_matches_the_registry_and_what_auto_writes() {
     let help = tpde().args(["pack", "--help"]).assert().success().get_output().stdout.clone();
     let help = String::from_utf8(help).unwrap().split_whitespace().collect::<Vec<_>>().join(" ");
-    for tag in tpde_format::CodecTag::ALL {
+    // delta-predicted needs an optimizer's prediction, which only the Python Checkpointer gives.
+    for tag in tpde_format::CodecTag::ALL.into_iter().filter(|&t| t != tpde_format::CodecTag::DeltaPredicted) {
         assert!(help.contains(tag.name()), "pack --help does not name codec {}", tag.name());
     }
     let dir = tempfile::tempdir().unwrap();
