@@ -60,12 +60,6 @@ fn is_predicted(t: &TensorEntry) -> bool {
     t.chunks.iter().any(|c| c.codec == CodecTag::DeltaPredicted)
 }
 
-/// The error of a delta decoded without its base.
-fn missing_base<S: Source>(reader: &Reader<S>) -> GpuError {
-    let b = reader.directory().base.as_ref().expect("validation ties base codecs to a base reference");
-    ReadError::BaseMissing { digest: to_hex(&b.digest), hint: b.path_hint.clone() }.into()
-}
-
 /// The base tensor `t` decodes against: `None` if it needs none or no base was given (the
 /// decoder then reports the base missing), an error if the base lacks it.
 fn base_tensor<'a, S: Source>(
@@ -117,7 +111,7 @@ impl Gpu {
             assert!(!now.is_empty(), "R30 rules out predictions that read each other in a loop");
             for i in now {
                 let t = &all[i];
-                let b = base_tensor(reader, t, base)?.ok_or_else(|| missing_base(reader))?;
+                let b = base_tensor(reader, t, base)?.ok_or_else(|| reader.base_missing())?;
                 let slots_now = &slots;
                 let this = |name: &str| slots_now[index[name]].as_ref().expect("decoded before");
                 let effective = self.prediction_base(t, b, |p| match p {

@@ -369,12 +369,7 @@ impl Gpu {
         base: Option<&'a DeviceTensor>,
     ) -> Result<&'a wgpu::Buffer, GpuError> {
         let Some(b) = base else {
-            let r = reader.directory().base.as_ref().expect("validation ties base codecs to a base reference");
-            return Err(ReadError::BaseMissing {
-                digest: tpde_format::digest::to_hex(&r.digest),
-                hint: r.path_hint.clone(),
-            }
-            .into());
+            return Err(reader.base_missing().into());
         };
         if b.dtype != t.dtype || b.shape != t.shape {
             return Err(ReadError::BaseTensor {
@@ -435,16 +430,7 @@ impl Gpu {
                     window_binding(&out, &window),
                     uniform.as_entire_binding(),
                 ];
-                let entries: Vec<wgpu::BindGroupEntry> = resources
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, resource)| wgpu::BindGroupEntry { binding: i as u32, resource })
-                    .collect();
-                let bind = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                    label: Some("tpde predict"),
-                    layout: &self.predictor.layout,
-                    entries: &entries,
-                });
+                let bind = self.bind_group("tpde predict", &self.predictor.layout, resources);
                 let [x, y, z] = groups(job[1]);
                 let mut pass =
                     enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
@@ -506,16 +492,7 @@ impl Gpu {
             base.map_or(self.dummy.as_entire_binding(), |b| window_binding(b, win)),
             err.as_entire_binding(),
         ];
-        let entries: Vec<wgpu::BindGroupEntry> = resources
-            .into_iter()
-            .enumerate()
-            .map(|(i, resource)| wgpu::BindGroupEntry { binding: i as u32, resource })
-            .collect();
-        let bind = d.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("tpde decode"),
-            layout: &self.layout,
-            entries: &entries,
-        });
+        let bind = self.bind_group("tpde decode", &self.layout, resources);
         let mut enc = d.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tpde decode") });
         enc.clear_buffer(&err, 0, None);
         // One pass per kernel: each reads what the one before wrote.
@@ -540,6 +517,21 @@ impl Gpu {
         enc.copy_buffer_to_buffer(&err, 0, &err_read, 0, err_read.size());
         let index = self.queue.submit([enc.finish()]);
         Submitted { chunks: batch.chunks.clone(), errors: err_read, index }
+    }
+
+    /// A bind group of `resources` at bindings 0, 1, ... in order.
+    fn bind_group<'a>(
+        &self,
+        label: &str,
+        layout: &wgpu::BindGroupLayout,
+        resources: impl IntoIterator<Item = wgpu::BindingResource<'a>>,
+    ) -> wgpu::BindGroup {
+        let entries: Vec<wgpu::BindGroupEntry> = resources
+            .into_iter()
+            .enumerate()
+            .map(|(i, resource)| wgpu::BindGroupEntry { binding: i as u32, resource })
+            .collect();
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor { label: Some(label), layout, entries: &entries })
     }
 
     /// Runs `f`, turning the validation and out-of-memory errors wgpu reports for it into a

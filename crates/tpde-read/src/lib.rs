@@ -560,8 +560,7 @@ impl<S: Source> Reader<S> {
             return Ok(None);
         }
         let Some(base) = &self.base else {
-            let b = self.directory.base.as_ref().expect("validation ties base codecs to a base reference");
-            return Err(ReadError::BaseMissing { digest: to_hex(&b.digest), hint: b.path_hint.clone() });
+            return Err(self.base_missing());
         };
         let bt = base.tensor(&t.name)?.ok_or_else(|| ReadError::BaseTensor {
             name: t.name.clone(),
@@ -671,8 +670,8 @@ impl<S: Source> Reader<S> {
         Ok(prediction)
     }
 
-    /// The error of a delta decoded without its base.
-    fn base_missing(&self) -> ReadError {
+    /// The error of a delta file's chunk decoded without its base: the recorded digest and hint.
+    pub fn base_missing(&self) -> ReadError {
         let b = self.directory.base.as_ref().expect("validation ties base codecs to a base reference");
         ReadError::BaseMissing { digest: to_hex(&b.digest), hint: b.path_hint.clone() }
     }

@@ -356,7 +356,7 @@ class Checkpointer:
             raise _tpde.TpdeError(f"step {step} is not after the latest checkpoint, step {latest}")
         flat = _Flattener()
         tree = flat.value(state, "")
-        predictions = _adam_predictions(flat, self._last_lrs)
+        predictions = _adam_predictions(flat, self._last_lrs) if self.predict else []
         self._last_lrs = _learning_rates(flat)
         if self._pool is None:
             self._write(step, tree, flat.tensors, flat.exact, predictions)
@@ -432,7 +432,7 @@ class Checkpointer:
                 exact=set(exact),
                 keep=keep,
                 base_snapshot=snapshot,
-                predictions=predictions if base is not None and self.predict else None,
+                predictions=predictions if base is not None else None,
             )
             if keep:
                 self._last = (step, report["snapshot"])
