@@ -31,6 +31,7 @@
 
 mod base;
 mod error;
+mod inputs;
 mod source;
 
 /// The README's examples, compiled and run as doctests.
@@ -57,6 +58,8 @@ use tpde_format::{
 pub use base::{hinted_base_path, open_chain, Base, BaseTensor, MAX_CHAIN};
 pub use error::ReadError;
 pub use source::{out_of_range, Source, StreamSource};
+
+use inputs::InputCache;
 
 /// Whether chunk CRCs are checked on read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -107,6 +110,9 @@ pub struct Reader<S: Source = memmap2::Mmap> {
     options: ReadOptions,
     /// The base a delta file decodes against, once attached and its digest checked.
     base: Option<Arc<dyn Base>>,
+    /// Whether a chunk is `delta-predicted` (spec §6.8); then `inputs` keeps what predictions read.
+    predicted: bool,
+    inputs: InputCache,
 }
 
 impl Reader<memmap2::Mmap> {
@@ -181,7 +187,18 @@ impl<S: Source> Reader<S> {
             }
         }
         let index = directory.tensors.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
-        Ok(Reader { src, header, trailer, directory, index, options, base: None })
+        let predicted = directory.tensors.iter().flat_map(|t| &t.chunks).any(|c| c.codec == CodecTag::DeltaPredicted);
+        Ok(Reader {
+            src,
+            header,
+            trailer,
+            directory,
+            index,
+            options,
+            base: None,
+            predicted,
+            inputs: InputCache::default(),
+        })
     }
 
     /// Attaches the base this delta file was written against (spec §6.3). Fails, naming both
@@ -539,7 +556,15 @@ impl<S: Source> Reader<S> {
     ) -> Result<(), ReadError> {
         let results: Vec<Result<(), ReadError>> = jobs
             .into_par_iter()
-            .map(|SpanJob { i, c, skip, part, .. }| {
+            .map(|SpanJob { i, c, lo, skip, part }| {
+                if self.predicted && policy == self.options.checksums {
+                    // Decoded already for a prediction (under the same checksum policy): taken,
+                    // as a direct read needs it no more.
+                    if let Some(kept) = self.inputs.take(&(t.name.clone(), lo, lo + c.decoded_length)) {
+                        part.copy_from_slice(&kept[skip as usize..skip as usize + part.len()]);
+                        return Ok(());
+                    }
+                }
                 if skip == 0 && part.len() as u64 == c.decoded_length {
                     return self.decode_chunk(t, i, c, base, policy, part);
                 }
@@ -636,9 +661,15 @@ impl<S: Source> Reader<S> {
     fn predict(&self, c: &ChunkEntry, range: std::ops::Range<u64>, base: &[u8]) -> Result<Vec<u8>, ReadError> {
         let p = Prediction::parse(&c.params).expect("validated when the file was opened (R30)");
         let len = base.len();
-        let this = |name: &str| -> Result<Vec<u8>, ReadError> {
+        let this = |name: &str| -> Result<Arc<[u8]>, ReadError> {
+            let key = (name.to_owned(), range.start, range.end);
+            if let Some(kept) = self.inputs.get(&key) {
+                return Ok(kept);
+            }
             let mut out = vec![0u8; len];
             self.decode_range(self.tensor(name)?, range.clone(), &mut out)?;
+            let out: Arc<[u8]> = out.into();
+            self.inputs.insert(key, out.clone());
             Ok(out)
         };
         let exp_avg = this(p.inputs()[0])?;
@@ -661,7 +692,7 @@ impl<S: Source> Reader<S> {
                 }
                 let mut out = vec![0u8; len];
                 b.read_range_into(name, range.clone(), &mut out)?;
-                out
+                out.into()
             }
             Prediction::AdamParameter { exp_avg_sq, .. } => this(exp_avg_sq)?,
         };
