@@ -214,7 +214,11 @@ pub fn pack_tensors(
     bar.set_length(tensors.iter().map(|t| t.3.len() as u64).sum());
     let mut report = PackReport::default();
     let mut kept = job.keep_reconstruction.then(MemoryCheckpoint::default);
-    let by_name: HashMap<&str, (DType, &[u64], &[u8])> = tensors.iter().map(|&(n, d, s, b)| (n, (d, s, b))).collect();
+    // The f32 tensors of the file, by name: what predictions read.
+    let f32s: HashMap<&str, &[u8]> = match predicting {
+        true => tensors.iter().filter(|t| t.1 == DType::F32).map(|&(n, _, _, b)| (n, b)).collect(),
+        false => HashMap::new(),
+    };
     // Tensors go to the writer in batches, whose chunks it encodes in parallel.
     let mut batch: Vec<Pending<'_>> = Vec::new();
     let mut batch_bytes = 0;
@@ -236,7 +240,7 @@ pub fn pack_tensors(
         let predict = match (&base, &job.base) {
             (Some(b), Some((base_ck, _))) if predicting => {
                 let candidates = job.predictions.get(name).map(Vec::as_slice).unwrap_or_default();
-                choose_prediction(candidates, &data, &b.data, &by_name, *base_ck)?
+                choose_prediction(candidates, &data, &b.data, &f32s, *base_ck)?
             }
             _ => None,
         };
@@ -296,16 +300,16 @@ const PREDICTION_SAMPLE: usize = 256;
 /// first elements) bit-exactly, else the one that predicts most of it if that is at least 2%,
 /// else `None`: one candidate per guess about the optimizer (which moments belong to which
 /// weight, which learning rate the step used), so a wrong guess costs a sample, not a pass
-/// over the tensor. `base` is the tensor's base bytes; `file` the tensors being packed.
+/// over the tensor. `base` is the tensor's base bytes; `file` the f32 tensors being packed.
 pub fn choose_prediction<'a>(
     candidates: &[Prediction],
     data: &[u8],
     base: &[u8],
-    file: &HashMap<&str, (DType, &'a [u64], &'a [u8])>,
+    file: &HashMap<&str, &'a [u8]>,
     base_ck: &'a dyn Base,
 ) -> Result<Option<Chosen<'a>>, Error> {
     let n = data.len().min(PREDICTION_SAMPLE * 4);
-    let same = |name: &str| file.get(name).filter(|t| t.0 == DType::F32 && t.2.len() == data.len()).map(|t| t.2);
+    let same = |name: &str| file.get(name).copied().filter(|t| t.len() == data.len());
     let mut best: Option<(usize, Chosen<'a>)> = None;
     for p in candidates {
         let Some(exp_avg) = same(p.inputs()[0]) else { continue };
