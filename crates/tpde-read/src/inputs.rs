@@ -1,7 +1,8 @@
 //! Decoded chunks of the tensors that predictions read (spec §6.8), kept so that each is decoded
 //! once: a weight's prediction reads its moments, the second moment's prediction reads the first
-//! again, and the moments are then read themselves. A chunk leaves when it is read directly, or,
-//! oldest first, when the cache holds more than its limit; what leaves is decoded again if needed.
+//! again, the moments are read themselves, and in a chain the file above reads them as its base
+//! (a first moment both as its own base and for its second moment's prediction). The oldest
+//! chunks leave when the cache holds more than its limit; what left is decoded again if needed.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -30,32 +31,19 @@ impl InputCache {
         self.inner.lock().expect("not poisoned").chunks.get(key).cloned()
     }
 
-    /// The chunk at `key`, no longer kept.
-    pub fn take(&self, key: &Key) -> Option<Arc<[u8]>> {
-        let mut inner = self.inner.lock().expect("not poisoned");
-        let chunk = inner.chunks.remove(key)?;
-        inner.bytes -= chunk.len();
-        Some(chunk)
-    }
-
     /// Keeps `chunk` at `key`, dropping the oldest chunks past the limit.
     pub fn insert(&self, key: Key, chunk: Arc<[u8]>) {
         let mut inner = self.inner.lock().expect("not poisoned");
         inner.bytes += chunk.len();
-        if let Some(old) = inner.chunks.insert(key.clone(), chunk) {
-            inner.bytes -= old.len();
+        match inner.chunks.insert(key.clone(), chunk) {
+            Some(old) => inner.bytes -= old.len(), // decoded twice at once: one place in the order
+            None => inner.order.push_back(key),
         }
-        inner.order.push_back(key);
         while inner.bytes > LIMIT {
             let Some(oldest) = inner.order.pop_front() else { break };
             if let Some(old) = inner.chunks.remove(&oldest) {
                 inner.bytes -= old.len();
             }
-        }
-        // Keys of chunks already taken stay in `order` until they reach its front; keep it short.
-        if inner.order.len() > 2 * inner.chunks.len() + 64 {
-            let Inner { chunks, order, .. } = &mut *inner;
-            order.retain(|k| chunks.contains_key(k));
         }
     }
 }
@@ -65,13 +53,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn chunks_leave_when_taken_or_past_the_limit() {
+    fn the_oldest_chunks_leave_past_the_limit() {
         let cache = InputCache::default();
         let key = |i: u64| ("m".to_owned(), i, i + 1);
-        cache.insert(key(0), vec![1u8; 10].into());
-        assert_eq!(cache.get(&key(0)).unwrap().len(), 10);
-        assert_eq!(cache.take(&key(0)).unwrap().len(), 10);
-        assert!(cache.get(&key(0)).is_none());
         for i in 0..3 {
             cache.insert(key(i), vec![0u8; LIMIT / 2].into());
         }

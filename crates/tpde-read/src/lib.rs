@@ -40,7 +40,7 @@ mod source;
 pub struct ReadmeDoctests;
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
@@ -110,8 +110,8 @@ pub struct Reader<S: Source = memmap2::Mmap> {
     options: ReadOptions,
     /// The base a delta file decodes against, once attached and its digest checked.
     base: Option<Arc<dyn Base>>,
-    /// Whether a chunk is `delta-predicted` (spec §6.8); then `inputs` keeps what predictions read.
-    predicted: bool,
+    /// The tensors that predictions read (spec §6.8): their decoded chunks are kept in `inputs`.
+    predicted_inputs: HashSet<String>,
     inputs: InputCache,
 }
 
@@ -187,7 +187,14 @@ impl<S: Source> Reader<S> {
             }
         }
         let index = directory.tensors.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
-        let predicted = directory.tensors.iter().flat_map(|t| &t.chunks).any(|c| c.codec == CodecTag::DeltaPredicted);
+        let predicted_inputs = directory
+            .tensors
+            .iter()
+            .flat_map(|t| &t.chunks)
+            .filter(|c| c.codec == CodecTag::DeltaPredicted)
+            .filter_map(|c| Prediction::parse(&c.params).ok())
+            .flat_map(|p| p.inputs().into_iter().map(str::to_owned).collect::<Vec<_>>())
+            .collect();
         Ok(Reader {
             src,
             header,
@@ -196,7 +203,7 @@ impl<S: Source> Reader<S> {
             index,
             options,
             base: None,
-            predicted,
+            predicted_inputs,
             inputs: InputCache::default(),
         })
     }
@@ -557,13 +564,22 @@ impl<S: Source> Reader<S> {
         let results: Vec<Result<(), ReadError>> = jobs
             .into_par_iter()
             .map(|SpanJob { i, c, lo, skip, part }| {
-                if self.predicted && policy == self.options.checksums {
-                    // Decoded already for a prediction (under the same checksum policy): taken,
-                    // as a direct read needs it no more.
-                    if let Some(kept) = self.inputs.take(&(t.name.clone(), lo, lo + c.decoded_length)) {
-                        part.copy_from_slice(&kept[skip as usize..skip as usize + part.len()]);
-                        return Ok(());
-                    }
+                if policy == self.options.checksums && self.predicted_inputs.contains(&t.name) {
+                    // A chunk predictions read: decoded once (under the reader's checksum
+                    // policy) and kept, for the predictions and the reads that need it again.
+                    let key = (t.name.clone(), lo, lo + c.decoded_length);
+                    let kept = match self.inputs.get(&key) {
+                        Some(kept) => kept,
+                        None => {
+                            let mut whole = vec![0u8; c.decoded_length as usize];
+                            self.decode_chunk(t, i, c, base, policy, &mut whole)?;
+                            let whole: Arc<[u8]> = whole.into();
+                            self.inputs.insert(key, whole.clone());
+                            whole
+                        }
+                    };
+                    part.copy_from_slice(&kept[skip as usize..skip as usize + part.len()]);
+                    return Ok(());
                 }
                 if skip == 0 && part.len() as u64 == c.decoded_length {
                     return self.decode_chunk(t, i, c, base, policy, part);
@@ -661,15 +677,10 @@ impl<S: Source> Reader<S> {
     fn predict(&self, c: &ChunkEntry, range: std::ops::Range<u64>, base: &[u8]) -> Result<Vec<u8>, ReadError> {
         let p = Prediction::parse(&c.params).expect("validated when the file was opened (R30)");
         let len = base.len();
-        let this = |name: &str| -> Result<Arc<[u8]>, ReadError> {
-            let key = (name.to_owned(), range.start, range.end);
-            if let Some(kept) = self.inputs.get(&key) {
-                return Ok(kept);
-            }
+        // Through decode_range, which keeps the chunks of the tensors predictions read.
+        let this = |name: &str| -> Result<Vec<u8>, ReadError> {
             let mut out = vec![0u8; len];
             self.decode_range(self.tensor(name)?, range.clone(), &mut out)?;
-            let out: Arc<[u8]> = out.into();
-            self.inputs.insert(key, out.clone());
             Ok(out)
         };
         let exp_avg = this(p.inputs()[0])?;
@@ -692,7 +703,7 @@ impl<S: Source> Reader<S> {
                 }
                 let mut out = vec![0u8; len];
                 b.read_range_into(name, range.clone(), &mut out)?;
-                out.into()
+                out
             }
             Prediction::AdamParameter { exp_avg_sq, .. } => this(exp_avg_sq)?,
         };
