@@ -148,6 +148,42 @@ impl File {
         Ok(array)
     }
 
+    /// The bytes of several tensors, as [`File::read`] gives each, but decoded in one parallel
+    /// pass over all their chunks (most tensors are one chunk: read one by one, they keep one
+    /// core busy). With `copy_raw`, `raw` tensors are copied into new arrays too (in the same
+    /// pass) instead of viewing the map: for frameworks that need writable memory.
+    #[pyo3(signature = (names, copy_raw=false))]
+    fn read_many<'py>(
+        slf: &Bound<'py, Self>,
+        names: Vec<String>,
+        copy_raw: bool,
+    ) -> PyResult<Vec<Bound<'py, PyArray1<u8>>>> {
+        let this = slf.get();
+        let entries = names.iter().map(|n| this.entry(n)).collect::<PyResult<Vec<_>>>()?;
+        let mut arrays = Vec::with_capacity(entries.len());
+        let mut decode = Vec::new();
+        for (k, t) in entries.iter().enumerate() {
+            if !copy_raw && this.reader.is_zero_copy(t) {
+                arrays.push(Self::read(slf, &t.name)?);
+            } else {
+                let len =
+                    usize::try_from(t.byte_length).map_err(|_| invalid(format!("tensor {:?}: too large", t.name)))?;
+                arrays.push(PyArray1::<u8>::zeros(slf.py(), len, false));
+                decode.push(k);
+            }
+        }
+        {
+            let mut writers = decode.iter().map(|&k| arrays[k].readwrite()).collect::<Vec<_>>();
+            let jobs = decode
+                .iter()
+                .zip(writers.iter_mut())
+                .map(|(&k, rw)| (entries[k], rw.as_slice_mut().expect("a new array is contiguous")))
+                .collect();
+            slf.py().detach(|| this.reader.read_many_into(jobs)).map_err(|e| py_err(e.into()))?;
+        }
+        Ok(arrays)
+    }
+
     /// Bytes `start..end` of a tensor, decoding only the chunks that cover them.
     fn read_range<'py>(slf: &Bound<'py, Self>, name: &str, start: u64, end: u64) -> PyResult<Bound<'py, PyArray1<u8>>> {
         let this = slf.get();

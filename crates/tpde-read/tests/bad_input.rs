@@ -75,6 +75,33 @@ fn flipped_chunk_bytes_are_checksum_mismatches() {
 }
 
 #[test]
+fn reading_many_tensors_at_once_reports_the_first_bad_one_in_the_order_given() {
+    let file = common::small_file(Encoder::Zstd { level: 3 });
+    let r = open(&file).unwrap();
+    let mut bad = file.clone();
+    for (name, chunk) in [("ramp", 1), ("ünïcode/名前", 0)] {
+        let c = &r.tensor(name).unwrap().chunks[chunk];
+        bad[c.offset as usize + 3] ^= 0x10;
+    }
+    let r = open(&bad).unwrap();
+    let names = ["scalar", "ramp", "ünïcode/名前"];
+    let mut bufs: Vec<Vec<u8>> = names.iter().map(|n| vec![0; r.tensor(n).unwrap().byte_length as usize]).collect();
+    let mut read = |order: &[usize]| {
+        let mut by_index: Vec<Option<&mut [u8]>> = bufs.iter_mut().map(|b| Some(&mut b[..])).collect();
+        let jobs = order.iter().map(|&i| (r.tensor(names[i]).unwrap(), by_index[i].take().unwrap())).collect();
+        r.read_many_into(jobs).unwrap_err()
+    };
+    for (order, named) in [(&[0, 1, 2], "chunk 1"), (&[2, 1, 0], "chunk 0")] {
+        let e = read(order);
+        assert_eq!(e.kind(), ErrorKind::ChecksumMismatch, "{e}");
+        assert!(e.to_string().contains(named), "{order:?}: {e}");
+    }
+    let ramp = r.tensor("ramp").unwrap();
+    let e = r.read_many_into(vec![(ramp, &mut [0u8; 4][..])]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+}
+
+#[test]
 fn oversized_tensors_are_refused_before_allocating() {
     let file = common::small_file(Encoder::Zstd { level: 3 });
     let r =

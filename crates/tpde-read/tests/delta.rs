@@ -87,6 +87,11 @@ fn assert_decodes_to<S: tpde_read::Source + Send>(r: &Reader<S>, ck: &Checkpoint
         let e = chunks.decode_into(t.chunks.len(), &mut []).unwrap_err();
         assert!(e.to_string().contains(&format!("{name}[chunk {}]", t.chunks.len())), "{e}");
     }
+    // All at once, in one parallel pass, in any order: the same bytes.
+    let mut bufs: Vec<Vec<u8>> = ck.iter().rev().map(|t| vec![0xA5; t.3.len()]).collect();
+    let entries: Vec<_> = ck.iter().rev().map(|t| r.tensor(&t.0).unwrap()).collect();
+    r.read_many_into(entries.iter().copied().zip(bufs.iter_mut().map(|b| &mut b[..])).collect()).unwrap();
+    assert!(bufs.iter().zip(ck.iter().rev()).all(|(b, t)| *b == t.3), "read_many_into");
     r.verify().unwrap();
 }
 

@@ -46,4 +46,4 @@ def save_file(
 
 def load_file(path: Any, framework: str, device: str = "cpu", base: Any = None) -> Dict[str, Any]:
     with safe_open(path, framework=framework, device=device, base=base) as f:
-        return {name: f.get_tensor(name) for name in f.keys()}
+        return f._get_tensors(f.keys())
