@@ -100,8 +100,20 @@ fn zstd_cli(args: &[&str], input: &Path, output: &Path) -> Result<(), CliError> 
     }
 }
 
-/// Runs the benchmark; returns the rows.
-pub fn run(input: &Path, workdir: &Path, runs: usize) -> Result<Vec<Row>, CliError> {
+/// Reads every tensor of `r` into buffers allocated for it (as a restore does), in one
+/// parallel pass ([`Reader::read_many_into`]), and touches the result.
+fn read_all<S: tpde_read::Source + Send>(r: &Reader<S>) -> Result<(), CliError> {
+    let mut bufs: Vec<Vec<u8>> = r.tensors().iter().map(|t| vec![0u8; t.byte_length as usize]).collect();
+    r.read_many_into(r.tensors().iter().zip(bufs.iter_mut().map(|b| &mut b[..])).collect())?;
+    bufs.iter().for_each(|b| touch(b));
+    Ok(())
+}
+
+/// Runs the benchmark on `inputs` (safetensors checkpoints of one run, oldest first): the first
+/// as a keyframe; with two or more, each later one also as a delta on the one before, a chain;
+/// returns the rows.
+pub fn run(inputs: &[PathBuf], workdir: &Path, runs: usize) -> Result<Vec<Row>, CliError> {
+    let input = inputs.first().ok_or_else(|| CliError::usage("bench needs a checkpoint".to_string()))?;
     let all = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let file_bytes = std::fs::metadata(input)?.len();
     let out = |name: &str| -> PathBuf { workdir.join(name) };
@@ -112,62 +124,60 @@ pub fn run(input: &Path, workdir: &Path, runs: usize) -> Result<Vec<Row>, CliErr
     if all > 1 {
         threads_list.push(all);
     }
+    // Each operation at 1 thread (pinned to one CPU) and on all cores.
+    let each = |f: &mut dyn FnMut(usize, &rayon::ThreadPool) -> Result<(), CliError>| -> Result<(), CliError> {
+        for &threads in &threads_list {
+            pinned(threads, || f(threads, &pool(threads)))?;
+        }
+        Ok(())
+    };
     for (label, encoder) in [("raw", Encoder::Raw), ("zstd -3", Encoder::Zstd { level: 3 }), ("auto", Encoder::Auto)] {
         let packed = out("bench.tpde");
-        for &threads in &threads_list {
-            pinned(threads, || -> Result<(), CliError> {
-                let p = pool(threads);
-                let mut report = convert::PackReport::default();
-                let secs = time(runs, || {
-                    report = p.install(|| {
-                        convert::pack(
-                            input,
-                            &packed.clone().into(),
-                            PackJob::keyframe(WriteOptions { encoder, ..WriteOptions::default() }),
-                            &(),
-                        )
-                    })?;
-                    Ok(())
+        each(&mut |threads, p| {
+            let mut report = convert::PackReport::default();
+            let secs = time(runs, || {
+                report = p.install(|| {
+                    convert::pack(
+                        input,
+                        &packed.clone().into(),
+                        PackJob::keyframe(WriteOptions { encoder, ..WriteOptions::default() }),
+                        &(),
+                    )
                 })?;
-                logical = report.logical_bytes;
-                rows.push(Row {
-                    what: format!("tpde pack --codec {}", label.split(' ').next().unwrap_or(label)),
-                    threads,
-                    ratio: Some(ratio(report.file_bytes, file_bytes)),
-                    mb_s: mb_per_s(report.logical_bytes, secs),
-                });
-                let unpacked = out("bench.unpacked.safetensors");
-                let secs = time(runs, || {
-                    p.install(|| {
-                        convert::unpack(&packed.clone().into(), None, &unpacked, &())
-                            .map(|_| ())
-                            .map_err(CliError::from)
-                    })
-                })?;
-                rows.push(Row {
-                    what: format!("tpde unpack ({label} file)"),
-                    threads,
-                    ratio: None,
-                    mb_s: mb_per_s(logical, secs),
-                });
-                let secs = time(runs, || {
-                    p.install(|| {
-                        let r = Reader::open(&packed)?;
-                        for t in r.tensors() {
-                            touch(&r.read_tensor(t)?);
-                        }
-                        Ok(())
-                    })
-                })?;
-                rows.push(Row {
-                    what: format!("tpde read all tensors ({label} file, CRC on, in memory)"),
-                    threads,
-                    ratio: None,
-                    mb_s: mb_per_s(logical, secs),
-                });
                 Ok(())
             })?;
-        }
+            logical = report.logical_bytes;
+            rows.push(Row {
+                what: format!("tpde pack --codec {}", label.split(' ').next().unwrap_or(label)),
+                threads,
+                ratio: Some(ratio(report.file_bytes, file_bytes)),
+                mb_s: mb_per_s(report.logical_bytes, secs),
+            });
+            let unpacked = out("bench.unpacked.safetensors");
+            let secs = time(runs, || {
+                p.install(|| {
+                    convert::unpack(&packed.clone().into(), None, &unpacked, &()).map(|_| ()).map_err(CliError::from)
+                })
+            })?;
+            rows.push(Row {
+                what: format!("tpde unpack ({label} file)"),
+                threads,
+                ratio: None,
+                mb_s: mb_per_s(logical, secs),
+            });
+            let secs = time(runs, || p.install(|| read_all(&Reader::open(&packed)?)))?;
+            rows.push(Row {
+                what: format!("tpde read all tensors ({label} file, CRC on, in memory)"),
+                threads,
+                ratio: None,
+                mb_s: mb_per_s(logical, secs),
+            });
+            Ok(())
+        })?;
+    }
+    // `bench.tpde` is now the `auto` keyframe of the first checkpoint.
+    if inputs.len() > 1 {
+        rows.extend(chain(inputs, workdir, runs, &threads_list)?);
     }
 
     // zstd in-process, one thread: the whole file at level 3, compressed and decompressed in
@@ -244,16 +254,177 @@ pub fn run(input: &Path, workdir: &Path, runs: usize) -> Result<Vec<Row>, CliErr
     } else {
         eprintln!("note: no `zstd` on PATH; the zstd CLI rows are left out");
     }
+    rows.extend(zipnn(input, runs, &threads_list)?);
     for f in ["bench.tpde", "bench.unpacked.safetensors", "bench.safetensors.zst", "bench.zstd-d.safetensors"] {
         let _ = std::fs::remove_file(out(f));
     }
     Ok(rows)
 }
 
-/// The rows as a Markdown table.
+/// Deltas and chains: each checkpoint after the first packed (`auto`) against the file of the one
+/// before (`bench.tpde`, the first's keyframe, then `bench.delta-N.tpde`), its pack timed with
+/// the base's decode, its digests and estimates included; then restoring each step of the chain
+/// into memory: a delta chunk takes its base's chunk through the whole chain, one chunk at a
+/// time. Restore rows give the time against one keyframe decode on the same threads.
+fn chain(inputs: &[PathBuf], workdir: &Path, runs: usize, threads_list: &[usize]) -> Result<Vec<Row>, CliError> {
+    let mut rows = Vec::new();
+    let mut files = vec![workdir.join("bench.tpde")];
+    for (k, input) in inputs.iter().enumerate().skip(1) {
+        let output = workdir.join(format!("bench.delta-{k}.tpde"));
+        let base_path = files[k - 1].clone();
+        let file_bytes = std::fs::metadata(input)?.len();
+        for &threads in threads_list {
+            // Only the first delta is timed on every thread count; the rest of the chain once.
+            if k > 1 && threads != *threads_list.last().unwrap_or(&1) {
+                continue;
+            }
+            pinned(threads, || -> Result<(), CliError> {
+                let p = pool(threads);
+                let mut report = convert::PackReport::default();
+                let mut pack = || {
+                    report = p.install(|| -> Result<_, CliError> {
+                        let base = tpde::checkpoint::open_base(&base_path.clone().into())?;
+                        let hint = base_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                        let options = WriteOptions { encoder: Encoder::Auto, ..WriteOptions::default() };
+                        let job = PackJob { base: Some((&*base, hint)), ..PackJob::keyframe(options) };
+                        Ok(convert::pack(input, &output.clone().into(), job, &())?)
+                    })?;
+                    Ok(())
+                };
+                if k > 1 {
+                    return pack();
+                }
+                let secs = time(runs, pack)?;
+                {
+                    rows.push(Row {
+                        what: "tpde pack delta (auto, its base's decode included)".into(),
+                        threads,
+                        ratio: Some(ratio(report.file_bytes, file_bytes)),
+                        mb_s: mb_per_s(report.logical_bytes, secs),
+                    });
+                }
+                Ok(())
+            })?;
+        }
+        files.push(output);
+    }
+    for &threads in threads_list {
+        pinned(threads, || -> Result<(), CliError> {
+            let p = pool(threads);
+            let mut keyframe_secs = 0.0;
+            for (k, file) in files.iter().enumerate() {
+                let mut logical = 0;
+                let secs = time(runs, || {
+                    p.install(|| {
+                        let r = tpde::checkpoint::open_chain(&file.clone().into())?;
+                        logical = r.tensors().iter().map(|t| t.byte_length).sum();
+                        read_all(&r)
+                    })
+                })?;
+                if k == 0 {
+                    keyframe_secs = secs;
+                }
+                rows.push(Row {
+                    what: match k {
+                        0 => "restore keyframe (read all, in memory)".to_string(),
+                        k => format!(
+                            "restore keyframe + {k} delta{} ({:.2}x one keyframe's time)",
+                            if k == 1 { "" } else { "s" },
+                            secs / keyframe_secs
+                        ),
+                    },
+                    threads,
+                    ratio: None,
+                    mb_s: mb_per_s(logical, secs),
+                });
+            }
+            Ok(())
+        })?;
+    }
+    for f in &files[1..] {
+        let _ = std::fs::remove_file(f);
+    }
+    Ok(rows)
+}
+
+/// ZipNN (the Python package), when the Python on `TPDE_BENCH_PYTHON` (default `python3`) has
+/// it: every float tensor of `input` compressed and decompressed in memory through its byte API,
+/// one thread pinned and all threads, timed like the rows above (a warm-up, then the median).
+fn zipnn(input: &Path, runs: usize, threads_list: &[usize]) -> Result<Vec<Row>, CliError> {
+    const SCRIPT: &str = r#"
+import json, statistics, sys, time
+import zipnn
+from safetensors.numpy import load_file
+path, threads, runs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+kinds = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
+tensors = [(str(a.dtype), a.tobytes()) for a in load_file(path).values()]
+def once():
+    coders, tc, td, stored, ok = {}, 0.0, 0.0, 0, True
+    for dt, b in tensors:
+        if dt not in kinds or not b:
+            stored += len(b)
+            continue
+        z = coders.setdefault(dt, zipnn.ZipNN(input_format="byte", bytearray_dtype=kinds[dt], threads=threads))
+        t = time.perf_counter(); c = z.compress(b); tc += time.perf_counter() - t
+        t = time.perf_counter(); d = z.decompress(c); td += time.perf_counter() - t
+        stored += len(c); ok &= bytes(d) == b
+    return tc, td, stored, ok
+once()
+rs = [once() for _ in range(runs)]
+print(json.dumps({"compress": statistics.median(r[0] for r in rs), "decompress": statistics.median(r[1] for r in rs),
+                  "stored": rs[0][2], "logical": sum(len(b) for _, b in tensors), "exact": all(r[3] for r in rs)}))
+"#;
+    let python = std::env::var("TPDE_BENCH_PYTHON").unwrap_or_else(|_| "python3".into());
+    let has = Command::new(&python).args(["-c", "import zipnn, safetensors"]).output();
+    if !has.is_ok_and(|o| o.status.success()) {
+        eprintln!("note: {python} has no zipnn (pip install zipnn safetensors); the ZipNN rows are left out");
+        return Ok(Vec::new());
+    }
+    let mut rows = Vec::new();
+    for &threads in threads_list {
+        let out = pinned(threads, || {
+            Command::new(&python)
+                .args(["-c", SCRIPT])
+                .arg(input)
+                .args([if threads == 1 { "1" } else { "0" }.to_string(), runs.to_string()])
+                .output()
+        })
+        .map_err(|e| CliError::failed(format!("running {python}: {e}")))?;
+        if !out.status.success() {
+            return Err(CliError::failed(format!("ZipNN run failed: {}", String::from_utf8_lossy(&out.stderr))));
+        }
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .map_err(|e| CliError::failed(format!("ZipNN run printed no result ({e})")))?;
+        let num = |k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+        let logical = num("logical") as u64;
+        let exact = if v["exact"].as_bool() == Some(true) { "" } else { ", round trip NOT bit-exact" };
+        rows.push(Row {
+            what: format!("ZipNN compress (per tensor, in memory{exact})"),
+            threads,
+            ratio: Some(num("stored") / num("logical")),
+            mb_s: mb_per_s(logical, num("compress")),
+        });
+        rows.push(Row {
+            what: format!("ZipNN decompress (per tensor, in memory{exact})"),
+            threads,
+            ratio: None,
+            mb_s: mb_per_s(logical, num("decompress")),
+        });
+    }
+    Ok(rows)
+}
+
+/// The rows as a Markdown table, headed by the input and the machine.
 pub fn render(input: &Path, rows: &[Row], runs: usize) -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string()))
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
     let mut s = format!(
-        "{} ({} bytes), median of {runs} runs, {} cores available\n\n| operation | threads | size ratio | MB/s |\n|---|---:|---:|---:|\n",
+        "{} ({} bytes), median of {runs} runs; {} cores available ({cpu})\n\n| operation | threads | size ratio | MB/s |\n|---|---:|---:|---:|\n",
         input.display(),
         std::fs::metadata(input).map(|m| m.len()).unwrap_or(0),
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)

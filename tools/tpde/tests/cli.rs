@@ -554,42 +554,65 @@ fn the_codec_help_matches_the_registry_and_what_auto_writes() {
     assert!(against.split("auto-serial").next().unwrap().contains(delta.name()), "auto writes {delta} deltas: {help}");
 }
 
-/// `tpde bench` runs end to end on a small checkpoint: every row is there with a positive
-/// speed (no timing is asserted), like compared with like, and it leaves nothing behind.
+/// `tpde bench` runs end to end on a small checkpoint and two later steps of it: every row is
+/// there with a positive speed (no timing is asserted), like compared with like, deltas are
+/// smaller than their keyframe, and it leaves nothing behind.
 #[test]
 fn bench_smoke() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let src = small_model(d);
+    let steps: Vec<_> = (5..8)
+        .map(|step| {
+            let p = d.join(format!("m{step}.safetensors"));
+            demo::write_checkpoint(demo::DemoModel { vocab: 64, d_model: 16, d_ff: 48, layers: 2 }, step, 1, &p)
+                .unwrap();
+            p
+        })
+        .collect();
     let work = d.join("work");
     std::fs::create_dir(&work).unwrap();
     let out = tpde()
         .arg("bench")
-        .arg(&src)
+        .args(&steps)
         .args(["--runs", "1", "--dir"])
         .arg(&work)
+        // No ZipNN here, whatever the machine has: its rows are optional.
+        .env("TPDE_BENCH_PYTHON", d.join("no-python"))
         .assert()
         .success()
         .get_output()
         .stdout
         .clone();
     let out = String::from_utf8(out).unwrap();
-    for row in [
-        "tpde pack --codec auto",
-        "tpde unpack (auto file)",
-        "tpde read all tensors (auto file, CRC on, in memory)",
-        "zstd decode (library, whole file, in memory: compare with tpde read all)",
-        "safetensors load",
-    ] {
+    let row = |row: &str| -> (f64, f64) {
         let line = out
             .lines()
             .find(|l| l.starts_with(&format!("| {row}")))
             .unwrap_or_else(|| panic!("no row {row:?}:\n{out}"));
-        let mb_s: f64 = line.trim_end_matches('|').rsplit('|').next().unwrap().trim().parse().unwrap();
+        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+        let mb_s: f64 = cells[3].parse().unwrap();
         assert!(mb_s > 0.0, "{line}");
+        (cells[2].parse().unwrap_or(f64::NAN), mb_s)
+    };
+    for r in [
+        "tpde pack --codec auto",
+        "tpde unpack (auto file)",
+        "tpde read all tensors (auto file, CRC on, in memory)",
+        "restore keyframe (read all",
+        "restore keyframe + 1 delta (",
+        "restore keyframe + 2 deltas (",
+        "zstd decode (library, whole file, in memory: compare with tpde read all)",
+        "safetensors load",
+    ] {
+        row(r);
     }
+    let (keyframe, _) = row("tpde pack --codec auto");
+    let (delta, _) = row("tpde pack delta (auto");
+    assert!(delta < keyframe, "a delta of a step later is smaller than a keyframe: {delta} vs {keyframe}\n{out}");
     // One-thread and all-core rows of the TPDE operations.
     assert!(out.contains("| tpde read all tensors (auto file, CRC on, in memory) | 1 |"), "{out}");
+    assert!(out.contains("| restore keyframe + 2 deltas ("), "{out}");
+    assert!(!out.contains("ZipNN"), "{out}");
     assert_eq!(std::fs::read_dir(&work).unwrap().count(), 0, "bench left files in its folder");
 }
 

@@ -146,8 +146,10 @@ enum Command {
     },
     /// Pack/unpack throughput next to zstd and safetensors on one safetensors file.
     Bench {
-        /// The .safetensors input (default: the demo checkpoint).
-        input: Option<PathBuf>,
+        /// The .safetensors checkpoint (default: the demo checkpoint); more checkpoints of the
+        /// same run, oldest first, add deltas on the one before and the restore of each step
+        /// of their chain.
+        inputs: Vec<PathBuf>,
         /// Timed runs per measurement (median reported).
         #[arg(long, default_value_t = 3)]
         runs: usize,
@@ -381,18 +383,16 @@ fn run(command: Command) -> Result<(), CliError> {
             print!("{}", tpde_tools::gpu_bench::render(&gpu, &input, &rows, runs.max(1)));
             Ok(())
         }
-        Command::Bench { input, runs, dir } => {
+        Command::Bench { mut inputs, runs, dir } => {
             let (work, _keep) = demo::workdir(dir)?;
-            let input = match input {
-                Some(p) => p,
-                None => {
-                    let p = work.join("demo.safetensors");
-                    demo::write_checkpoint(demo::DemoModel::default(), 1000, 7, &p)?;
-                    p
-                }
-            };
-            let rows = bench::run(&input, &work, runs.max(1))?;
-            print!("{}", bench::render(&input, &rows, runs.max(1)));
+            if inputs.is_empty() {
+                let p = work.join("demo.safetensors");
+                demo::write_checkpoint(demo::DemoModel::default(), 1000, 7, &p)?;
+                inputs.push(p);
+            }
+            let rows = bench::run(&inputs, &work, runs.max(1))?;
+            let input = &inputs[0];
+            print!("{}", bench::render(input, &rows, runs.max(1)));
             Ok(())
         }
     }
