@@ -1,0 +1,87 @@
+//! Criterion benches of the codec kernels a restore and a pack spend their time in, on one
+//! 4 MiB chunk (the writer's default) of checkpoint-like data: weights drawn from N(0, 0.05²)
+//! (f32, and the same values as bf16), and the same weights one small training step later for
+//! the deltas. Throughput is of logical (decoded) bytes.
+//!
+//!     cargo bench -p tpde-codec --bench kernels
+//!
+//! Whole checkpoints, side by side with zstd, safetensors and ZipNN, are `tpde bench`'s job.
+
+use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
+use tpde_codec::{ChunkContext, Encoder};
+use tpde_format::DType;
+
+const CHUNK: usize = 4 << 20;
+
+/// `n` values of N(0, σ²), from a fixed xorshift stream (Box-Muller).
+fn normal(n: usize, sigma: f32, seed: u64) -> Vec<f32> {
+    let mut x = seed | 1;
+    let mut uniform = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        ((x >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    };
+    (0..n)
+        .map(|_| {
+            let (u, v) = (uniform(), uniform());
+            ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32 * sigma
+        })
+        .collect()
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// bf16 by truncation, as a checkpoint cast down would mostly hold.
+fn bf16_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes()).collect()
+}
+
+fn bench_codec(c: &mut Criterion, name: &str, dtype: DType, base: Option<&[u8]>, input: &[u8]) {
+    let ctx = ChunkContext { dtype, base };
+    let mut stored = Vec::new();
+    let (tag, params) = Encoder::Auto.encode(ctx, input, &mut stored).expect("encodes");
+    let mut g = c.benchmark_group(format!("{name} ({tag}, {:.3} of raw)", stored.len() as f64 / input.len() as f64));
+    g.throughput(Throughput::Bytes(input.len() as u64));
+    g.sample_size(20);
+    let mut out = vec![0u8; input.len()];
+    g.bench_function("decode", |b| {
+        b.iter(|| tpde_codec::decode(tag, ctx, &params, black_box(&stored), &mut out).expect("decodes"))
+    });
+    assert_eq!(out, input, "{name}: the round trip is bit-exact");
+    g.bench_function("encode", |b| {
+        b.iter(|| {
+            let mut s = Vec::with_capacity(stored.len());
+            Encoder::Auto.encode(ctx, black_box(input), &mut s).expect("encodes")
+        })
+    });
+    g.finish();
+}
+
+fn kernels(c: &mut Criterion) {
+    let w = normal(CHUNK / 4, 0.05, 7);
+    let step = normal(CHUNK / 4, 1e-5, 11);
+    let w2: Vec<f32> = w.iter().zip(&step).map(|(a, d)| a + d).collect();
+    let (f32_now, f32_before) = (f32_bytes(&w2), f32_bytes(&w));
+    bench_codec(c, "f32 keyframe", DType::F32, None, &f32_now);
+    bench_codec(c, "f32 delta", DType::F32, Some(&f32_before), &f32_now);
+    let w = normal(CHUNK / 2, 0.05, 7);
+    let step = normal(CHUNK / 2, 1e-3, 11);
+    let w2: Vec<f32> = w.iter().zip(&step).map(|(a, d)| a + d).collect();
+    let (bf16_now, bf16_before) = (bf16_bytes(&w2), bf16_bytes(&w));
+    bench_codec(c, "bf16 keyframe", DType::BF16, None, &bf16_now);
+    bench_codec(c, "bf16 delta", DType::BF16, Some(&bf16_before), &bf16_now);
+
+    // What every read and every pack also does per chunk: the stored bytes' CRC-32 and the
+    // tensor's BLAKE3 digest.
+    let mut g = c.benchmark_group("checks");
+    g.throughput(Throughput::Bytes(f32_now.len() as u64));
+    g.bench_function("crc32 (chunk CRC)", |b| b.iter(|| crc32fast::hash(black_box(&f32_now))));
+    g.bench_function("blake3 (tensor digest)", |b| b.iter(|| tpde_format::digest::tensor_digest(black_box(&f32_now))));
+    g.finish();
+}
+
+criterion_group!(benches, kernels);
+criterion_main!(benches);
