@@ -221,37 +221,48 @@ pub fn pack_tensors(
     };
     // Tensors go to the writer in batches, whose chunks it encodes in parallel.
     let mut batch: Vec<Pending<'_>> = Vec::new();
-    let mut batch_bytes = 0;
-    for (k, &(name, dtype, shape, data)) in tensors.iter().enumerate() {
+    let mut first = 0;
+    while first < tensors.len() {
+        let mut end = first;
+        let mut batch_bytes = 0;
+        while end < tensors.len() && batch_bytes < PACK_BATCH_BYTES {
+            batch_bytes += tensors[end].3.len();
+            end += 1;
+        }
+        let group = &tensors[first..end];
+        first = end;
         // A tensor whose base counterpart has its name, dtype and shape is a delta; any other
-        // (new, reshaped, retyped) is a keyframe inside the delta file.
-        let base = match &job.base {
-            Some((b, _)) => b.tensor(name)?.filter(|t| t.dtype == dtype && t.shape == shape),
-            None => None,
+        // (new, reshaped, retyped) is a keyframe inside the delta file. The batch's base
+        // tensors decode in parallel: most are one chunk, and one at a time kept one core busy.
+        let bases: Vec<Result<Option<tpde_read::BaseTensor<'_>>, Error>> = match &job.base {
+            Some((b, _)) => group
+                .par_iter()
+                .map(|&(name, dtype, shape, _)| Ok(b.tensor(name)?.filter(|t| t.dtype == dtype && t.shape == shape)))
+                .collect(),
+            None => group.iter().map(|_| Ok(None)).collect(),
         };
-        let bound = bound.filter(|_| !job.exact.contains(name));
-        let data: Cow<[u8]> = match (&base, bound) {
-            (Some(b), Some(bound)) => Cow::Owned(lossy::snap_to_base(dtype, data, &b.data, bound)),
-            _ => Cow::Borrowed(data),
-        };
-        if let Some(k) = &mut kept {
-            k.insert(name, dtype, shape, data.to_vec());
-        }
-        let predict = match (&base, &job.base) {
-            (Some(b), Some((base_ck, _))) if predicting => {
-                let candidates = job.predictions.get(name).map(Vec::as_slice).unwrap_or_default();
-                choose_prediction(candidates, &data, &b.data, &f32s, *base_ck)?
+        for (&(name, dtype, shape, data), base) in group.iter().zip(bases) {
+            let base = base?;
+            let bound = bound.filter(|_| !job.exact.contains(name));
+            let data: Cow<[u8]> = match (&base, bound) {
+                (Some(b), Some(bound)) => Cow::Owned(lossy::snap_to_base(dtype, data, &b.data, bound)),
+                _ => Cow::Borrowed(data),
+            };
+            if let Some(k) = &mut kept {
+                k.insert(name, dtype, shape, data.to_vec());
             }
-            _ => None,
-        };
-        batch_bytes += data.len();
-        batch.push(Pending { name, dtype, shape, data, base, predict });
-        if batch_bytes >= PACK_BATCH_BYTES || k + 1 == tensors.len() {
-            add_batch(&mut w, &batch, &mut report)?;
-            bar.inc(batch_bytes as u64);
-            batch.clear();
-            batch_bytes = 0;
+            let predict = match (&base, &job.base) {
+                (Some(b), Some((base_ck, _))) if predicting => {
+                    let candidates = job.predictions.get(name).map(Vec::as_slice).unwrap_or_default();
+                    choose_prediction(candidates, &data, &b.data, &f32s, *base_ck)?
+                }
+                _ => None,
+            };
+            batch.push(Pending { name, dtype, shape, data, base, predict });
         }
+        add_batch(&mut w, &batch, &mut report)?;
+        bar.inc(batch_bytes as u64);
+        batch.clear();
     }
     report.content_digest = content_digest(w.tensors().iter().map(|t| DigestInput {
         name: &t.name,
