@@ -32,7 +32,7 @@ pub struct Inputs<'a> {
 pub fn predict(p: &Prediction, inputs: Inputs<'_>, out: &mut [u8]) {
     let n = out.len();
     assert!(
-        n % 4 == 0 && inputs.base.len() == n && inputs.exp_avg.len() == n && inputs.other.len() == n,
+        n.is_multiple_of(4) && inputs.base.len() == n && inputs.exp_avg.len() == n && inputs.other.len() == n,
         "prediction inputs of one length"
     );
     let f = |b: &[u8]| f32::from_le_bytes([b[0], b[1], b[2], b[3]]);

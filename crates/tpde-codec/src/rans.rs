@@ -20,6 +20,8 @@ use crate::CodecError;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 pub mod context;
 
 pub use context::Contexts;
@@ -154,7 +156,7 @@ impl Table {
         let start = self.starts();
         for (s, (&f, &st)) in self.freq.iter().zip(&start).enumerate() {
             let e = (s as u32) | (u32::from(f) << 8) | (st << 20);
-            slots.extend(std::iter::repeat(e).take(usize::from(f)));
+            slots.extend(std::iter::repeat_n(e, usize::from(f)));
         }
     }
 
@@ -603,11 +605,24 @@ impl Slots {
 /// Decodes `out.len()` symbols from lanes laid out as `layout` in `stored`. Every lane must end
 /// exactly at its last byte in the encoder's initial state.
 pub fn decode_lanes(table: &Table, stored: &[u8], layout: &LaneLayout, out: &mut [u8]) -> Result<(), String> {
-    decode_lanes_with(&Slots::order0(table), stored, layout, out, None, true)
+    decode_lanes_with(&Slots::order0(table), stored, layout, out, None, Kernel::Best)
 }
 
-/// [`decode_lanes`] for any record's tables, with or without the vector loop (the tests compare
-/// the two). `given`: for a record whose tables are given per symbol, symbol i's table index
+/// Which loop decodes a lane record's groups of lanes: the tests run each and compare them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kernel {
+    /// Lane by lane (a few side by side), in scalar code.
+    Scalar,
+    /// Eight lanes per AVX2 register where the CPU has AVX2 (only the tests ask for it alone).
+    #[cfg_attr(not(test), allow(dead_code))]
+    Avx2,
+    /// The fastest the CPU has: sixteen lanes per AVX-512 register in groups of 32 where it has
+    /// AVX-512 with VBMI (`rans/avx512.rs`), else AVX2, else scalar.
+    Best,
+}
+
+/// [`decode_lanes`] for any record's tables, with the loop `kernel` (the tests compare them).
+/// `given`: for a record whose tables are given per symbol, symbol i's table index
 /// (each below the record's table count), one per symbol of `out`.
 pub(crate) fn decode_lanes_with(
     slots: &Slots,
@@ -615,13 +630,13 @@ pub(crate) fn decode_lanes_with(
     layout: &LaneLayout,
     out: &mut [u8],
     given: Option<&[u8]>,
-    vectors: bool,
+    kernel: Kernel,
 ) -> Result<(), String> {
     let lanes = layout.lanes as usize;
     let n = out.len();
     // Given indices come from a checked map, so each names a table: the scalar loop's slices
     // are bounds-checked and the vector loop clamps them, so none is checked here.
-    assert!(given.map_or(true, |g| g.len() == n), "a given table index per symbol");
+    assert!(given.is_none_or(|g| g.len() == n), "a given table index per symbol");
     let word_given = |q: usize| given.map(|g| &g[4 * q..(4 * q + 4).min(n)]);
     let words = n.div_ceil(4);
     let word = |i: usize| u32::from_le_bytes(stored[i..i + 4].try_into().expect("inside the layout"));
@@ -641,11 +656,12 @@ pub(crate) fn decode_lanes_with(
     // Rounds the vector loop decoded, per group of CPU_LANES lanes.
     let mut started = vec![0usize; lanes.div_ceil(CPU_LANES)];
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = vectors;
+    let _ = kernel;
     #[cfg(target_arch = "x86_64")]
-    if vectors && avx2::available() {
-        // Four registers of lanes at a time, then one, then one for the last lanes past a
-        // multiple of eight (a 384×384 f32 matrix's planes have 36 lanes): the vector loop is
+    if kernel != Kernel::Scalar && avx2::available() {
+        let wide = kernel == Kernel::Best && avx512::available();
+        // Groups of 32 lanes (four AVX2 registers, or two AVX-512 ones where `wide`), then one
+        // AVX2 register of eight, then one for the last lanes past a multiple of eight (a 384×384 f32 matrix's planes have 36 lanes): the vector loop is
         // branchless, so it suits every table. Its reads may run on past the lanes' bytes to
         // the end of the chunk (into later planes), which only a damaged lane consumes.
         let readable = &stored[layout.bytes.start..];
@@ -663,10 +679,12 @@ pub(crate) fn decode_lanes_with(
         while k0 < lanes {
             let width = if lanes - k0 >= 4 * avx2::REG { 4 * avx2::REG } else { (lanes - k0).min(avx2::REG) };
             let group = &mut all[k0..k0 + width];
-            // SAFETY: the CPU has AVX2.
+            // SAFETY: the CPU has AVX2, and AVX-512 with VBMI where `wide`.
             #[allow(unsafe_code)]
             let done = unsafe {
-                if width == 4 * avx2::REG {
+                if wide && width == avx512::WIDTH {
+                    avx512::rounds(slots, readable, group, k0, lanes, rounds, given, out)
+                } else if width == 4 * avx2::REG {
                     avx2::rounds::<4>(slots, readable, group, k0, lanes, rounds, given, out)
                 } else {
                     avx2::rounds::<1>(slots, readable, group, k0, lanes, rounds, given, out)
@@ -815,6 +833,19 @@ pub(crate) fn require_avx2() {
 mod tests {
     use super::*;
 
+    /// The comparisons of the loops (`both_loops`) cover the AVX-512 loop only on a CPU that
+    /// has it: elsewhere this fails, saying so, rather than let them pass without it.
+    /// `cargo test --features no-avx512-tests` reports it as ignored on such a machine.
+    #[test]
+    #[cfg_attr(feature = "no-avx512-tests", ignore = "built with --features no-avx512-tests: no AVX-512 VBMI here")]
+    fn the_avx512_loop_runs_here() {
+        #[cfg(target_arch = "x86_64")]
+        if avx512::available() {
+            return;
+        }
+        panic!("this CPU has no AVX-512 with VBMI, so the AVX-512 loop is not compared with the others; test with --features no-avx512-tests to report this test as ignored");
+    }
+
     #[test]
     fn round_trip_skewed_and_uniform() {
         for data in [vec![0u8; 1000], (0..=255u8).cycle().take(5000).collect(), vec![7, 7, 7, 200, 7, 7], vec![]] {
@@ -917,18 +948,23 @@ mod tests {
         n: usize,
         given: Option<&[u8]>,
     ) -> Result<Vec<u8>, String> {
-        let mut scalar = vec![0u8; n];
-        let mut vector = vec![0u8; n];
-        let a = decode_lanes_with(slots, stored, layout, &mut scalar, given, false).map(|()| scalar);
-        let b = decode_lanes_with(slots, stored, layout, &mut vector, given, true).map(|()| vector);
-        match (&a, &b) {
-            (Ok(a), Ok(b)) => assert!(a == b, "the vector and scalar loops decode different bytes"),
-            (Err(_), Err(_)) => {}
-            _ => panic!(
-                "one loop fails and the other does not: scalar {:?}, vector {:?}",
-                a.as_ref().err(),
-                b.as_ref().err()
-            ),
+        let run = |kernel| {
+            let mut out = vec![0u8; n];
+            decode_lanes_with(slots, stored, layout, &mut out, given, kernel).map(|()| out)
+        };
+        let a = run(Kernel::Scalar);
+        // AVX2, then AVX-512 where the CPU has it (see `the_avx512_loop_runs_here`).
+        for kernel in [Kernel::Avx2, Kernel::Best] {
+            let b = run(kernel);
+            match (&a, &b) {
+                (Ok(a), Ok(b)) => assert!(a == b, "the {kernel:?} and scalar loops decode different bytes"),
+                (Err(_), Err(_)) => {}
+                _ => panic!(
+                    "one loop fails and the other does not: scalar {:?}, {kernel:?} {:?}",
+                    a.as_ref().err(),
+                    b.as_ref().err()
+                ),
+            }
         }
         a
     }

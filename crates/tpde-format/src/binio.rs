@@ -30,7 +30,7 @@ where
     T: for<'a> BinRead<Args<'a> = ()>,
 {
     let (pos, left) = remaining(reader)?;
-    if count.checked_mul(min_len).map_or(true, |need| need > left) {
+    if count.checked_mul(min_len).is_none_or(|need| need > left) {
         return Err(custom(
             pos,
             FormatError::Malformed {

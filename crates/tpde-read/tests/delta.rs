@@ -25,7 +25,7 @@ fn step(ck: &Checkpoint, k: u32) -> Checkpoint {
             let b = match d {
                 DType::F32 => f32s(b.chunks_exact(4).enumerate().map(|(i, c)| {
                     let x = f32::from_le_bytes(c.try_into().unwrap());
-                    if (i as u32 + k) % 5 == 0 {
+                    if (i as u32 + k).is_multiple_of(5) {
                         x
                     } else {
                         x + 1e-4 * ((i as f32 + k as f32).sin())

@@ -344,7 +344,7 @@ pub fn choose_prediction<'a>(
         if hits * 10 >= (n / 4) * 9 {
             return Ok(Some(chosen));
         }
-        if best.as_ref().map_or(true, |(h, _)| hits > *h) {
+        if best.as_ref().is_none_or(|(h, _)| hits > *h) {
             best = Some((hits, chosen));
         }
     }

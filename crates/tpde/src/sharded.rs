@@ -278,7 +278,7 @@ pub fn unpacks_to_folder(input: &Location, output: &Path) -> Result<bool, Error>
 }
 
 fn folder_output(output: &Path) -> bool {
-    output.extension().map_or(true, |e| e != "safetensors")
+    output.extension().is_none_or(|e| e != "safetensors")
 }
 
 /// `tpde unpack`: into a folder or one safetensors file, as [`unpacks_to_folder`] says.

@@ -57,7 +57,7 @@ pub(super) unsafe fn rounds<const REGS: usize>(
     out: &mut [u8],
 ) -> usize {
     let slots = &tables.slots;
-    assert!(!slots.is_empty() && slots.len() % (1 << SCALE_BITS) == 0);
+    assert!(!slots.is_empty() && slots.len().is_multiple_of(1 << SCALE_BITS));
     assert!(group.len() == REG * REGS || (REGS == 1 && (1..REG).contains(&group.len())));
     // A register of fewer lanes fills its other places with copies of them (place j runs lane
     // j mod r), which take the same words and bytes and whose symbols are never stored.
@@ -264,7 +264,7 @@ pub(super) unsafe fn encode_rounds(
     spills: &mut [Spill; ENCODE_WIDTH],
 ) {
     const REGS: usize = ENCODE_WIDTH / REG;
-    assert!(!info.is_empty() && info.len() % 256 == 0 && given.map_or(true, |g| g.len() == symbols.len()));
+    assert!(!info.is_empty() && info.len().is_multiple_of(256) && given.is_none_or(|g| g.len() == symbols.len()));
     // Table indices are clamped to the last table, so every gather is in bounds.
     let last_table = _mm256_set1_epi32((info.len() / 256 - 1) as i32);
     let mask8 = _mm256_set1_epi32(0xFF);

@@ -11,7 +11,7 @@
 //! context record  u8 map[256]; C = 1 + max(map) frequency tables (C ≤ 16); rANS lanes
 //! ```
 
-use super::{decode_lanes_with, Encoder, LaneLayout, LaneRecord, Slots, Spill, Table, L};
+use super::{decode_lanes_with, Encoder, Kernel, LaneLayout, LaneRecord, Slots, Spill, Table, L};
 
 /// The most tables a context record may have.
 pub const MAX_TABLES: usize = 16;
@@ -39,7 +39,7 @@ thread_local! {
 /// lane's first): the one before it in its word, or the last of its lane's previous word, `lanes`
 /// words back.
 fn before(symbols: &[u8], i: usize, lanes: usize) -> u8 {
-    if i % 4 != 0 {
+    if !i.is_multiple_of(4) {
         symbols[i - 1]
     } else if i >= 4 * lanes {
         symbols[i - 4 * lanes + 3]
@@ -282,7 +282,7 @@ impl Contexts {
 
     /// Decodes `out.len()` symbols from the lanes laid out as `layout` in `stored`.
     pub fn decode_lanes(&self, stored: &[u8], layout: &LaneLayout, out: &mut [u8]) -> Result<(), String> {
-        decode_lanes_with(&Slots::contexts(&self.map, &self.tables), stored, layout, out, None, true)
+        decode_lanes_with(&Slots::contexts(&self.map, &self.tables), stored, layout, out, None, Kernel::Best)
     }
 
     /// Decodes `out.len()` symbols from the lanes laid out as `layout` in `stored`, symbol i
@@ -295,7 +295,7 @@ impl Contexts {
         out: &mut [u8],
     ) -> Result<(), String> {
         assert_eq!(tables.len(), out.len());
-        decode_lanes_with(&Slots::given(&self.tables), stored, layout, out, Some(tables), true)
+        decode_lanes_with(&Slots::given(&self.tables), stored, layout, out, Some(tables), Kernel::Best)
     }
 
     /// The map: the table of a symbol in each context.
@@ -327,7 +327,7 @@ mod tests {
         (0..n)
             .map(|_| {
                 let s = xorshift(&mut s);
-                if s % 64 == 0 {
+                if s.is_multiple_of(64) {
                     level = (level + (s >> 8) as i32 % 9 - 4).clamp(100, 140);
                 }
                 (level + ((s >> 20) % 3) as i32 - 1) as u8
