@@ -184,6 +184,49 @@ impl File {
         Ok(arrays)
     }
 
+    /// Decodes tensors `names` into `outs`: writable, contiguous `uint8` arrays of exactly each
+    /// tensor's bytes (views of memory the caller already has, such as a model's parameters),
+    /// in one parallel pass, without new pages or a copy. Arrays must not overlap.
+    fn read_into(&self, py: Python<'_>, names: Vec<String>, outs: Vec<Bound<'_, PyArray1<u8>>>) -> PyResult<()> {
+        if names.len() != outs.len() {
+            return Err(invalid(format!("{} names but {} arrays", names.len(), outs.len())));
+        }
+        let entries = names.iter().map(|n| self.entry(n)).collect::<PyResult<Vec<_>>>()?;
+        // Arrays over one storage through different objects (torch tensors' `.numpy()`) escape
+        // numpy's borrow tracking: overlaps are refused here, before any slice exists.
+        let mut spans: Vec<(usize, usize, usize)> = outs
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.len() > 0)
+            .map(|(k, a)| (a.data() as usize, a.len(), k))
+            .collect();
+        spans.sort_unstable();
+        if let Some(w) = spans.windows(2).find(|w| w[0].0 + w[0].1 > w[1].0) {
+            return Err(invalid(format!(
+                "tensors {:?} and {:?}: their arrays overlap; give each its own memory",
+                names[w[0].2], names[w[1].2]
+            )));
+        }
+        let mut writers = Vec::with_capacity(outs.len());
+        for (t, out) in entries.iter().zip(&outs) {
+            // numpy's borrow tracking refuses an array that overlaps one already borrowed.
+            let rw = out.try_readwrite().map_err(|e| {
+                invalid(format!(
+                    "tensor {:?}: its array cannot be written here ({e}); is it read-only or shared?",
+                    t.name
+                ))
+            })?;
+            writers.push(rw);
+        }
+        let mut jobs = Vec::with_capacity(entries.len());
+        for (t, rw) in entries.iter().zip(writers.iter_mut()) {
+            let out =
+                rw.as_slice_mut().map_err(|_| invalid(format!("tensor {:?}: its array is not contiguous", t.name)))?;
+            jobs.push((*t, out));
+        }
+        py.detach(|| self.reader.read_many_into(jobs)).map_err(|e| py_err(e.into()))
+    }
+
     /// Bytes `start..end` of a tensor, decoding only the chunks that cover them.
     fn read_range<'py>(slf: &Bound<'py, Self>, name: &str, start: u64, end: u64) -> PyResult<Bound<'py, PyArray1<u8>>> {
         let this = slf.get();

@@ -222,3 +222,51 @@ def test_version_matches_the_crates():
         text = f.read()
     version = re.search(r'\[workspace\.package\][^\[]*?version = "([^"]+)"', text).group(1)
     assert tpde.__version__ == version
+
+
+def test_load_into_decodes_in_place_bit_exact(tmp_path):
+    # Every dtype, a delta through its base, a tied pair, a strided destination and an empty
+    # tensor: the destinations' own memory holds the file's bits afterwards.
+    first = {f"t{i}": torch.from_numpy(random_array(np.uint8, (33, 17 * 8))).view(dt).clone()
+             for i, dt in enumerate(TORCH_DTYPES)}
+    first["big"] = torch.randn(300, 700)
+    first["empty"] = torch.empty(0, 5)
+    second = {k: (v + 1e-3 if v.dtype == torch.float32 else v) for k, v in first.items()}
+    base, delta = tmp_path / "a.tpde", tmp_path / "b.tpde"
+    tpde.torch.save_file(first, base)
+    tpde.torch.save_file(second, delta, base=base)
+    dst = {k: torch.zeros_like(v) for k, v in second.items()}
+    pointers = {k: v.data_ptr() for k, v in dst.items()}
+    strided = torch.zeros(700, 300).t()  # not contiguous: decoded, then copied in
+    dst["big"] = strided
+    assert tpde.torch.load_into(delta, dst) == ([], [])
+    for k, v in second.items():
+        assert torch_bytes(dst[k]) == torch_bytes(v), k
+    assert all(dst[k].data_ptr() == p for k, p in pointers.items() if k != "big"), "decoded in place"
+    assert torch_bytes(strided) == torch_bytes(second["big"])
+    # Tied: two names, one storage, decoded once.
+    w = torch.randn(64, 8)
+    tpde.torch.save_file({"emb": w, "head": w}, tmp_path / "tied.tpde")
+    shared = torch.zeros(64, 8)
+    tpde.torch.load_into(tmp_path / "tied.tpde", {"emb": shared, "head": shared})
+    assert torch.equal(shared, w)
+
+
+def test_load_into_refuses_what_does_not_fit(tmp_path):
+    path = tmp_path / "m.tpde"
+    tpde.torch.save_file({"a": torch.ones(4, 4), "b": torch.ones(3)}, path)
+    for wrong in [torch.zeros(4, 5), torch.zeros(4, 4, dtype=torch.float64)]:
+        with pytest.raises(tpde.TpdeError) as e:
+            tpde.torch.load_into(path, {"a": wrong, "b": torch.zeros(3)})
+        assert e.value.kind == "invalid-argument" and "'a'" in str(e.value)
+    with pytest.raises(tpde.TpdeError) as e:
+        tpde.torch.load_into(path, {"a": torch.zeros(4, 4), "c": torch.zeros(1)})
+    assert e.value.kind == "invalid-argument" and "'c'" in str(e.value) and "'b'" in str(e.value)
+    a = torch.zeros(4, 4)
+    assert tpde.torch.load_into(path, {"a": a, "c": torch.zeros(1)}, strict=False) == (["c"], ["b"])
+    assert torch.equal(a, torch.ones(4, 4))
+    # Overlapping destinations (not one tied storage): refused, not written twice at once.
+    storage = torch.zeros(20)
+    with pytest.raises(tpde.TpdeError) as e:
+        tpde.torch.load_into(path, {"a": storage[:16].view(4, 4), "b": storage[14:17]})
+    assert e.value.kind == "invalid-argument"

@@ -7,12 +7,13 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("tpde.torch needs PyTorch: pip install torch (tpde and tpde.numpy work without it)") from e
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
-from .. import _dtypes, _files
+from .. import _dtypes, _files, safe_open
 from .._checkpointer import Checkpointer
+from .._errors import error
 
-__all__ = ["save_file", "load_file", "Checkpointer"]
+__all__ = ["save_file", "load_file", "load_into", "Checkpointer"]
 
 
 def save_file(
@@ -35,3 +36,55 @@ def save_file(
 def load_file(path: Any, device: str = "cpu", base: Any = None) -> Dict[str, torch.Tensor]:
     """Every tensor of ``path``; a delta decodes against ``base`` or the base its hint names."""
     return _files.load_file(path, "pt", str(device), base)
+
+
+def load_into(
+    path: Any, tensors: Dict[str, torch.Tensor], base: Any = None, strict: bool = True
+) -> Tuple[List[str], List[str]]:
+    """Decodes the tensors of ``path`` into ``tensors`` in place (for example a model's
+    ``state_dict()``): a restore into memory that already exists, with no new pages and no copy,
+    where ``load_file`` followed by ``load_state_dict`` allocates every tensor and then copies
+    it. Each tensor must have the file's dtype and shape. Contiguous CPU tensors are decoded
+    into directly, in one parallel pass; others (another device, strided) get a decoded copy.
+    Names sharing one storage (tied weights) are decoded once. Returns ``(missing,
+    unexpected)``: names of ``tensors`` the file lacks, and of the file that ``tensors`` lacks;
+    with ``strict`` either one raises instead."""
+    with safe_open(path, framework="pt", base=base) as f:
+        file_names = f.keys()
+        missing = [k for k in tensors if k not in set(file_names)]
+        unexpected = [k for k in file_names if k not in tensors]
+        if strict and (missing or unexpected):
+            raise error(
+                "invalid-argument",
+                f"load_into: the file and the tensors differ: missing from the file {missing[:5]}, "
+                f"not in the tensors {unexpected[:5]}",
+            )
+        dtypes = _dtypes.torch_dtypes()
+        names, outs, copies, seen = [], [], [], set()
+        for name in file_names:
+            t = tensors.get(name)
+            if t is None:
+                continue
+            dtype, shape = f._f().info(name)
+            if t.dtype != dtypes[dtype] or tuple(t.shape) != tuple(shape):
+                raise error(
+                    "invalid-argument",
+                    f"tensor {name!r}: the file holds {dtype} {list(shape)}, the tensor is {t.dtype} {list(t.shape)}",
+                )
+            if t.numel() == 0:
+                continue
+            if t.device.type != "cpu" or not t.is_contiguous():
+                copies.append(name)
+                continue
+            at = (t.data_ptr(), t.numel() * t.element_size())
+            if at in seen:
+                continue  # tied: the same memory, decoded once
+            seen.add(at)
+            names.append(name)
+            outs.append(t.detach().reshape(-1).view(torch.uint8).numpy())
+        f._f().read_into(names, outs)
+        if copies:
+            with torch.no_grad():
+                for name, decoded in f._get_tensors(copies).items():
+                    tensors[name].copy_(decoded)
+    return missing, unexpected
