@@ -598,6 +598,7 @@ fn bench_smoke() {
         "tpde pack --codec auto",
         "tpde unpack (auto file)",
         "tpde read all tensors (auto file, CRC on, in memory)",
+        "tpde read all tensors (auto file, CRC on, into existing buffers",
         "restore keyframe (read all",
         "restore keyframe + 1 delta (",
         "restore keyframe + 2 deltas (",
