@@ -61,18 +61,18 @@ fn bench_codec(c: &mut Criterion, name: &str, dtype: DType, base: Option<&[u8]>,
 }
 
 fn kernels(c: &mut Criterion) {
-    let w = normal(CHUNK / 4, 0.05, 7);
-    let step = normal(CHUNK / 4, 1e-5, 11);
-    let w2: Vec<f32> = w.iter().zip(&step).map(|(a, d)| a + d).collect();
-    let (f32_now, f32_before) = (f32_bytes(&w2), f32_bytes(&w));
-    bench_codec(c, "f32 keyframe", DType::F32, None, &f32_now);
-    bench_codec(c, "f32 delta", DType::F32, Some(&f32_before), &f32_now);
-    let w = normal(CHUNK / 2, 0.05, 7);
-    let step = normal(CHUNK / 2, 1e-3, 11);
-    let w2: Vec<f32> = w.iter().zip(&step).map(|(a, d)| a + d).collect();
-    let (bf16_now, bf16_before) = (bf16_bytes(&w2), bf16_bytes(&w));
-    bench_codec(c, "bf16 keyframe", DType::BF16, None, &bf16_now);
-    bench_codec(c, "bf16 delta", DType::BF16, Some(&bf16_before), &bf16_now);
+    // A step of 1e-5 moves most f32 weights; bf16 needs 1e-3 to move a comparable share.
+    type ToBytes = fn(&[f32]) -> Vec<u8>;
+    let forms: [(&str, DType, usize, f32, ToBytes); 2] =
+        [("f32", DType::F32, CHUNK / 4, 1e-5, f32_bytes), ("bf16", DType::BF16, CHUNK / 2, 1e-3, bf16_bytes)];
+    for (name, dtype, n, step, bytes) in forms {
+        let w = normal(n, 0.05, 7);
+        let w2: Vec<f32> = w.iter().zip(normal(n, step, 11)).map(|(a, d)| a + d).collect();
+        let (now, before) = (bytes(&w2), bytes(&w));
+        bench_codec(c, &format!("{name} keyframe"), dtype, None, &now);
+        bench_codec(c, &format!("{name} delta"), dtype, Some(&before), &now);
+    }
+    let f32_now = f32_bytes(&normal(CHUNK / 4, 0.05, 7));
 
     // What every read and every pack also does per chunk: the stored bytes' CRC-32 and the
     // tensor's BLAKE3 digest.

@@ -103,10 +103,20 @@ fn zstd_cli(args: &[&str], input: &Path, output: &Path) -> Result<(), CliError> 
 /// Reads every tensor of `r` into buffers allocated for it (as a restore does), in one
 /// parallel pass ([`Reader::read_many_into`]), and touches the result.
 fn read_all<S: tpde_read::Source + Send>(r: &Reader<S>) -> Result<(), CliError> {
-    let mut bufs: Vec<Vec<u8>> = r.tensors().iter().map(|t| vec![0u8; t.byte_length as usize]).collect();
-    r.read_many_into(r.tensors().iter().zip(bufs.iter_mut().map(|b| &mut b[..])).collect())?;
+    let mut bufs = buffers(r);
+    read_all_into(r, &mut bufs)?;
     bufs.iter().for_each(|b| touch(b));
     Ok(())
+}
+
+/// A zeroed buffer for every tensor of `r`.
+fn buffers<S: tpde_read::Source>(r: &Reader<S>) -> Vec<Vec<u8>> {
+    r.tensors().iter().map(|t| vec![0u8; t.byte_length as usize]).collect()
+}
+
+/// Reads every tensor of `r` into `bufs` (from [`buffers`]) in one parallel pass.
+fn read_all_into<S: tpde_read::Source + Send>(r: &Reader<S>, bufs: &mut [Vec<u8>]) -> Result<(), CliError> {
+    Ok(r.read_many_into(r.tensors().iter().zip(bufs.iter_mut().map(|b| &mut b[..])).collect())?)
 }
 
 /// Runs the benchmark on `inputs` (safetensors checkpoints of one run, oldest first): the first
@@ -175,14 +185,9 @@ pub fn run(inputs: &[PathBuf], workdir: &Path, runs: usize) -> Result<Vec<Row>, 
             if encoder == Encoder::Auto {
                 // Into memory that already exists (a model's parameters: `load_into`), so no
                 // page is faulted in and zeroed while timed.
-                let r = Reader::open(&packed)?;
-                let mut bufs: Vec<Vec<u8>> = r.tensors().iter().map(|t| vec![1u8; t.byte_length as usize]).collect();
-                let secs = time(runs, || {
-                    p.install(|| {
-                        let r = Reader::open(&packed)?;
-                        Ok(r.read_many_into(r.tensors().iter().zip(bufs.iter_mut().map(|b| &mut b[..])).collect())?)
-                    })
-                })?;
+                let mut bufs = buffers(&Reader::open(&packed)?);
+                // The warm-up run of `time` writes every buffer before the timed ones.
+                let secs = time(runs, || p.install(|| read_all_into(&Reader::open(&packed)?, &mut bufs)))?;
                 rows.push(Row {
                     what: format!("tpde read all tensors ({label} file, CRC on, into existing buffers as load_into)"),
                     threads,
@@ -289,40 +294,35 @@ fn chain(inputs: &[PathBuf], workdir: &Path, runs: usize, threads_list: &[usize]
     let mut files = vec![workdir.join("bench.tpde")];
     for (k, input) in inputs.iter().enumerate().skip(1) {
         let output = workdir.join(format!("bench.delta-{k}.tpde"));
-        let base_path = files[k - 1].clone();
-        let file_bytes = std::fs::metadata(input)?.len();
-        for &threads in threads_list {
-            // Only the first delta is timed on every thread count; the rest of the chain once.
-            if k > 1 && threads != *threads_list.last().unwrap_or(&1) {
-                continue;
-            }
-            pinned(threads, || -> Result<(), CliError> {
-                let p = pool(threads);
+        let base_path = &files[k - 1];
+        let pack = || -> Result<convert::PackReport, CliError> {
+            let base = tpde::checkpoint::open_base(&base_path.clone().into())?;
+            let hint = base_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let options = WriteOptions { encoder: Encoder::Auto, ..WriteOptions::default() };
+            let job = PackJob { base: Some((&*base, hint)), ..PackJob::keyframe(options) };
+            Ok(convert::pack(input, &output.clone().into(), job, &())?)
+        };
+        if k > 1 {
+            // Only the first delta is timed; the rest of the chain is packed once.
+            pack()?;
+        } else {
+            let file_bytes = std::fs::metadata(input)?.len();
+            for &threads in threads_list {
                 let mut report = convert::PackReport::default();
-                let mut pack = || {
-                    report = p.install(|| -> Result<_, CliError> {
-                        let base = tpde::checkpoint::open_base(&base_path.clone().into())?;
-                        let hint = base_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-                        let options = WriteOptions { encoder: Encoder::Auto, ..WriteOptions::default() };
-                        let job = PackJob { base: Some((&*base, hint)), ..PackJob::keyframe(options) };
-                        Ok(convert::pack(input, &output.clone().into(), job, &())?)
-                    })?;
-                    Ok(())
-                };
-                if k > 1 {
-                    return pack();
-                }
-                let secs = time(runs, pack)?;
-                {
-                    rows.push(Row {
-                        what: "tpde pack delta (auto, its base's decode included)".into(),
-                        threads,
-                        ratio: Some(ratio(report.file_bytes, file_bytes)),
-                        mb_s: mb_per_s(report.logical_bytes, secs),
-                    });
-                }
-                Ok(())
-            })?;
+                let secs = pinned(threads, || {
+                    let p = pool(threads);
+                    time(runs, || {
+                        report = p.install(pack)?;
+                        Ok(())
+                    })
+                })?;
+                rows.push(Row {
+                    what: "tpde pack delta (auto, its base's decode included)".into(),
+                    threads,
+                    ratio: Some(ratio(report.file_bytes, file_bytes)),
+                    mb_s: mb_per_s(report.logical_bytes, secs),
+                });
+            }
         }
         files.push(output);
     }

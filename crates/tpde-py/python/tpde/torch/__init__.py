@@ -51,7 +51,8 @@ def load_into(
     with ``strict`` either one raises instead."""
     with safe_open(path, framework="pt", base=base) as f:
         file_names = f.keys()
-        missing = [k for k in tensors if k not in set(file_names)]
+        in_file = set(file_names)
+        missing = [k for k in tensors if k not in in_file]
         unexpected = [k for k in file_names if k not in tensors]
         if strict and (missing or unexpected):
             raise error(
