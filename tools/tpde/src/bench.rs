@@ -329,7 +329,7 @@ fn chain(inputs: &[PathBuf], workdir: &Path, runs: usize, threads_list: &[usize]
     for &threads in threads_list {
         pinned(threads, || -> Result<(), CliError> {
             let p = pool(threads);
-            let mut keyframe_secs = 0.0;
+            let (mut keyframe_secs, mut before_secs) = (0.0, 0.0);
             for (k, file) in files.iter().enumerate() {
                 let mut logical = 0;
                 let secs = time(runs, || {
@@ -342,13 +342,20 @@ fn chain(inputs: &[PathBuf], workdir: &Path, runs: usize, threads_list: &[usize]
                 if k == 0 {
                     keyframe_secs = secs;
                 }
+                let before = std::mem::replace(&mut before_secs, secs);
                 rows.push(Row {
                     what: match k {
                         0 => "restore keyframe (read all, in memory)".to_string(),
+                        // The last link's own speed: what the delta adds to the restore of its
+                        // base (noise can make a difference of medians negative: then "-").
                         k => format!(
-                            "restore keyframe + {k} delta{} ({:.2}x one keyframe's time)",
+                            "restore keyframe + {k} delta{} ({:.2}x one keyframe's time; the last delta adds {})",
                             if k == 1 { "" } else { "s" },
-                            secs / keyframe_secs
+                            secs / keyframe_secs,
+                            match secs - before {
+                                d if d > 0.0 => format!("{:.0} MB/s", mb_per_s(logical, d)),
+                                _ => "-".into(),
+                            }
                         ),
                     },
                     threads,

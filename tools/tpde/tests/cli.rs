@@ -613,6 +613,10 @@ fn bench_smoke() {
     // One-thread and all-core rows of the TPDE operations.
     assert!(out.contains("| tpde read all tensors (auto file, CRC on, in memory) | 1 |"), "{out}");
     assert!(out.contains("| restore keyframe + 2 deltas ("), "{out}");
+    // Each link's own speed, or "-" where noise put it at or below zero.
+    let link = out.lines().find(|l| l.starts_with("| restore keyframe + 1 delta (")).expect("the row");
+    let adds = link.split("the last delta adds ").nth(1).expect("the delta's own speed");
+    assert!(adds.starts_with('-') || adds.split(' ').next().unwrap().parse::<f64>().unwrap() > 0.0, "{link}");
     assert!(!out.contains("ZipNN"), "{out}");
     assert_eq!(std::fs::read_dir(&work).unwrap().count(), 0, "bench left files in its folder");
 }
