@@ -526,6 +526,41 @@ struct Lane<'a> {
     pos: usize,
 }
 
+/// A group of lanes' state as the vector loops hold it, one array per field: place j runs lane
+/// j mod the group's size (a group smaller than its register repeats its lanes there, whose
+/// copies' symbols are never stored). A loop loads these into its registers and stores them back.
+#[cfg(target_arch = "x86_64")]
+struct LaneStates {
+    x: [u32; LaneStates::PLACES],
+    /// Where each lane is in the record's renormalisation bytes.
+    off: [u32; LaneStates::PLACES],
+    ctx: [u32; LaneStates::PLACES],
+}
+
+#[cfg(target_arch = "x86_64")]
+impl LaneStates {
+    /// The widest group a vector loop decodes.
+    const PLACES: usize = 32;
+
+    fn of(group: &[Lane<'_>]) -> LaneStates {
+        let lane = |j: usize| &group[j % group.len()];
+        LaneStates {
+            x: std::array::from_fn(|j| lane(j).x),
+            off: std::array::from_fn(|j| (lane(j).begin + lane(j).pos) as u32),
+            ctx: std::array::from_fn(|j| lane(j).ctx as u32),
+        }
+    }
+
+    /// Hands the lanes of `group` their state from places 0, 1, ...
+    fn store(&self, group: &mut [Lane<'_>]) {
+        for (j, lane) in group.iter_mut().enumerate() {
+            lane.x = self.x[j];
+            lane.pos = self.off[j] as usize - lane.begin;
+            lane.ctx = self.ctx[j] as usize;
+        }
+    }
+}
+
 impl Lane<'_> {
     /// Decodes one symbol. With `FAST`, the caller has checked that two bytes are left, and the
     /// renormalisation is branchless (a symbol's byte count is data: a branch on it mispredicts).

@@ -10,7 +10,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{Lane, Slots, Spill, L, SCALE_BITS};
+use super::{Lane, LaneStates, Slots, Spill, L, SCALE_BITS};
 
 /// Lanes per register.
 pub(super) const REG: usize = 8;
@@ -74,29 +74,14 @@ pub(super) unsafe fn rounds<const REGS: usize>(
         return 0;
     }
     let base = bytes.as_ptr();
-    let lane_offsets = |part: &[Lane<'_>]| {
-        let off: [i32; REG] = std::array::from_fn(|j| (part[source(j)].begin + part[source(j)].pos) as i32);
-        // SAFETY: a load of 32 bytes from an array of eight i32.
-        unsafe { _mm256_loadu_si256(off.as_ptr().cast()) }
+    let mut states = LaneStates::of(group);
+    let load = |places: &[u32; LaneStates::PLACES], k: usize| {
+        // SAFETY: a load of 32 bytes from eight of the 32-bit integers of `places`.
+        unsafe { _mm256_loadu_si256(places[REG * k..REG * (k + 1)].as_ptr().cast()) }
     };
-    let load_states = |part: &[Lane<'_>]| {
-        let x: [u32; REG] = std::array::from_fn(|j| part[source(j)].x);
-        // SAFETY: a load of 32 bytes from an array of eight u32.
-        unsafe { _mm256_loadu_si256(x.as_ptr().cast()) }
-    };
-    let load_contexts = |part: &[Lane<'_>]| {
-        let c: [i32; REG] = std::array::from_fn(|j| part[source(j)].ctx as i32);
-        // SAFETY: a load of 32 bytes from an array of eight i32.
-        unsafe { _mm256_loadu_si256(c.as_ptr().cast()) }
-    };
-    let mut off = [_mm256_setzero_si256(); REGS];
-    let mut x = [_mm256_setzero_si256(); REGS];
-    let mut ctx = [_mm256_setzero_si256(); REGS];
-    for (k, part) in group.chunks(REG).enumerate() {
-        off[k] = lane_offsets(part);
-        x[k] = load_states(part);
-        ctx[k] = load_contexts(part);
-    }
+    let mut off: [__m256i; REGS] = std::array::from_fn(|k| load(&states.off, k));
+    let mut x: [__m256i; REGS] = std::array::from_fn(|k| load(&states.x, k));
+    let mut ctx: [__m256i; REGS] = std::array::from_fn(|k| load(&states.ctx, k));
     // For fewer lanes: the places that are lanes' own (all -1 bits), and each place's lane.
     let partial = r < REG;
     let own = _mm256_cmpgt_epi32(_mm256_set1_epi32(r as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -205,22 +190,16 @@ pub(super) unsafe fn rounds<const REGS: usize>(
         done += 1;
     }
 
-    let mut xs = [[0u32; REG]; REGS];
-    let mut offs = [[0i32; REG]; REGS];
-    let mut ctxs = [[0i32; REG]; REGS];
     for k in 0..REGS {
-        // SAFETY: stores of 32 bytes into arrays of eight 32-bit integers.
+        let place = REG * k..REG * (k + 1);
+        // SAFETY: stores of 32 bytes into eight 32-bit integers each.
         unsafe {
-            _mm256_storeu_si256(xs[k].as_mut_ptr().cast(), x[k]);
-            _mm256_storeu_si256(offs[k].as_mut_ptr().cast(), off[k]);
-            _mm256_storeu_si256(ctxs[k].as_mut_ptr().cast(), ctx[k]);
+            _mm256_storeu_si256(states.x[place.clone()].as_mut_ptr().cast(), x[k]);
+            _mm256_storeu_si256(states.off[place.clone()].as_mut_ptr().cast(), off[k]);
+            _mm256_storeu_si256(states.ctx[place].as_mut_ptr().cast(), ctx[k]);
         }
     }
-    for (j, lane) in group.iter_mut().enumerate() {
-        lane.x = xs[j / REG][j % REG];
-        lane.pos = offs[j / REG][j % REG] as usize - lane.begin;
-        lane.ctx = ctxs[j / REG][j % REG] as usize;
-    }
+    states.store(group);
     done
 }
 

@@ -12,7 +12,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{Lane, Slots, L, SCALE_BITS};
+use super::{Lane, LaneStates, Slots, L, SCALE_BITS};
 
 /// Lanes per register.
 const REG: usize = 16;
@@ -80,20 +80,14 @@ pub(super) unsafe fn rounds(
         assert_eq!(g.len(), out.len());
     }
     let base = bytes.as_ptr();
-    let mut off = [_mm512_setzero_si512(); REGS];
-    let mut x = [_mm512_setzero_si512(); REGS];
-    let mut ctx = [_mm512_setzero_si512(); REGS];
-    for (k, part) in group.chunks(REG).enumerate() {
-        let o: [i32; REG] = std::array::from_fn(|j| (part[j].begin + part[j].pos) as i32);
-        let s: [u32; REG] = std::array::from_fn(|j| part[j].x);
-        let c: [i32; REG] = std::array::from_fn(|j| part[j].ctx as i32);
-        // SAFETY: loads of 64 bytes from arrays of sixteen 32-bit integers.
-        unsafe {
-            off[k] = _mm512_loadu_si512(o.as_ptr().cast());
-            x[k] = _mm512_loadu_si512(s.as_ptr().cast());
-            ctx[k] = _mm512_loadu_si512(c.as_ptr().cast());
-        }
-    }
+    let mut states = LaneStates::of(group);
+    let load = |places: &[u32; LaneStates::PLACES], k: usize| {
+        // SAFETY: a load of 64 bytes from sixteen of the 32-bit integers of `places`.
+        unsafe { _mm512_loadu_si512(places[REG * k..REG * (k + 1)].as_ptr().cast()) }
+    };
+    let mut off: [__m512i; REGS] = std::array::from_fn(|k| load(&states.off, k));
+    let mut x: [__m512i; REGS] = std::array::from_fn(|k| load(&states.x, k));
+    let mut ctx: [__m512i; REGS] = std::array::from_fn(|k| load(&states.ctx, k));
     // Given indices are below the table count (the caller checks); this clamp keeps every
     // gather in bounds regardless.
     let last_table = _mm512_set1_epi32((slots.len() - (1 << SCALE_BITS)) as i32);
@@ -184,21 +178,15 @@ pub(super) unsafe fn rounds(
         done += 1;
     }
 
-    let mut xs = [[0u32; REG]; REGS];
-    let mut offs = [[0i32; REG]; REGS];
-    let mut ctxs = [[0i32; REG]; REGS];
     for k in 0..REGS {
-        // SAFETY: stores of 64 bytes into arrays of sixteen 32-bit integers.
+        let place = REG * k..REG * (k + 1);
+        // SAFETY: stores of 64 bytes into sixteen 32-bit integers each.
         unsafe {
-            _mm512_storeu_si512(xs[k].as_mut_ptr().cast(), x[k]);
-            _mm512_storeu_si512(offs[k].as_mut_ptr().cast(), off[k]);
-            _mm512_storeu_si512(ctxs[k].as_mut_ptr().cast(), ctx[k]);
+            _mm512_storeu_si512(states.x[place.clone()].as_mut_ptr().cast(), x[k]);
+            _mm512_storeu_si512(states.off[place.clone()].as_mut_ptr().cast(), off[k]);
+            _mm512_storeu_si512(states.ctx[place].as_mut_ptr().cast(), ctx[k]);
         }
     }
-    for (j, lane) in group.iter_mut().enumerate() {
-        lane.x = xs[j / REG][j % REG];
-        lane.pos = offs[j / REG][j % REG] as usize - lane.begin;
-        lane.ctx = ctxs[j / REG][j % REG] as usize;
-    }
+    states.store(group);
     done
 }
