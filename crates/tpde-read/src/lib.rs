@@ -335,12 +335,7 @@ impl<S: Source> Reader<S> {
         let bases = tensors.iter().map(|(t, _)| self.chunk_base(t)).collect::<Result<Vec<_>, _>>()?;
         let mut jobs = Vec::new();
         for ((t, out), base) in tensors.into_iter().zip(&bases) {
-            let mut rest = out;
-            for (i, c, lo) in covering(t, &(0..t.byte_length)) {
-                let (part, tail) = std::mem::take(&mut rest).split_at_mut(c.decoded_length as usize);
-                rest = tail;
-                jobs.push((t, base, SpanJob { i, c, lo, skip: 0, part }));
-            }
+            jobs.extend(span_jobs(t, &(0..t.byte_length), out).into_iter().map(|job| (t, base, job)));
         }
         let results: Vec<Result<(), ReadError>> =
             jobs.into_par_iter().map(|(t, base, job)| self.decode_job(t, job, base, policy)).collect();
@@ -545,14 +540,7 @@ impl<S: Source> Reader<S> {
         base: &ChunkBase<'_>,
         policy: ChecksumPolicy,
     ) -> Result<(), ReadError> {
-        let mut jobs = Vec::new();
-        let mut rest = out;
-        for (i, c, lo) in covering(t, &range) {
-            let (from, to) = (lo.max(range.start), (lo + c.decoded_length).min(range.end));
-            let (part, tail) = std::mem::take(&mut rest).split_at_mut((to - from) as usize);
-            rest = tail;
-            jobs.push(SpanJob { i, c, lo, skip: from - lo, part });
-        }
+        let jobs = span_jobs(t, &range, out);
         let Some(window) = self.src.prefetch_window() else {
             return self.decode_jobs(t, jobs, base, policy);
         };
@@ -616,9 +604,7 @@ impl<S: Source> Reader<S> {
             let kept = match self.inputs.get(&key) {
                 Some(kept) => kept,
                 None => {
-                    let mut whole = vec![0u8; c.decoded_length as usize];
-                    self.decode_chunk(t, i, c, base, policy, &mut whole)?;
-                    let whole: Arc<[u8]> = whole.into();
+                    let whole: Arc<[u8]> = self.decode_whole(t, i, c, base, policy)?.into();
                     self.inputs.insert(key, whole.clone());
                     whole
                 }
@@ -629,10 +615,23 @@ impl<S: Source> Reader<S> {
         if skip == 0 && part.len() as u64 == c.decoded_length {
             return self.decode_chunk(t, i, c, base, policy, part);
         }
-        let mut whole = vec![0u8; c.decoded_length as usize];
-        self.decode_chunk(t, i, c, base, policy, &mut whole)?;
+        let whole = self.decode_whole(t, i, c, base, policy)?;
         part.copy_from_slice(&whole[skip as usize..skip as usize + part.len()]);
         Ok(())
+    }
+
+    /// Chunk `i` (entry `c`) of `t`, decoded into a buffer of its own.
+    fn decode_whole(
+        &self,
+        t: &TensorEntry,
+        i: usize,
+        c: &ChunkEntry,
+        base: &ChunkBase<'_>,
+        policy: ChecksumPolicy,
+    ) -> Result<Vec<u8>, ReadError> {
+        let mut whole = vec![0u8; c.decoded_length as usize];
+        self.decode_chunk(t, i, c, base, policy, &mut whole)?;
+        Ok(whole)
     }
 
     /// The bytes of the base tensor `t` decodes against, if any of its chunks does: the attached
@@ -834,6 +833,20 @@ impl Drop for Scratch {
             });
         }
     }
+}
+
+/// The jobs that decode bytes `range` of `t` into `out` (exactly that long): one per chunk
+/// covering it, each given its part of `out`.
+fn span_jobs<'t, 'o>(t: &'t TensorEntry, range: &std::ops::Range<u64>, out: &'o mut [u8]) -> Vec<SpanJob<'t, 'o>> {
+    let mut jobs = Vec::new();
+    let mut rest = out;
+    for (i, c, lo) in covering(t, range) {
+        let (from, to) = (lo.max(range.start), (lo + c.decoded_length).min(range.end));
+        let (part, tail) = std::mem::take(&mut rest).split_at_mut((to - from) as usize);
+        rest = tail;
+        jobs.push(SpanJob { i, c, lo, skip: from - lo, part });
+    }
+    jobs
 }
 
 /// One chunk's part of a [`Reader::decode_span`]: chunk `i` (entry `c`, whose decoded bytes
