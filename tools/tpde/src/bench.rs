@@ -100,6 +100,18 @@ fn zstd_cli(args: &[&str], input: &Path, output: &Path) -> Result<(), CliError> 
     }
 }
 
+/// Runs `f` at each thread count of `threads_list` (1: pinned to one CPU) with a pool of that
+/// many threads.
+fn each(
+    threads_list: &[usize],
+    mut f: impl FnMut(usize, &rayon::ThreadPool) -> Result<(), CliError>,
+) -> Result<(), CliError> {
+    for &threads in threads_list {
+        pinned(threads, || f(threads, &pool(threads)))?;
+    }
+    Ok(())
+}
+
 /// Reads every tensor of `r` into buffers allocated for it (as a restore does), in one
 /// parallel pass ([`Reader::read_many_into`]), and touches the result.
 fn read_all<S: tpde_read::Source + Send>(r: &Reader<S>) -> Result<(), CliError> {
@@ -134,16 +146,9 @@ pub fn run(inputs: &[PathBuf], workdir: &Path, runs: usize) -> Result<Vec<Row>, 
     if all > 1 {
         threads_list.push(all);
     }
-    // Each operation at 1 thread (pinned to one CPU) and on all cores.
-    let each = |f: &mut dyn FnMut(usize, &rayon::ThreadPool) -> Result<(), CliError>| -> Result<(), CliError> {
-        for &threads in &threads_list {
-            pinned(threads, || f(threads, &pool(threads)))?;
-        }
-        Ok(())
-    };
     for (label, encoder) in [("raw", Encoder::Raw), ("zstd -3", Encoder::Zstd { level: 3 }), ("auto", Encoder::Auto)] {
         let packed = out("bench.tpde");
-        each(&mut |threads, p| {
+        each(&threads_list, |threads, p| {
             let mut report = convert::PackReport::default();
             let secs = time(runs, || {
                 report = p.install(|| {
@@ -307,14 +312,11 @@ fn chain(inputs: &[PathBuf], workdir: &Path, runs: usize, threads_list: &[usize]
             pack()?;
         } else {
             let file_bytes = std::fs::metadata(input)?.len();
-            for &threads in threads_list {
+            each(threads_list, |threads, p| {
                 let mut report = convert::PackReport::default();
-                let secs = pinned(threads, || {
-                    let p = pool(threads);
-                    time(runs, || {
-                        report = p.install(pack)?;
-                        Ok(())
-                    })
+                let secs = time(runs, || {
+                    report = p.install(pack)?;
+                    Ok(())
                 })?;
                 rows.push(Row {
                     what: "tpde pack delta (auto, its base's decode included)".into(),
@@ -322,50 +324,48 @@ fn chain(inputs: &[PathBuf], workdir: &Path, runs: usize, threads_list: &[usize]
                     ratio: Some(ratio(report.file_bytes, file_bytes)),
                     mb_s: mb_per_s(report.logical_bytes, secs),
                 });
-            }
+                Ok(())
+            })?;
         }
         files.push(output);
     }
-    for &threads in threads_list {
-        pinned(threads, || -> Result<(), CliError> {
-            let p = pool(threads);
-            let (mut keyframe_secs, mut before_secs) = (0.0, 0.0);
-            for (k, file) in files.iter().enumerate() {
-                let mut logical = 0;
-                let secs = time(runs, || {
-                    p.install(|| {
-                        let r = tpde::checkpoint::open_chain(&file.clone().into())?;
-                        logical = r.tensors().iter().map(|t| t.byte_length).sum();
-                        read_all(&r)
-                    })
-                })?;
-                if k == 0 {
-                    keyframe_secs = secs;
-                }
-                let before = std::mem::replace(&mut before_secs, secs);
-                rows.push(Row {
-                    what: match k {
-                        0 => "restore keyframe (read all, in memory)".to_string(),
-                        // The last link's own speed: what the delta adds to the restore of its
-                        // base (noise can make a difference of medians negative: then "-").
-                        k => format!(
-                            "restore keyframe + {k} delta{} ({:.2}x one keyframe's time; the last delta adds {})",
-                            if k == 1 { "" } else { "s" },
-                            secs / keyframe_secs,
-                            match secs - before {
-                                d if d > 0.0 => format!("{:.0} MB/s", mb_per_s(logical, d)),
-                                _ => "-".into(),
-                            }
-                        ),
-                    },
-                    threads,
-                    ratio: None,
-                    mb_s: mb_per_s(logical, secs),
-                });
+    each(threads_list, |threads, p| {
+        let (mut keyframe_secs, mut before_secs) = (0.0, 0.0);
+        for (k, file) in files.iter().enumerate() {
+            let mut logical = 0;
+            let secs = time(runs, || {
+                p.install(|| {
+                    let r = tpde::checkpoint::open_chain(&file.clone().into())?;
+                    logical = r.tensors().iter().map(|t| t.byte_length).sum();
+                    read_all(&r)
+                })
+            })?;
+            if k == 0 {
+                keyframe_secs = secs;
             }
-            Ok(())
-        })?;
-    }
+            let before = std::mem::replace(&mut before_secs, secs);
+            rows.push(Row {
+                what: match k {
+                    0 => "restore keyframe (read all, in memory)".to_string(),
+                    // The last link's own speed: what the delta adds to the restore of its
+                    // base (noise can make a difference of medians negative: then "-").
+                    k => format!(
+                        "restore keyframe + {k} delta{} ({:.2}x one keyframe's time; the last delta adds {})",
+                        if k == 1 { "" } else { "s" },
+                        secs / keyframe_secs,
+                        match secs - before {
+                            d if d > 0.0 => format!("{:.0} MB/s", mb_per_s(logical, d)),
+                            _ => "-".into(),
+                        }
+                    ),
+                },
+                threads,
+                ratio: None,
+                mb_s: mb_per_s(logical, secs),
+            });
+        }
+        Ok(())
+    })?;
     for f in &files[1..] {
         let _ = std::fs::remove_file(f);
     }
