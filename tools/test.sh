@@ -28,7 +28,17 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "tests: unit, property, integration, CLI, doc"
-cargo test --workspace --locked
+# The rANS tests compare the scalar loop with the AVX2 and AVX-512 ones, and fail on a CPU that
+# lacks one rather than pass without it. On such a CPU, say so here and report those tests as
+# ignored: the comparisons still run for every loop the CPU has.
+features=()
+for isa in avx2 avx512vbmi; do
+  if ! grep -qw "$isa" /proc/cpuinfo 2>/dev/null; then
+    echo "this CPU has no ${isa}: its rANS loop is not tested here (tpde-codec/no-${isa%vbmi}-tests)"
+    features+=(--features "tpde-codec/no-${isa%vbmi}-tests")
+  fi
+done
+cargo test --workspace --locked "${features[@]}"
 
 step "conformance corpus, as another implementation would run it"
 cargo run --release --locked --bin tpde -- conformance conformance --quiet
