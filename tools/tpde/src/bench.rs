@@ -292,8 +292,9 @@ pub fn run(inputs: &[PathBuf], workdir: &Path, runs: usize) -> Result<Vec<Row>, 
 /// Deltas and chains: each checkpoint after the first packed (`auto`) against the file of the one
 /// before (`bench.tpde`, the first's keyframe, then `bench.delta-N.tpde`), its pack timed with
 /// the base's decode, its digests and estimates included; then restoring each step of the chain
-/// into memory: a delta chunk takes its base's chunk through the whole chain, one chunk at a
-/// time. Restore rows give the time against one keyframe decode on the same threads.
+/// into memory, every step once per round: a delta chunk takes its base's chunk through the
+/// whole chain, one chunk at a time. Restore rows give the time against one keyframe decode on
+/// the same threads.
 fn chain(inputs: &[PathBuf], workdir: &Path, runs: usize, threads_list: &[usize]) -> Result<Vec<Row>, CliError> {
     let mut rows = Vec::new();
     let mut files = vec![workdir.join("bench.tpde")];
@@ -330,38 +331,51 @@ fn chain(inputs: &[PathBuf], workdir: &Path, runs: usize, threads_list: &[usize]
         files.push(output);
     }
     each(threads_list, |threads, p| {
-        let (mut keyframe_secs, mut before_secs) = (0.0, 0.0);
-        for (k, file) in files.iter().enumerate() {
-            let mut logical = 0;
-            let secs = time(runs, || {
-                p.install(|| {
-                    let r = tpde::checkpoint::open_chain(&file.clone().into())?;
-                    logical = r.tensors().iter().map(|t| t.byte_length).sum();
-                    read_all(&r)
-                })
-            })?;
-            if k == 0 {
-                keyframe_secs = secs;
+        // Every step of the chain is restored once per round, the rounds one after another, so
+        // that the machine's drift over minutes (a shared VM's speed moves by a quarter) falls
+        // on every step alike; a link's own cost is the median of its paired differences with
+        // the step before, in the same rounds.
+        let restore = |file: &PathBuf| -> Result<(f64, u64), CliError> {
+            p.install(|| {
+                let s = Instant::now();
+                let r = tpde::checkpoint::open_chain(&file.clone().into())?;
+                read_all(&r)?;
+                Ok((s.elapsed().as_secs_f64(), r.tensors().iter().map(|t| t.byte_length).sum()))
+            })
+        };
+        for file in &files {
+            restore(file)?; // warm-up: page cache, allocator, thread pool
+        }
+        let mut secs = vec![Vec::with_capacity(runs); files.len()];
+        let mut logical = vec![0; files.len()];
+        for _ in 0..runs {
+            for (k, file) in files.iter().enumerate() {
+                let (t, bytes) = restore(file)?;
+                secs[k].push(t);
+                logical[k] = bytes;
             }
-            let before = std::mem::replace(&mut before_secs, secs);
+        }
+        let keyframe_secs = median(secs[0].clone());
+        for (k, times) in secs.iter().enumerate() {
+            let t = median(times.clone());
             rows.push(Row {
                 what: match k {
                     0 => "restore keyframe (read all, in memory)".to_string(),
                     // The last link's own speed: what the delta adds to the restore of its
-                    // base (noise can make a difference of medians negative: then "-").
+                    // base (noise can make the median difference non-positive: then "-").
                     k => format!(
                         "restore keyframe + {k} delta{} ({:.2}x one keyframe's time; the last delta adds {})",
                         if k == 1 { "" } else { "s" },
-                        secs / keyframe_secs,
-                        match secs - before {
-                            d if d > 0.0 => format!("{:.0} MB/s", mb_per_s(logical, d)),
+                        t / keyframe_secs,
+                        match median(times.iter().zip(&secs[k - 1]).map(|(a, b)| a - b).collect()) {
+                            d if d > 0.0 => format!("{:.0} MB/s", mb_per_s(logical[k], d)),
                             _ => "-".into(),
                         }
                     ),
                 },
                 threads,
                 ratio: None,
-                mb_s: mb_per_s(logical, secs),
+                mb_s: mb_per_s(logical[k], t),
             });
         }
         Ok(())
@@ -449,10 +463,11 @@ pub fn render(input: &Path, rows: &[Row], runs: usize) -> String {
         })
         .unwrap_or_else(|| std::env::consts::ARCH.to_string());
     let mut s = format!(
-        "{} ({} bytes), median of {runs} runs; {} cores available ({cpu})\n\n| operation | threads | size ratio | MB/s |\n|---|---:|---:|---:|\n",
+        "{} ({} bytes), median of {runs} runs; {} cores available ({cpu}; rANS lanes decoded with {})\n\n| operation | threads | size ratio | MB/s |\n|---|---:|---:|---:|\n",
         input.display(),
         std::fs::metadata(input).map(|m| m.len()).unwrap_or(0),
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        tpde_codec::rans::lane_loop()
     );
     for r in rows {
         let ratio = r.ratio.map(|x| format!("{x:.3}")).unwrap_or_else(|| "-".into());

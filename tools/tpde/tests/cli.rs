@@ -618,6 +618,12 @@ fn bench_smoke() {
     let adds = link.split("the last delta adds ").nth(1).expect("the delta's own speed");
     assert!(adds.starts_with('-') || adds.split(' ').next().unwrap().parse::<f64>().unwrap() > 0.0, "{link}");
     assert!(!out.contains("ZipNN"), "{out}");
+    // The header names the rANS loop the CPU runs, which changes decode speed about twofold.
+    let header = out.lines().next().unwrap();
+    assert!(
+        ["AVX-512)", "AVX2)", "scalar)"].iter().any(|l| header.ends_with(&format!("rANS lanes decoded with {l}"))),
+        "{header}"
+    );
     assert_eq!(std::fs::read_dir(&work).unwrap().count(), 0, "bench left files in its folder");
 }
 
