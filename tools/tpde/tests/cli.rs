@@ -627,6 +627,49 @@ fn bench_smoke() {
     assert_eq!(std::fs::read_dir(&work).unwrap().count(), 0, "bench left files in its folder");
 }
 
+/// `tpde bench`'s ZipNN rows read the checkpoint's tensors from the file's layout themselves, so
+/// a bf16 checkpoint (which numpy cannot hold without ml_dtypes) is compared too. Here against
+/// a stand-in `zipnn` module on PYTHONPATH that stores the bytes as they are and checks how it is
+/// called: ratio 1, round trip exact.
+#[test]
+fn bench_runs_zipnn_on_bf16() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("zipnn.py"),
+        "class ZipNN:\n\
+         \x20   def __init__(self, input_format, bytearray_dtype, threads):\n\
+         \x20       assert input_format == 'byte' and bytearray_dtype == 'bfloat16', bytearray_dtype\n\
+         \x20   def compress(self, b):\n\
+         \x20       return bytes(b)\n\
+         \x20   def decompress(self, c):\n\
+         \x20       return bytes(c)\n",
+    )
+    .unwrap();
+    let bf16: Vec<u8> =
+        (0..64 * 64).map(|i| ((i as f32 * 0.01).sin().to_bits() >> 16) as u16).flat_map(u16::to_le_bytes).collect();
+    let view = safetensors::tensor::TensorView::new(safetensors::Dtype::BF16, vec![64, 64], &bf16).unwrap();
+    let input = d.join("m.safetensors");
+    safetensors::tensor::serialize_to_file([("w", view)], None, &input).unwrap();
+    let work = d.join("work");
+    std::fs::create_dir(&work).unwrap();
+    let out = tpde()
+        .arg("bench")
+        .arg(&input)
+        .args(["--runs", "1", "--dir"])
+        .arg(&work)
+        .env("TPDE_BENCH_PYTHON", "python3")
+        .env("PYTHONPATH", d)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let out = String::from_utf8(out).unwrap();
+    assert!(out.contains("| ZipNN compress (per tensor, in memory) | 1 | 1.000 |"), "{out}");
+    assert!(out.contains("| ZipNN decompress (per tensor, in memory) | 1 | - |"), "{out}");
+}
+
 /// `--max-rel-error` (format 1.5): a change of at most ρ·|x| is dropped, whatever the tensor's
 /// scale; the file records ρ and says 1.5; `verify --against` checks every element against
 /// ρ·|x| of its original, and fails on one moved past it.
