@@ -569,21 +569,8 @@ fn bench_smoke() {
             p
         })
         .collect();
-    let work = d.join("work");
-    std::fs::create_dir(&work).unwrap();
-    let out = tpde()
-        .arg("bench")
-        .args(&steps)
-        .args(["--runs", "1", "--dir"])
-        .arg(&work)
-        // No ZipNN here, whatever the machine has: its rows are optional.
-        .env("TPDE_BENCH_PYTHON", d.join("no-python"))
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    let out = String::from_utf8(out).unwrap();
+    // No ZipNN here, whatever the machine has: its rows are optional.
+    let out = bench(d, &steps, d.join("no-python").as_os_str());
     let row = |row: &str| -> (f64, f64) {
         let line = out
             .lines()
@@ -624,7 +611,28 @@ fn bench_smoke() {
         ["AVX-512)", "AVX2)", "scalar)"].iter().any(|l| header.ends_with(&format!("rANS lanes decoded with {l}"))),
         "{header}"
     );
+}
+
+/// Runs `tpde bench --runs 1` on `inputs` in a fresh folder under `d`, with `python` as
+/// `TPDE_BENCH_PYTHON` and `d` on its PYTHONPATH; returns what it printed, once it has checked
+/// that the bench left nothing in its folder.
+fn bench(d: &Path, inputs: &[std::path::PathBuf], python: &std::ffi::OsStr) -> String {
+    let work = d.join("work");
+    std::fs::create_dir(&work).unwrap();
+    let out = tpde()
+        .arg("bench")
+        .args(inputs)
+        .args(["--runs", "1", "--dir"])
+        .arg(&work)
+        .env("TPDE_BENCH_PYTHON", python)
+        .env("PYTHONPATH", d)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
     assert_eq!(std::fs::read_dir(&work).unwrap().count(), 0, "bench left files in its folder");
+    String::from_utf8(out).unwrap()
 }
 
 /// `tpde bench`'s ZipNN rows read the checkpoint's tensors from the file's layout themselves, so
@@ -651,21 +659,7 @@ fn bench_runs_zipnn_on_bf16() {
     let view = safetensors::tensor::TensorView::new(safetensors::Dtype::BF16, vec![64, 64], &bf16).unwrap();
     let input = d.join("m.safetensors");
     safetensors::tensor::serialize_to_file([("w", view)], None, &input).unwrap();
-    let work = d.join("work");
-    std::fs::create_dir(&work).unwrap();
-    let out = tpde()
-        .arg("bench")
-        .arg(&input)
-        .args(["--runs", "1", "--dir"])
-        .arg(&work)
-        .env("TPDE_BENCH_PYTHON", "python3")
-        .env("PYTHONPATH", d)
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    let out = String::from_utf8(out).unwrap();
+    let out = bench(d, &[input], "python3".as_ref());
     assert!(out.contains("| ZipNN compress (per tensor, in memory) | 1 | 1.000 |"), "{out}");
     assert!(out.contains("| ZipNN decompress (per tensor, in memory) | 1 | - |"), "{out}");
 }
