@@ -56,6 +56,32 @@ pub(super) unsafe fn rounds<const REGS: usize>(
     given: Option<&[u8]>,
     out: &mut [u8],
 ) -> usize {
+    // One loop per kind of record, so that each keeps only its own registers live and tests
+    // no mode inside the loop.
+    // SAFETY: the caller's (AVX2).
+    unsafe {
+        match (tables.next.is_some(), given.is_some()) {
+            (false, false) => rounds_of::<REGS, false, false>(tables, bytes, group, k0, stride, rounds, given, out),
+            (true, false) => rounds_of::<REGS, true, false>(tables, bytes, group, k0, stride, rounds, given, out),
+            (_, true) => rounds_of::<REGS, false, true>(tables, bytes, group, k0, stride, rounds, given, out),
+        }
+    }
+}
+
+/// [`rounds`] for one kind of record: `FOLLOW`, a context record; `GIVEN`, tables given per
+/// symbol.
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn rounds_of<const REGS: usize, const FOLLOW: bool, const GIVEN: bool>(
+    tables: &Slots,
+    bytes: &[u8],
+    group: &mut [Lane<'_>],
+    k0: usize,
+    stride: usize,
+    rounds: usize,
+    given: Option<&[u8]>,
+    out: &mut [u8],
+) -> usize {
     let slots = &tables.slots;
     assert!(!slots.is_empty() && slots.len().is_multiple_of(1 << SCALE_BITS));
     assert!(group.len() == REG * REGS || (REGS == 1 && (1..REG).contains(&group.len())));
@@ -90,8 +116,8 @@ pub(super) unsafe fn rounds<const REGS: usize>(
     let places = unsafe { _mm256_loadu_si256(places.as_ptr().cast()) };
     // Lanes look their table up at `ctx`: set through `next` from the symbol before (context
     // records), or from `given` before every symbol.
-    let follow = tables.next.is_some();
-    let contexts = follow || given.is_some();
+    let follow = FOLLOW;
+    let contexts = FOLLOW || GIVEN;
     if let Some(g) = given {
         assert_eq!(g.len(), out.len());
     }
@@ -152,7 +178,8 @@ pub(super) unsafe fn rounds<const REGS: usize>(
         let q0 = k0 + done * stride;
         // Their given table indices: the same words of `given`, a lane's word in each 32 bits.
         let mut gw = [_mm256_setzero_si256(); REGS];
-        if let Some(g) = given {
+        if GIVEN {
+            let g = given.expect("GIVEN");
             let words = &g[4 * q0..4 * q0 + 4 * r];
             if partial {
                 // SAFETY: a masked load of the r words of `words`; the others are not read.
@@ -169,7 +196,7 @@ pub(super) unsafe fn rounds<const REGS: usize>(
         for i in 0..4 {
             let shift = _mm_cvtsi32_si128(8 * i);
             for k in 0..REGS {
-                if given.is_some() {
+                if GIVEN {
                     let t = _mm256_and_si256(_mm256_srl_epi32(gw[k], shift), mask8);
                     ctx[k] = _mm256_min_epu32(_mm256_slli_epi32::<{ SCALE_BITS as i32 }>(t), last_table);
                 }
