@@ -35,9 +35,7 @@ impl ChunkCodec for Planes {
             return Ok(Vec::new());
         }
         ELEMENTS.with_borrow_mut(|elements| {
-            elements.clear();
-            elements.extend_from_slice(input);
-            planes::rotate(elements, w, true);
+            planes::rotated_into(input, w, elements);
             planes::encode(elements, w, self.0, out);
         });
         Ok(Vec::new())

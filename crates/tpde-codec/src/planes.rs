@@ -132,6 +132,22 @@ pub fn rotate(bytes: &mut [u8], w: usize, left: bool) {
     })
 }
 
+/// `bytes` with every element rotated left by one bit, into `out` (cleared first): one pass,
+/// where a copy and then [`rotate`] in place were two (5% and 2% of a one-core keyframe pack).
+pub fn rotated_into(bytes: &[u8], w: usize, out: &mut Vec<u8>) {
+    out.clear();
+    out.resize(bytes.len(), 0);
+    with_word!(w, T => {
+        for (o, c) in out.chunks_exact_mut(w).zip(bytes.chunks_exact(w)) {
+            let x = T::from_le_bytes(c.try_into().expect("w bytes"));
+            o.copy_from_slice(&x.rotate_left(1).to_le_bytes());
+        }
+    });
+    // Bytes past the last whole element, as `rotate` leaves them.
+    let whole = bytes.len() / w * w;
+    out[whole..].copy_from_slice(&bytes[whole..]);
+}
+
 thread_local! {
     /// This thread's buffer for a chunk's planes, split to encode or decoded to merge, reused
     /// from chunk to chunk: a buffer allocated per chunk faults in and zeroes fresh pages
@@ -780,6 +796,9 @@ mod tests {
                 merge(&parts, &mut back, false);
                 assert_eq!(back, elements, "w {w}, n {n}");
                 merge(&parts, &mut back, true);
+                let mut again = Vec::new();
+                rotated_into(&back, w, &mut again);
+                assert_eq!(again, elements, "w {w}, n {n}, unrotated");
                 rotate(&mut back, w, true);
                 assert_eq!(back, elements, "w {w}, n {n}, unrotated");
             }
