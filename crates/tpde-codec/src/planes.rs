@@ -423,9 +423,8 @@ fn write_contexts(plane: &[u8], order0: f64, out: &mut Vec<u8>) -> bool {
     let Some(map) = worth(&pairs, n, order0 * 0.98) else {
         return false;
     };
-    let model = if sampled { Contexts::count(map, plane, lanes) } else { Contexts::new(map, &pairs) };
     out.push(RANS_CONTEXTS);
-    model.encode_lanes(plane, out);
+    Contexts::encode_neighbours(map, (!sampled).then_some(&*pairs), plane, out);
     true
 }
 

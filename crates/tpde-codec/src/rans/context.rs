@@ -48,6 +48,23 @@ fn before(symbols: &[u8], i: usize, lanes: usize) -> u8 {
     }
 }
 
+/// The table index under `map` of every symbol of a plane in lanes: `map` of the symbol
+/// before it, as [`before`] gives it, a word at a time. Every symbol's context is known before
+/// encoding, so the indices are given as for a base-context record and the lanes run side by
+/// side in vector registers: the same bytes as lane by lane (an f32 keyframe's pack on one core
+/// spent 23% of its time in the lane-by-lane loop).
+fn neighbour_tables(map: &[u8; 256], symbols: &[u8], tables: &mut Vec<u8>) {
+    let lanes = super::lane_count(symbols.len());
+    tables.clear();
+    tables.resize(symbols.len(), 0);
+    for (q, (t, s)) in tables.chunks_mut(4).zip(symbols.chunks(4)).enumerate() {
+        t[0] = map[usize::from(if q >= lanes { symbols[4 * (q - lanes) + 3] } else { 0 })];
+        for j in 1..t.len() {
+            t[j] = map[usize::from(s[j - 1])];
+        }
+    }
+}
+
 /// Counts the pairs (symbol before, symbol) of `symbols` in lanes of `lanes`, over every word, or
 /// with `sampled` over the words of one block of 1024 symbols in eight.
 pub fn pair_counts(symbols: &[u8], lanes: usize, sampled: bool) -> Box<Pairs> {
@@ -125,13 +142,6 @@ impl Contexts {
         Contexts { map, tables }
     }
 
-    /// The tables for `map`, counted from `symbols` (in `lanes` lanes): one histogram per table
-    /// rather than per symbol before, which fits in L1 (the full pair counts measured a fifth
-    /// of the context record's encode).
-    pub fn count(map: [u8; 256], symbols: &[u8], lanes: usize) -> Contexts {
-        Contexts::count_by(map, symbols, |i| before(symbols, i, lanes))
-    }
-
     /// The tables for `map`, counted from `symbols` and each symbol's table, `tables[i]`
     /// (`map` of its base context). Four histograms per table, one per symbol of a word, so
     /// that a run of one (table, symbol), as a delta plane's zeros, does not wait on its own
@@ -157,35 +167,28 @@ impl Contexts {
         Contexts { map, tables }
     }
 
-    fn count_by(map: [u8; 256], symbols: &[u8], context: impl Fn(usize) -> u8) -> Contexts {
-        let tables = usize::from(map.iter().copied().max().expect("256 entries")) + 1;
-        let mut hists = vec![[0u64; 256]; tables];
-        for (i, &s) in symbols.iter().enumerate() {
-            hists[usize::from(map[usize::from(context(i))])][usize::from(s)] += 1;
-        }
-        Contexts { map, tables: hists.iter().map(Table::from_histogram).collect() }
-    }
-
     /// Appends the map, the tables and `symbols` in lanes: the record after its mode byte.
     /// Every symbol must have a frequency in its context's table (as the pair counts of
     /// `symbols` give it).
     pub fn encode_lanes(&self, symbols: &[u8], out: &mut Vec<u8>) {
-        let lanes = super::lane_count(symbols.len());
-        // Every symbol's context is known before encoding (the symbol before it in its lane), so
-        // its table index is given as for a base-context record and the lanes run side by side
-        // in vector registers: the same bytes as lane by lane, and an f32 keyframe's pack on
-        // one core spent 23% of its time in the lane-by-lane loop.
         TABLES.with_borrow_mut(|tables| {
-            // As `before` gives them, a word at a time.
-            tables.clear();
-            tables.resize(symbols.len(), 0);
-            for (q, (t, s)) in tables.chunks_mut(4).zip(symbols.chunks(4)).enumerate() {
-                t[0] = self.map[usize::from(if q >= lanes { symbols[4 * (q - lanes) + 3] } else { 0 })];
-                for j in 1..t.len() {
-                    t[j] = self.map[usize::from(s[j - 1])];
-                }
-            }
+            neighbour_tables(&self.map, symbols, tables);
             self.encode_by(symbols, |i| usize::from(tables[i]), Some(tables), out);
+        })
+    }
+
+    /// Codes `symbols` with neighbour contexts grouped by `map`, as [`Contexts::encode_lanes`]
+    /// does, with the tables of `pairs` where those are the plane's full pair counts, else
+    /// counted here from each symbol's table index, which the encoder needs anyway (counting
+    /// by the symbol before, a second pass, was 6% of a one-core f32 keyframe pack).
+    pub fn encode_neighbours(map: [u8; 256], full: Option<&Pairs>, symbols: &[u8], out: &mut Vec<u8>) {
+        TABLES.with_borrow_mut(|tables| {
+            neighbour_tables(&map, symbols, tables);
+            let model = match full {
+                Some(pairs) => Contexts::new(map, pairs),
+                None => Contexts::count_tables(map, symbols, tables),
+            };
+            model.encode_by(symbols, |i| usize::from(tables[i]), Some(tables), out);
         })
     }
 
