@@ -116,8 +116,6 @@ unsafe fn rounds_of<const REGS: usize, const FOLLOW: bool, const GIVEN: bool>(
     let places = unsafe { _mm256_loadu_si256(places.as_ptr().cast()) };
     // Lanes look their table up at `ctx`: set through `next` from the symbol before (context
     // records), or from `given` before every symbol.
-    let follow = FOLLOW;
-    let contexts = FOLLOW || GIVEN;
     if let Some(g) = given {
         assert_eq!(g.len(), out.len());
     }
@@ -140,11 +138,11 @@ unsafe fn rounds_of<const REGS: usize, const FOLLOW: bool, const GIVEN: bool>(
     // caller has checked that each lane has four bytes at `off` (see the round check below).
     let step = |x: &mut __m256i, off: &mut __m256i, ctx: &mut __m256i| -> __m256i {
         let slot = _mm256_and_si256(*x, mask12);
-        let at = if contexts { _mm256_add_epi32(*ctx, slot) } else { slot };
+        let at = if FOLLOW || GIVEN { _mm256_add_epi32(*ctx, slot) } else { slot };
         let e = unsafe { _mm256_i32gather_epi32::<4>(slots.as_ptr().cast(), at) };
         let w = unsafe { _mm256_i32gather_epi32::<1>(base.cast(), *off) };
         let sym = _mm256_and_si256(e, mask8);
-        if follow {
+        if FOLLOW {
             *ctx = unsafe { _mm256_i32gather_epi32::<4>(next.as_ptr().cast(), sym) };
         }
         let freq = _mm256_and_si256(_mm256_srli_epi32::<8>(e), mask12);

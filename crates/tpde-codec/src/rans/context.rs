@@ -55,7 +55,7 @@ fn before(symbols: &[u8], i: usize, lanes: usize) -> u8 {
 /// spent 23% of its time in the lane-by-lane loop).
 fn neighbour_tables(map: &[u8; 256], symbols: &[u8], tables: &mut Vec<u8>) {
     let lanes = super::lane_count(symbols.len());
-    tables.clear();
+    // Only growth is zeroed: every index is written below.
     tables.resize(symbols.len(), 0);
     for (q, (t, s)) in tables.chunks_mut(4).zip(symbols.chunks(4)).enumerate() {
         t[0] = map[usize::from(if q >= lanes { symbols[4 * (q - lanes) + 3] } else { 0 })];
