@@ -1,12 +1,13 @@
 //! Whole checkpoints on the device: decoded files, chains of deltas on resident bases, and the
 //! layer-by-layer loader.
 
-use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::collections::HashMap;
+use std::path::Path;
 
 use tpde_format::digest::{to_hex, Digest};
 use tpde_format::{CodecTag, DType, Prediction, TensorEntry};
-use tpde_read::{hinted_base_path, ReadError, Reader, Source, MAX_CHAIN};
+use tpde_read::chain::{self, Displayed};
+use tpde_read::{PathHints, ReadError, Reader, Source};
 
 use crate::device::{DeviceTensor, Gpu, GpuError, Pending};
 
@@ -162,31 +163,25 @@ impl Gpu {
     }
 
     /// Opens the file at `path` and decodes it onto the device; a delta's chain of bases is
-    /// followed through the path hints (as `tpde_read::open_chain` does) and decoded on the
-    /// device too, each base resident while the file after it decodes.
+    /// followed through the path hints (the walk of `tpde_read::chain`, as `open_chain` does)
+    /// and decoded on the device too, each base resident while the file after it decodes.
     pub fn load_chain(&self, path: impl AsRef<Path>) -> Result<DeviceCheckpoint, GpuError> {
-        self.load_link(path.as_ref(), &mut HashSet::new())
+        self.load_chain_with(path, &PathHints::Follow)
     }
 
-    fn load_link(&self, path: &Path, seen: &mut HashSet<PathBuf>) -> Result<DeviceCheckpoint, GpuError> {
-        let key = path.canonicalize().map_err(|source| ReadError::Io { path: path.to_path_buf(), source })?;
-        if !seen.insert(key) {
-            return Err(ReadError::BaseChain { detail: format!("{} refers back to itself", path.display()) }.into());
+    /// [`Gpu::load_chain`], following only the hints `hints` allows.
+    pub fn load_chain_with(&self, path: impl AsRef<Path>, hints: &PathHints) -> Result<DeviceCheckpoint, GpuError> {
+        let path = path.as_ref().to_path_buf();
+        let first = Reader::open(&path)?;
+        let identity = |p: &Displayed| p.0.canonicalize().map_err(|source| ReadError::Io { path: p.0.clone(), source });
+        let links = chain::walk(Displayed(path), first, identity, |p, r| {
+            Ok::<_, ReadError>(chain::next_local(&p.0, r, hints)?.map(|(p, r)| (Displayed(p), r)))
+        })?;
+        let mut base: Option<DeviceCheckpoint> = None;
+        for (_, reader) in links.iter().rev() {
+            base = Some(self.load(reader, base.as_ref())?);
         }
-        if seen.len() > MAX_CHAIN {
-            return Err(ReadError::BaseChain { detail: format!("more than {MAX_CHAIN} files in the chain") }.into());
-        }
-        let reader = Reader::open(path)?;
-        let Some(b) = reader.directory().base.as_ref().filter(|_| reader.uses_base()) else {
-            return self.load(&reader, None);
-        };
-        let missing = |hint: String| ReadError::BaseMissing { digest: to_hex(&b.digest), hint };
-        let base_path = hinted_base_path(path, &reader).ok_or_else(|| missing(String::new()))?;
-        if !base_path.exists() {
-            return Err(missing(base_path.display().to_string()).into());
-        }
-        let base = self.load_link(&base_path, seen)?;
-        self.load(&reader, Some(&base))
+        Ok(base.expect("a chain holds its first file"))
     }
 }
 

@@ -72,6 +72,22 @@ fn retry_config() -> RetryConfig {
     }
 }
 
+/// Whether the environment configures object storage: an endpoint or credentials of AWS's
+/// own variables. Without them a client would look for credentials on the cloud's metadata
+/// endpoint, so a reader follows a URL it meets in a file only when this holds or the user
+/// opened a URL (spec §7.3).
+pub fn configured() -> bool {
+    const VARS: [&str; 6] = [
+        "AWS_ENDPOINT_URL",
+        "AWS_ENDPOINT",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    ];
+    VARS.iter().any(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty()))
+}
+
 /// The client for `bucket`, built once per bucket and process from the environment, so that
 /// its connections are reused.
 fn store(url: &ObjectUrl) -> io::Result<Arc<dyn ObjectStore>> {
@@ -81,8 +97,11 @@ fn store(url: &ObjectUrl) -> io::Result<Arc<dyn ObjectStore>> {
     if let Some(s) = stores.get(url.bucket()) {
         return Ok(s.clone());
     }
+    // Conditional PUTs (If-None-Match, If-Match) as S3, MinIO and R2 answer them: what
+    // `put_new`'s writer lease needs.
     let s3 = AmazonS3Builder::from_env()
         .with_bucket_name(url.bucket())
+        .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch)
         .with_retry(retry_config())
         .build()
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{url}: {e}")))?;
@@ -143,6 +162,19 @@ pub fn get_all(url: &ObjectUrl) -> io::Result<bytes::Bytes> {
     let store = store(url)?;
     let path = url.path()?;
     block_on(async { store.get(&path).await?.bytes().await }).map_err(|e| io_error(url, e))
+}
+
+/// Writes `data` to `url` in one PUT only if no object is there (`If-None-Match: *`, atomic
+/// in the store): `true` if this call created it, `false` if one was there already.
+pub fn put_new(url: &ObjectUrl, data: Vec<u8>) -> io::Result<bool> {
+    let store = store(url)?;
+    let path = url.path()?;
+    let opts = object_store::PutOptions { mode: object_store::PutMode::Create, ..Default::default() };
+    match block_on(store.put_opts(&path, data.into(), opts)) {
+        Ok(_) => Ok(true),
+        Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+        Err(e) => Err(io_error(url, e)),
+    }
 }
 
 /// Writes `data` to `url` in one PUT (the object appears whole or not at all).

@@ -15,7 +15,7 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
-use tpde::checkpoint::{self, open_base, open_tpde, read_range, MemoryCheckpoint};
+use tpde::checkpoint::{self, open_base, open_tpde_with, read_range, MemoryCheckpoint};
 use tpde::convert::{self, PackJob, PackReport, TensorRef};
 use tpde::format::digest::to_hex;
 use tpde::format::digest::Digest;
@@ -57,17 +57,52 @@ impl File {
     fn entry(&self, name: &str) -> PyResult<&TensorEntry> {
         self.reader.tensor(name).map_err(|e| py_err(e.into()))
     }
+
+    /// A new zeroed `uint8` array of `len` bytes for (part of) tensor `t`: refused over the
+    /// reader's `max_tensor_bytes`, and a `limit-exceeded` `TpdeError` when the memory cannot
+    /// be had (numpy's C constructor would hand PyO3 a null pointer, which panics).
+    fn new_array<'py>(&self, py: Python<'py>, t: &TensorEntry, len: u64) -> PyResult<Bound<'py, PyArray1<u8>>> {
+        self.reader.check_size(t).map_err(|e| py_err(e.into()))?;
+        let out_of_memory =
+            || py_err(tpde::Error::from(tpde::read::ReadError::OutOfMemory { name: t.name.clone(), bytes: len }));
+        let len = usize::try_from(len).map_err(|_| out_of_memory())?;
+        let array = py.import("numpy")?.getattr("zeros")?.call1((len, "uint8")).map_err(|e| {
+            match e.is_instance_of::<pyo3::exceptions::PyMemoryError>(py) {
+                true => out_of_memory(),
+                false => e,
+            }
+        })?;
+        Ok(array.cast_into::<PyArray1<u8>>()?)
+    }
 }
 
 #[pymethods]
 impl File {
     /// Opens `path`; a delta is attached to `base` if given, else to the base its path hint
     /// names (which may be missing: reading a delta tensor then fails with `base-missing`).
+    /// `follow_hints=False` follows no hint; `hint_roots` follows local hints only into those
+    /// folders. `max_tensor_bytes` caps the tensors decoded (default 16 GiB).
     #[new]
-    #[pyo3(signature = (path, base=None))]
-    fn new(py: Python<'_>, path: &str, base: Option<&str>) -> PyResult<Self> {
+    #[pyo3(signature = (path, base=None, follow_hints=true, hint_roots=None, max_tensor_bytes=None))]
+    fn new(
+        py: Python<'_>,
+        path: &str,
+        base: Option<&str>,
+        follow_hints: bool,
+        hint_roots: Option<Vec<PathBuf>>,
+        max_tensor_bytes: Option<u64>,
+    ) -> PyResult<Self> {
         let (path, base) = (location(path)?, base.map(location).transpose()?);
-        let reader = py.detach(|| open_tpde(&path, base.as_ref())).map_err(py_err)?;
+        let mut opts = checkpoint::OpenOptions::default();
+        if !follow_hints {
+            opts.hints = checkpoint::HintPolicy::none();
+        } else if let Some(roots) = hint_roots {
+            opts.hints.paths = tpde::read::PathHints::Within(roots);
+        }
+        if let Some(limit) = max_tensor_bytes {
+            opts.read.max_tensor_bytes = limit;
+        }
+        let reader = py.detach(|| open_tpde_with(&path, base.as_ref(), &opts)).map_err(py_err)?;
         Ok(File { reader: Arc::new(reader) })
     }
 
@@ -138,8 +173,7 @@ impl File {
             array.readwrite().make_nonwriteable();
             return Ok(array);
         }
-        let len = usize::try_from(t.byte_length).map_err(|_| invalid(format!("tensor {name:?}: too large")))?;
-        let array = PyArray1::<u8>::zeros(slf.py(), len, false);
+        let array = this.new_array(slf.py(), t, t.byte_length)?;
         {
             let mut rw = array.readwrite();
             let out = rw.as_slice_mut().expect("a new array is contiguous");
@@ -166,9 +200,7 @@ impl File {
             if !copy_raw && this.reader.is_zero_copy(t) {
                 arrays.push(Self::read(slf, &t.name)?);
             } else {
-                let len =
-                    usize::try_from(t.byte_length).map_err(|_| invalid(format!("tensor {:?}: too large", t.name)))?;
-                arrays.push(PyArray1::<u8>::zeros(slf.py(), len, false));
+                arrays.push(this.new_array(slf.py(), t, t.byte_length)?);
                 decode.push(k);
             }
         }
@@ -234,7 +266,7 @@ impl File {
         if start > end || end > t.byte_length {
             return Err(invalid(format!("tensor {name:?}: byte range {start}..{end} outside 0..{}", t.byte_length)));
         }
-        let array = PyArray1::<u8>::zeros(slf.py(), (end - start) as usize, false);
+        let array = this.new_array(slf.py(), t, end - start)?;
         {
             let mut rw = array.readwrite();
             let out = rw.as_slice_mut().expect("a new array is contiguous");
@@ -491,6 +523,32 @@ fn dtypes(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyTuple>>> {
         .collect()
 }
 
+/// Writes `data` as a new object at URL `url` only if none is there (a conditional PUT):
+/// whether this call created it. For the `Checkpointer`'s writer lease.
+#[pyfunction]
+fn object_create_new(py: Python<'_>, url: &str, data: Vec<u8>) -> PyResult<bool> {
+    let url = tpde::object::ObjectUrl::parse(url).map_err(|e| invalid(e.to_string()))?;
+    py.detach(|| tpde::object::put_new(&url, data)).map_err(|e| py_err(e.into()))
+}
+
+/// Writes `data` as the object at URL `url` in one PUT, replacing any.
+#[pyfunction]
+fn object_write(py: Python<'_>, url: &str, data: Vec<u8>) -> PyResult<()> {
+    let url = tpde::object::ObjectUrl::parse(url).map_err(|e| invalid(e.to_string()))?;
+    py.detach(|| tpde::object::put(&url, data)).map_err(|e| py_err(e.into()))
+}
+
+/// The whole object at URL `url`, or `None` if there is none.
+#[pyfunction]
+fn object_read(py: Python<'_>, url: &str) -> PyResult<Option<Vec<u8>>> {
+    let url = tpde::object::ObjectUrl::parse(url).map_err(|e| invalid(e.to_string()))?;
+    match py.detach(|| tpde::object::get_all(&url)) {
+        Ok(b) => Ok(Some(b.to_vec())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(py_err(e.into())),
+    }
+}
+
 #[pymodule]
 fn _tpde(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -506,5 +564,8 @@ fn _tpde(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(is_file, m)?)?;
     m.add_function(wrap_pyfunction!(remove, m)?)?;
     m.add_function(wrap_pyfunction!(copy, m)?)?;
+    m.add_function(wrap_pyfunction!(object_create_new, m)?)?;
+    m.add_function(wrap_pyfunction!(object_read, m)?)?;
+    m.add_function(wrap_pyfunction!(object_write, m)?)?;
     Ok(())
 }

@@ -1,19 +1,12 @@
-//! Bases of delta files (spec §6.3, §7): what a delta decodes against, and following a chain of
-//! deltas back to its keyframe through the path hints the files record.
+//! Bases of delta files (spec §6.3, §7): what a delta decodes against. Following a chain of
+//! them through path hints is [`crate::chain`]'s.
 
 use std::borrow::Cow;
-use std::collections::HashSet;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use tpde_format::digest::Digest;
 use tpde_format::DType;
 
 use crate::{ReadError, Reader, Source};
-
-/// The longest chain of deltas [`open_chain`] follows: a safeguard against hint loops that a
-/// path check cannot see (links, mounts), far above any sensible keyframe interval.
-pub const MAX_CHAIN: usize = 1024;
 
 /// One tensor of a base.
 #[derive(Clone, Debug)]
@@ -90,39 +83,4 @@ impl<S: Source + Send> Base for Reader<S> {
     fn prefetch_range(&self, name: &str, range: std::ops::Range<u64>) -> Result<(), ReadError> {
         self.prefetch_span(name, range)
     }
-}
-
-/// Opens the file at `path` and, if it decodes against a base, the chain of bases behind it:
-/// each base is found through the path hint of the file that refers to it (relative to that
-/// file's folder) and checked against the recorded content digest.
-pub fn open_chain(path: impl AsRef<Path>) -> Result<Reader, ReadError> {
-    open_link(path.as_ref(), &mut HashSet::new())
-}
-
-/// Where the base of the delta at `path` should be: its path hint, relative to the folder of
-/// `path`. `None` when the file decodes without a base or records no hint.
-pub fn hinted_base_path<S: Source>(path: &Path, reader: &Reader<S>) -> Option<PathBuf> {
-    let base = reader.directory().base.as_ref().filter(|b| !b.path_hint.is_empty())?;
-    reader.uses_base().then(|| path.parent().unwrap_or(Path::new(".")).join(&base.path_hint))
-}
-
-fn open_link(path: &Path, seen: &mut HashSet<PathBuf>) -> Result<Reader, ReadError> {
-    let key = path.canonicalize().map_err(|source| ReadError::Io { path: path.to_path_buf(), source })?;
-    if !seen.insert(key) {
-        return Err(ReadError::BaseChain { detail: format!("{} refers back to itself", path.display()) });
-    }
-    if seen.len() > MAX_CHAIN {
-        return Err(ReadError::BaseChain { detail: format!("more than {MAX_CHAIN} files in the chain") });
-    }
-    let reader = Reader::open(path)?;
-    let Some(base) = reader.directory().base.as_ref().filter(|_| reader.uses_base()) else {
-        return Ok(reader);
-    };
-    let missing = |hint: String| ReadError::BaseMissing { digest: tpde_format::digest::to_hex(&base.digest), hint };
-    let base_path = hinted_base_path(path, &reader).ok_or_else(|| missing(String::new()))?;
-    if !base_path.exists() {
-        return Err(missing(base_path.display().to_string()));
-    }
-    let base_reader = open_link(&base_path, seen)?;
-    reader.with_base(Arc::new(base_reader))
 }

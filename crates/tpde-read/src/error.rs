@@ -56,6 +56,14 @@ pub enum ReadError {
         /// The limit.
         limit: u64,
     },
+    /// The system could not give the memory to decode a tensor into.
+    #[error("tensor {name:?}: cannot allocate {bytes} bytes to decode it into")]
+    OutOfMemory {
+        /// The tensor.
+        name: String,
+        /// The bytes asked for.
+        bytes: u64,
+    },
     /// The file is a delta and no base was attached.
     #[error("this file is a delta: decoding it needs its base (content digest {digest}{})", hint_note(hint))]
     BaseMissing {
@@ -83,6 +91,15 @@ pub enum ReadError {
     /// A base was given for a file that is not a delta.
     #[error("the file has no base reference: it is a keyframe and decodes on its own")]
     NotADelta,
+    /// A base's path hint that the reader's [`PathHints`](crate::PathHints) (or, for a URL,
+    /// the caller's settings) do not let it follow.
+    #[error("base path hint {hint:?} not followed: {why}")]
+    HintRefused {
+        /// The hint.
+        hint: String,
+        /// Why not, and what to do instead.
+        why: String,
+    },
     /// Following base references loops or exceeds the chain limit.
     #[error("base chain: {detail}")]
     BaseChain {
@@ -114,9 +131,9 @@ impl ReadError {
             ReadError::Format(e) => e.kind(),
             ReadError::Codec { source, .. } => source.kind(),
             ReadError::NotFound { .. } => ErrorKind::NotFound,
-            ReadError::TooLarge { .. } => ErrorKind::LimitExceeded,
+            ReadError::TooLarge { .. } | ReadError::OutOfMemory { .. } => ErrorKind::LimitExceeded,
             ReadError::BufferLength { .. } | ReadError::NotADelta => ErrorKind::InvalidArgument,
-            ReadError::BaseMissing { .. } => ErrorKind::BaseMissing,
+            ReadError::BaseMissing { .. } | ReadError::HintRefused { .. } => ErrorKind::BaseMissing,
             ReadError::BaseMismatch { .. } => ErrorKind::BaseMismatch,
             ReadError::BaseTensor { .. } => ErrorKind::Malformed,
             ReadError::BaseChain { .. } => ErrorKind::BaseChain,

@@ -30,6 +30,7 @@
 #![warn(missing_docs)]
 
 mod base;
+pub mod chain;
 mod error;
 mod inputs;
 mod source;
@@ -55,7 +56,8 @@ use tpde_format::{
     Trailer,
 };
 
-pub use base::{hinted_base_path, open_chain, Base, BaseTensor, MAX_CHAIN};
+pub use base::{Base, BaseTensor};
+pub use chain::{hinted_base_path, open_chain, open_chain_with, PathHints, MAX_CHAIN};
 pub use error::ReadError;
 pub use source::{out_of_range, Source, StreamSource};
 
@@ -77,15 +79,27 @@ pub enum ChecksumPolicy {
 pub struct ReadOptions {
     /// Chunk CRC policy.
     pub checksums: ChecksumPolicy,
-    /// The largest tensor the reader will allocate a buffer for.
+    /// The largest tensor the reader decodes, in logical bytes: a larger one is a
+    /// `limit-exceeded` error before anything is allocated or decoded. A file can declare a
+    /// tensor far larger than itself (chunks that decode to 1 GiB from a few bytes, or many
+    /// chunk entries naming one stored range, R22), so this, not the file's size, bounds what
+    /// reading it costs.
     pub max_tensor_bytes: u64,
 }
 
+/// The default [`ReadOptions::max_tensor_bytes`]: 16 GiB, above the largest tensor of today's
+/// released models (a 128k x 16k embedding in fp32 is 8 GiB) and below what a file can claim.
+pub const DEFAULT_MAX_TENSOR_BYTES: u64 = 16 << 30;
+
 impl Default for ReadOptions {
     fn default() -> Self {
-        ReadOptions { checksums: ChecksumPolicy::Verify, max_tensor_bytes: 64 << 30 }
+        ReadOptions { checksums: ChecksumPolicy::Verify, max_tensor_bytes: DEFAULT_MAX_TENSOR_BYTES }
     }
 }
+
+/// Logical bytes [`Reader::stream_tensor`] decodes at once (whole chunks, so a window may
+/// hold one chunk more: at most 1 GiB by §8, 4 MiB as the writer chunks by default).
+const STREAM_WINDOW: u64 = 64 << 20;
 
 /// What [`Reader::verify`] checked.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -383,9 +397,67 @@ impl<S: Source> Reader<S> {
         Ok(report)
     }
 
-    /// Decodes one tensor with CRCs checked and compares its digest.
+    /// Decodes one tensor with CRCs checked and compares its digest, streaming it (a window
+    /// of chunks at a time), so that the memory it takes does not grow with the tensor.
     pub fn verify_tensor(&self, t: &TensorEntry) -> Result<(), ReadError> {
-        check_digest(t, &self.read_tensor_with(t, ChecksumPolicy::Verify)?)
+        let mut digest = tpde_format::digest::StreamDigest::new();
+        self.stream_with(t, ChecksumPolicy::Verify, |bytes| {
+            digest.update(bytes);
+            Ok::<(), ReadError>(())
+        })?;
+        check_computed_digest(t, digest.finalize())
+    }
+
+    /// Decodes tensor `t` a window of chunks at a time (each window's chunks in parallel) and
+    /// hands its logical bytes to `sink` in order: a tensor of any size passes through a
+    /// bounded buffer (`tpde cat`, verifying). A tensor over
+    /// [`ReadOptions::max_tensor_bytes`] is refused before anything is decoded.
+    pub fn stream_tensor<E: From<ReadError>>(
+        &self,
+        t: &TensorEntry,
+        sink: impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.stream_with(t, self.options.checksums, sink)
+    }
+
+    fn stream_with<E: From<ReadError>>(
+        &self,
+        t: &TensorEntry,
+        policy: ChecksumPolicy,
+        mut sink: impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.check_size(t)?;
+        if let Some(range) = self.contiguous_raw(t) {
+            if policy == ChecksumPolicy::Verify {
+                t.chunks.par_iter().enumerate().try_for_each(|(i, c)| self.stored(t, i, c, policy).map(|_| ()))?;
+            }
+            return sink(&bytes(&self.src, range, "chunk")?);
+        }
+        let base = self.chunk_base(t)?;
+        let mut buf = Vec::new();
+        let (mut start, mut at) = (0u64, 0u64);
+        for c in &t.chunks {
+            at += c.decoded_length;
+            if at - start >= STREAM_WINDOW || at == t.byte_length {
+                let out = zeroed(&mut buf, at - start, &t.name)?;
+                self.decode_span(t, start..at, out, &base, policy)?;
+                sink(out)?;
+                start = at;
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses a tensor over [`ReadOptions::max_tensor_bytes`].
+    pub fn check_size(&self, t: &TensorEntry) -> Result<(), ReadError> {
+        match t.byte_length > self.options.max_tensor_bytes {
+            true => Err(ReadError::TooLarge {
+                name: t.name.clone(),
+                bytes: t.byte_length,
+                limit: self.options.max_tensor_bytes,
+            }),
+            false => Ok(()),
+        }
     }
 
     /// Checks that every byte of the payload area that no chunk covers is zero (spec §4).
@@ -418,13 +490,7 @@ impl<S: Source> Reader<S> {
     }
 
     fn read_tensor_with(&self, t: &TensorEntry, policy: ChecksumPolicy) -> Result<Cow<'_, [u8]>, ReadError> {
-        if t.byte_length > self.options.max_tensor_bytes {
-            return Err(ReadError::TooLarge {
-                name: t.name.clone(),
-                bytes: t.byte_length,
-                limit: self.options.max_tensor_bytes,
-            });
-        }
+        self.check_size(t)?;
         if let Some(range) = self.contiguous_raw(t) {
             if policy == ChecksumPolicy::Verify {
                 t.chunks.par_iter().enumerate().try_for_each(|(i, c)| self.stored(t, i, c, policy).map(|_| ()))?;
@@ -434,7 +500,8 @@ impl<S: Source> Reader<S> {
         // A delta's base tensor is checked (or fetched) before the output is allocated: the
         // base justifies the length.
         let base = self.chunk_base(t)?;
-        let mut out = vec![0u8; t.byte_length as usize];
+        let mut out = Vec::new();
+        zeroed(&mut out, t.byte_length, &t.name)?;
         self.decode_chunks(t, &mut out, &base, policy)?;
         Ok(Cow::Owned(out))
     }
@@ -916,9 +983,24 @@ fn bytes<'a, S: Source>(
     }
 }
 
+/// `buf` made `len` zero bytes long, its allocation fallible: a length the system cannot give
+/// is a `limit-exceeded` error naming the tensor, never an abort.
+fn zeroed<'b>(buf: &'b mut Vec<u8>, len: u64, name: &str) -> Result<&'b mut [u8], ReadError> {
+    let too_large = || ReadError::OutOfMemory { name: name.to_owned(), bytes: len };
+    let len = usize::try_from(len).map_err(|_| too_large())?;
+    buf.clear();
+    buf.try_reserve_exact(len).map_err(|_| too_large())?;
+    buf.resize(len, 0);
+    Ok(&mut buf[..])
+}
+
 /// Checks decoded bytes against the tensor's digest (R26), for decoders outside this crate too.
 pub fn check_digest(t: &TensorEntry, data: &[u8]) -> Result<(), ReadError> {
-    let digest = tensor_digest(data);
+    check_computed_digest(t, tensor_digest(data))
+}
+
+/// Checks a tensor digest computed from its decoded bytes against the one recorded (R26).
+fn check_computed_digest(t: &TensorEntry, digest: Digest) -> Result<(), ReadError> {
     if digest != t.digest {
         return Err(FormatError::ChecksumMismatch {
             what: "tensor digest",

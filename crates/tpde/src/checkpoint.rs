@@ -2,7 +2,7 @@
 //! file with its chain of bases. Either can be the base of a delta.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
@@ -10,7 +10,7 @@ use rayon::prelude::*;
 use safetensors::SafeTensors;
 use tpde_format::digest::{content_digest, tensor_digest, to_hex, Digest, DigestInput};
 use tpde_format::{DType, TensorEntry};
-use tpde_read::{Base, BaseTensor, ReadError, Reader};
+use tpde_read::{Base, BaseTensor, PathHints, ReadError, ReadOptions, Reader};
 
 use crate::convert::dtype_from_safetensors;
 use crate::location::{FileReader, Location};
@@ -180,19 +180,100 @@ pub fn is_tpde(path: &Path) -> Result<bool, Error> {
     Ok(n == 8 && magic == tpde_format::header::MAGIC)
 }
 
+/// How the readers here open a file: which base hints they follow, and the reader's settings
+/// (checksums, the largest tensor decoded), for the file and every base behind it.
+#[derive(Clone, Debug, Default)]
+pub struct OpenOptions {
+    /// Which hints are followed.
+    pub hints: HintPolicy,
+    /// The reader's settings.
+    pub read: ReadOptions,
+}
+
+/// Which base path hints the readers here follow (spec §7.3): local paths by
+/// [`PathHints`], URLs by [`UrlHints`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HintPolicy {
+    /// Local paths (relative, absolute, `file://`).
+    pub paths: PathHints,
+    /// `s3://` URLs.
+    pub urls: UrlHints,
+}
+
+/// When a base hint that is a URL is followed. A URL hint reaches the network, and a client
+/// without settings looks for credentials on the cloud's metadata endpoint, so a reader never
+/// follows one the user has not asked for (spec §7.3).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UrlHints {
+    /// When the user opted into object storage: the chain starts at a URL the user opened, or
+    /// object storage is configured in the environment ([`tpde_object::configured`]).
+    #[default]
+    WhenOptedIn,
+    /// Always.
+    Always,
+    /// Never: a base in object storage must be given by the caller.
+    Never,
+}
+
+impl HintPolicy {
+    /// No hints at all: every delta's base is given by the caller.
+    pub fn none() -> HintPolicy {
+        HintPolicy { paths: PathHints::Ignore, urls: UrlHints::Never }
+    }
+
+    /// The base that hint `hint` of the file at `at` names, if this policy lets it be followed
+    /// on a chain that started at `start`.
+    fn resolve(&self, start: &Location, at: &Location, hint: &str) -> Result<Location, Error> {
+        let base_at = at.resolve_hint(hint)?;
+        match &base_at {
+            Location::Local(p) => self.paths.check(hint, p)?,
+            Location::Object(_) => {
+                let opted_in = matches!(start, Location::Object(_)) || tpde_object::configured();
+                let follow = match self.urls {
+                    UrlHints::Always => true,
+                    UrlHints::WhenOptedIn => opted_in,
+                    UrlHints::Never => false,
+                };
+                if !follow {
+                    let why = match self.urls {
+                        UrlHints::Never => "the reader follows no URL hints",
+                        _ => "object storage is not configured (no AWS_ENDPOINT_URL or AWS credentials in the environment) and the file was not opened by URL",
+                    };
+                    return Err(ReadError::HintRefused {
+                        hint: hint.to_owned(),
+                        why: format!("{why}; give the base explicitly"),
+                    }
+                    .into());
+                }
+            }
+        }
+        Ok(base_at)
+    }
+}
+
 /// Opens a checkpoint to use as a base: a `.tpde` file, local or remote, with its own chain
 /// found through its path hints, or a local `.safetensors` file.
 pub fn open_base(at: &Location) -> Result<Arc<dyn Base>, Error> {
+    open_base_with(at, &OpenOptions::default())
+}
+
+/// [`open_base`], following the hints `hints` allows.
+pub fn open_base_with(at: &Location, opts: &OpenOptions) -> Result<Arc<dyn Base>, Error> {
     match at {
         Location::Local(path) if !is_tpde(path)? => Ok(Arc::new(SafetensorsFile::open(path)?)),
-        _ => Ok(Arc::new(open_chain(at)?)),
+        _ => Ok(Arc::new(open_chain_with(at, opts)?)),
     }
 }
 
 /// Opens the `.tpde` file at `at` and, if it decodes against a base, the chain of bases
 /// behind it, each attached to the file after it (see [`chain_readers`]).
 pub fn open_chain(at: &Location) -> Result<FileReader, Error> {
-    let mut links = chain_readers(at)?;
+    open_chain_with(at, &OpenOptions::default())
+}
+
+/// [`open_chain`], following the hints `hints` allows.
+pub fn open_chain_with(at: &Location, opts: &OpenOptions) -> Result<FileReader, Error> {
+    let mut links = chain_readers_with(at, opts)?;
     let (_, mut reader) = links.pop().expect("a chain holds its first file");
     while let Some((loc, next)) = links.pop() {
         reader = next.with_base(Arc::new(reader)).map_err(|e| Error::from(e).context(&loc))?;
@@ -206,49 +287,48 @@ pub fn open_chain(at: &Location) -> Result<FileReader, Error> {
 /// bucket key, spec §7.3); its content digest is checked when it is attached. A loop, or a
 /// chain longer than [`tpde_read::MAX_CHAIN`], is a `base-chain` error.
 pub fn chain_readers(at: &Location) -> Result<Vec<(Location, FileReader)>, Error> {
-    let chain_err = |detail: String| Error::from(ReadError::BaseChain { detail });
-    let mut seen = HashSet::new();
-    let mut links: Vec<(Location, FileReader)> = Vec::new();
-    let mut next = Some((at.clone(), open_reader(at)?));
-    while let Some((at, reader)) = next.take() {
-        if !seen.insert(at.identity()?) {
-            return Err(chain_err(format!("{at} refers back to itself")));
+    chain_readers_with(at, &OpenOptions::default())
+}
+
+/// [`chain_readers`], following the hints `hints` allows (a refused one is `base-missing`).
+pub fn chain_readers_with(at: &Location, opts: &OpenOptions) -> Result<Vec<(Location, FileReader)>, Error> {
+    tpde_read::chain::walk(at.clone(), open_reader_with(at, opts.read)?, Location::identity, |link, reader| {
+        let Some(hint) = tpde_read::chain::base_hint(reader).map_err(|e| Error::from(e).context(link))? else {
+            return Ok(None);
+        };
+        let base_at = opts.hints.resolve(at, link, hint).map_err(|e| e.context(link))?;
+        match open_present(&base_at, opts.read)? {
+            Some(base_reader) => Ok(Some((base_at, base_reader))),
+            None => Err(Error::from(ReadError::BaseMissing {
+                digest: to_hex(&reader.directory().base.as_ref().expect("a hint has a base").digest),
+                hint: base_at.to_string(),
+            })
+            .context(link)),
         }
-        if seen.len() > tpde_read::MAX_CHAIN {
-            return Err(chain_err(format!("more than {} files in the chain", tpde_read::MAX_CHAIN)));
-        }
-        if let Some(base) = reader.directory().base.as_ref().filter(|_| reader.uses_base()) {
-            let missing = |hint: String| Error::from(ReadError::BaseMissing { digest: to_hex(&base.digest), hint });
-            if base.path_hint.is_empty() {
-                return Err(missing(String::new()));
-            }
-            let base_at = at.resolve_hint(&base.path_hint)?;
-            match open_present(&base_at)? {
-                Some(base_reader) => next = Some((base_at, base_reader)),
-                None => return Err(missing(base_at.to_string())),
-            }
-        }
-        links.push((at, reader));
-    }
-    Ok(links)
+    })
 }
 
 /// The file at `at` opened, or `None` when there is none: a stat for a local path; for an
 /// object, opening it (its first GET answers "not found"), with no HEAD request before it.
-fn open_present(at: &Location) -> Result<Option<FileReader>, Error> {
+fn open_present(at: &Location, read: ReadOptions) -> Result<Option<FileReader>, Error> {
     match at {
         Location::Local(p) if !p.is_file() => Ok(None),
-        Location::Object(_) => match open_reader(at) {
+        Location::Object(_) => match open_reader_with(at, read) {
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
             opened => opened.map(Some),
         },
-        Location::Local(_) => open_reader(at).map(Some),
+        Location::Local(_) => open_reader_with(at, read).map(Some),
     }
 }
 
 /// Opens the `.tpde` file at `at` as it is (no base attached); errors name the file.
 pub fn open_reader(at: &Location) -> Result<FileReader, Error> {
-    Reader::from_source(at.open()?).map_err(|e| Error::from(e).context(at))
+    open_reader_with(at, ReadOptions::default())
+}
+
+/// [`open_reader`] with the reader's settings.
+pub fn open_reader_with(at: &Location, read: ReadOptions) -> Result<FileReader, Error> {
+    Reader::with_options(at.open()?, read).map_err(|e| Error::from(e).context(at))
 }
 
 /// Opens a `.tpde` file for decoding: with `base` given, attached to it; otherwise, if it is a
@@ -256,23 +336,28 @@ pub fn open_reader(at: &Location) -> Result<FileReader, Error> {
 /// When the hint leads nowhere the reader is returned as it is, and decoding a delta chunk fails
 /// naming the base's digest and hint.
 pub fn open_tpde(at: &Location, base: Option<&Location>) -> Result<FileReader, Error> {
-    let reader = open_reader(at)?;
+    open_tpde_with(at, base, &OpenOptions::default())
+}
+
+/// [`open_tpde`], following the hints `hints` allows: a hint it refuses is a `base-missing`
+/// error at once, saying why, rather than a file opened without its base.
+pub fn open_tpde_with(at: &Location, base: Option<&Location>, opts: &OpenOptions) -> Result<FileReader, Error> {
+    let reader = open_reader_with(at, opts.read)?;
     if let Some(b) = base {
-        return Ok(reader.with_base(open_base(b)?)?);
+        return reader.with_base(open_base_with(b, opts)?).map_err(|e| Error::from(e).context(at));
     }
-    let hint = match reader.directory().base.as_ref() {
-        Some(b) if !b.path_hint.is_empty() && reader.uses_base() => at.resolve_hint(&b.path_hint).ok(),
-        _ => None,
+    let Some(hint) = tpde_read::chain::base_hint(&reader).ok().flatten() else {
+        return Ok(reader);
     };
+    let base_at = opts.hints.resolve(at, at, hint).map_err(|e| e.context(at))?;
     // A hinted base that is not there leaves the reader as it is; a remote one is found
     // missing by opening it, not by a HEAD request first.
-    match hint {
-        Some(Location::Local(p)) if !p.is_file() => Ok(reader),
-        Some(base_at) => match open_base(&base_at) {
+    match base_at {
+        Location::Local(p) if !p.is_file() => Ok(reader),
+        base_at => match open_base_with(&base_at, opts) {
             Err(e) if e.kind() == ErrorKind::NotFound && matches!(base_at, Location::Object(_)) => Ok(reader),
-            opened => Ok(reader.with_base(opened?)?),
+            opened => reader.with_base(opened?).map_err(|e| Error::from(e).context(at)),
         },
-        None => Ok(reader),
     }
 }
 

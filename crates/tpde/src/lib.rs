@@ -18,6 +18,7 @@ use std::fmt;
 
 pub use tpde_codec as codec;
 pub use tpde_format as format;
+pub use tpde_object as object;
 pub use tpde_read as read;
 pub use tpde_write as write;
 

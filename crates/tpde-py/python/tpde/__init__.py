@@ -64,10 +64,22 @@ def copy(source: PathLike, dest: PathLike) -> int:
     return _copy(os.fspath(source), os.fspath(dest))
 
 
-def _file(path: PathLike, base: Optional[PathLike]):
+def _file(path: PathLike, base: Optional[PathLike], hints: Any = "follow", max_tensor_bytes: Optional[int] = None):
     from ._tpde import File
 
-    return File(os.fspath(path), None if base is None else os.fspath(base))
+    if isinstance(hints, str):
+        if hints not in ("follow", "none"):
+            raise TpdeError(f'hints must be "follow", "none" or a list of folders, not {hints!r}')
+        roots = None
+    else:
+        roots = [os.fspath(r) for r in hints]
+    return File(
+        os.fspath(path),
+        None if base is None else os.fspath(base),
+        follow_hints=hints != "none",
+        hint_roots=roots,
+        max_tensor_bytes=max_tensor_bytes,
+    )
 
 
 class safe_open:
@@ -75,15 +87,28 @@ class safe_open:
 
     ``framework`` is ``"pt"`` (torch tensors) or ``"np"`` (numpy arrays). ``base`` is the
     checkpoint a delta decodes against (a ``.tpde`` or ``.safetensors`` path); without it a
-    delta's base is found through the path hint it records. Tensors stored ``raw`` come back
+    delta's base is found through the path hint it records. ``hints`` says which hints are
+    followed: ``"follow"`` (the default: every local path; ``s3://`` URLs only when object
+    storage is configured or the file was opened by URL), ``"none"``, or a list of folders that
+    a hint must lead into (for files from elsewhere: a hint cannot then open a path of the
+    file's choosing). ``max_tensor_bytes`` caps a tensor's decoded size (default 16 GiB): a
+    larger one is a ``limit-exceeded`` error before anything is allocated. Tensors stored ``raw`` come back
     as read-only numpy views of the memory map (torch tensors are copied once, since torch has
     no read-only tensors); others are decoded straight into the returned array.
     """
 
-    def __init__(self, path: PathLike, framework: str = "pt", device: str = "cpu", base: Optional[PathLike] = None):
+    def __init__(
+        self,
+        path: PathLike,
+        framework: str = "pt",
+        device: str = "cpu",
+        base: Optional[PathLike] = None,
+        hints: Any = "follow",
+        max_tensor_bytes: Optional[int] = None,
+    ):
         self._framework = _dtypes.framework(framework)
         self._device = device
-        self._file = _file(path, base)
+        self._file = _file(path, base, hints, max_tensor_bytes)
 
     def __enter__(self) -> "safe_open":
         return self

@@ -25,6 +25,16 @@ by the next writer). A save killed at any moment therefore leaves the folder as 
 it, or with the new checkpoint complete. Old checkpoints are deleted newest first, so that a
 kill during ``keep_last`` pruning never leaves a delta whose base is gone.
 
+One writer per folder: the first ``save`` takes the folder's writer lock (``flock`` on
+``.tpde-writer.lock`` in a local folder, a lease object under an object-store prefix; see
+``_writer_lock``), held until ``close``; a second writer is refused with an error naming the
+holder. Loading takes no lock.
+
+Every file in the folder is treated as hostile: a name that looks like a step but is not a
+regular file, or a file that is not a readable ``Checkpointer`` file, is skipped with a
+warning when choosing the next base and the newest checkpoint to load; a chain of
+``checkpoint.base_step`` references is followed with a loop and length check.
+
 ``tpde-state/1``: a value is a JSON scalar (str, int, float, bool, null) or an object with one
 key: ``{"tensor": NAME}`` (a tensor stored under NAME; ``"device"`` may follow),
 ``{"list": [...]}``, ``{"tuple": [...]}``, ``{"dict": [[KEY, VALUE], ...]}`` (KEY a JSON scalar:
@@ -39,12 +49,13 @@ import pickle
 import re
 import shutil
 import threading
+import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from . import _dtypes, _tpde
+from . import _dtypes, _tpde, _writer_lock
 from ._errors import error
 
 SCHEMA = "tpde-state/1"
@@ -306,16 +317,29 @@ class Checkpointer:
         # Host copies of the last async save's tensors, reused when the next has the same layout.
         self._buffers: Dict[str, torch.Tensor] = {}
         self._lock = threading.Lock()
+        # The folder's writer lock (rank 0's under torch.distributed), from the first save on.
+        self._writer_lock: Any = None
 
     # -- listing -----------------------------------------------------------------------------
 
     def steps(self) -> List[int]:
-        """The steps of the complete checkpoints in the folder, ascending."""
+        """The steps of the complete checkpoints in the folder, ascending: files named
+        ``step-NNNNNNNNNN.tpde`` (under torch.distributed, folders holding DCP's ``.metadata``).
+        A link, or an entry of the wrong kind under such a name, is not a checkpoint."""
         out = []
         for name in _tpde.list_files(self.directory) if self.remote else os.listdir(self.directory):
             m = _NAME.match(name)
-            if m and (m.group(2) or os.path.isfile(os.path.join(self.directory, name, _dcp().METADATA_FILE))):
-                out.append(int(m.group(1)))
+            if not m or bool(m.group(2)) == self.distributed:
+                continue
+            if not self.remote:
+                path = os.path.join(self.directory, name)
+                if os.path.islink(path):
+                    continue
+                if m.group(2) and not os.path.isfile(path):
+                    continue
+                if not m.group(2) and not os.path.isfile(os.path.join(path, _dcp().METADATA_FILE)):
+                    continue
+            out.append(int(m.group(1)))
         return sorted(out)
 
     def latest(self) -> Optional[int]:
@@ -330,13 +354,52 @@ class Checkpointer:
         return os.path.join(self.directory, _file_name(step, self.distributed))
 
     def _metadata(self, step: int) -> Dict[str, str]:
-        """The ``checkpoint.*`` metadata of a step's file (of a folder: its first rank file's)."""
+        """The ``checkpoint.*`` metadata of a step's file (of a folder: its first rank file's).
+        A file that is not one this class wrote is a ``malformed`` TpdeError naming it."""
         path = self.path(step)
         if self.distributed:
             with open(os.path.join(path, _dcp().METADATA_FILE), "rb") as f:
                 files = {v[0] for v in pickle.load(f).storage_data.values()}
             path = os.path.join(path, min(files))
-        return _tpde.File(path, None).metadata()
+        meta = _tpde.File(path, None, follow_hints=False).metadata()
+        if meta.get("checkpoint.format") not in (SCHEMA, SCHEMA_DCP):
+            raise error("malformed", f"{path}: not a Checkpointer file (no {SCHEMA} state in its metadata)")
+        return meta
+
+    def _base_step(self, meta: Dict[str, str], path: str) -> Optional[int]:
+        """A file's ``checkpoint.base_step``, checked."""
+        base = meta.get("checkpoint.base_step")
+        if base is None:
+            return None
+        if not re.fullmatch(r"\d{1,10}", base):
+            raise error("malformed", f"{path}: checkpoint.base_step {base[:40]!r} is not a step")
+        return int(base)
+
+    def _chain(self, step: int) -> List[int]:
+        """``step`` and the steps of its bases, newest first, through ``checkpoint.base_step``:
+        a loop, a step that is not before the one naming it, or a chain longer than the
+        folder, is a ``base-chain`` TpdeError."""
+        chain = [step]
+        while True:
+            s = chain[-1]
+            base = self._base_step(self._metadata(s), self.path(s))
+            if base is None:
+                return chain
+            if base >= s or base in chain:
+                raise error("base-chain", f"{self.path(s)}: checkpoint.base_step {base} refers back into its chain {chain}")
+            if len(chain) > 10_000:
+                raise error("base-chain", f"{self.path(step)}: a chain of more than 10000 checkpoints")
+            chain.append(base)
+
+    def _newest_usable(self, steps: List[int]) -> Optional[Tuple[int, Dict[str, str]]]:
+        """The newest of ``steps`` whose file reads as a Checkpointer file, with its metadata;
+        each newer one that does not is skipped with a warning."""
+        for s in reversed(steps):
+            try:
+                return s, self._metadata(s)
+            except (_tpde.TpdeError, OSError, ValueError) as e:
+                warnings.warn(f"skipping {self.path(s)}: {e}", stacklevel=3)
+        return None
 
     # -- saving ------------------------------------------------------------------------------
 
@@ -351,9 +414,10 @@ class Checkpointer:
         if self.distributed:
             self._save_distributed(step, state)
             return
-        latest = self.latest()
-        if latest is not None and step <= latest:
-            raise _tpde.TpdeError(f"step {step} is not after the latest checkpoint, step {latest}")
+        self._take_lock()
+        newest = self._newest_usable(self.steps())
+        if newest is not None and step <= newest[0]:
+            raise _tpde.TpdeError(f"step {step} is not after the latest checkpoint, step {newest[0]}")
         flat = _Flattener()
         tree = flat.value(state, "")
         predictions = _adam_predictions(flat, self._last_lrs) if self.predict else []
@@ -372,6 +436,11 @@ class Checkpointer:
             if self.distributed:
                 self._prune_distributed()
 
+    def _take_lock(self) -> None:
+        """The folder's writer lock, taken before this object's first save."""
+        if self._writer_lock is None:
+            self._writer_lock = _writer_lock.acquire(self.directory, self.remote)
+
     def _snapshot(self, tensors: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         """CPU copies of ``tensors`` as they are now, into buffers reused from the last save."""
         out = {}
@@ -389,13 +458,19 @@ class Checkpointer:
         return out
 
     def _base_of_next(self) -> Tuple[Optional[int], int]:
-        """(base step, depth in its chain) for the next checkpoint: the latest checkpoint, or
-        None for a keyframe."""
-        latest = self.latest()
-        if latest is None or self.keyframe_every == 1:
+        """(base step, depth in its chain) for the next checkpoint: the newest usable
+        checkpoint, or None for a keyframe (also when the newest's chain does not check out)."""
+        if self.keyframe_every == 1:
             return None, 0
-        meta = self._metadata(latest)
-        depth = int(meta.get("checkpoint.depth", "0")) + 1
+        newest = self._newest_usable(self.steps())
+        if newest is None:
+            return None, 0
+        latest, meta = newest
+        try:
+            depth = len(self._chain(latest))
+        except (_tpde.TpdeError, OSError, ValueError) as e:
+            warnings.warn(f"{self.path(latest)}: its chain of bases does not check out ({e}); the next checkpoint is a keyframe", stacklevel=3)
+            return None, 0
         if depth >= self.keyframe_every:
             return None, 0
         return latest, depth
@@ -439,18 +514,26 @@ class Checkpointer:
             self._prune()
 
     def _prune(self) -> None:
+        """Deletes what ``keep_last`` no longer keeps. The checkpoint just saved is complete
+        whatever happens here: a failure is a warning, never the save's error."""
         if self.keep_last is None:
             return
+        try:
+            self._prune_now()
+        except Exception as e:
+            warnings.warn(f"{self.directory}: pruning old checkpoints failed; they stay until the next save: {e}", stacklevel=3)
+
+    def _prune_now(self) -> None:
         steps = self.steps()
         keep = set(steps[-self.keep_last :])
-        # Every kept checkpoint needs its chain of bases.
+        # Every kept checkpoint needs its chain of bases; a chain that does not check out keeps
+        # every older file (nothing is deleted on the word of a file that is not ours).
         for s in list(keep):
-            while True:
-                base = self._metadata(s).get("checkpoint.base_step")
-                if base is None:
-                    break
-                s = int(base)
-                keep.add(s)
+            try:
+                keep.update(self._chain(s))
+            except (_tpde.TpdeError, OSError, ValueError) as e:
+                warnings.warn(f"{self.path(s)}: its chain of bases does not check out ({e}); keeping every older checkpoint", stacklevel=3)
+                keep.update(x for x in steps if x < s)
         # Newest first: a delta goes before its base, so no remaining file loses its base.
         for s in sorted(set(steps) - keep, reverse=True):
             path = self.path(s)
@@ -476,10 +559,15 @@ class Checkpointer:
         plan: List[Any] = [None]
         if self._rank() == 0:
             latest = self.latest()
-            if latest is not None and step <= latest:
-                plan[0] = ("error", f"step {step} is not after the latest checkpoint, step {latest}")
+            try:
+                self._take_lock()
+            except _tpde.TpdeError as e:
+                plan[0] = ("error", str(e))
             else:
-                plan[0] = ("ok",) + self._base_of_next()
+                if latest is not None and step <= latest:
+                    plan[0] = ("error", f"step {step} is not after the latest checkpoint, step {latest}")
+                else:
+                    plan[0] = ("ok",) + self._base_of_next()
         src = torch.distributed.get_global_rank(self._group, 0) if self._group is not None else 0
         torch.distributed.broadcast_object_list(plan, src=src, group=self._group)
         if plan[0][0] == "error":
@@ -516,6 +604,18 @@ class Checkpointer:
         checkpoint is loaded into ``state`` (a state dict of the layout to load into, DTensors
         as sharded now), which is returned."""
         self.wait()
+        if step is None and not self.distributed:
+            # The newest checkpoint that loads: a damaged newer one is skipped with a warning
+            # naming it, never returned.
+            steps = self.steps()
+            for s in reversed(steps):
+                try:
+                    return self.load(s, map_location)
+                except _tpde.TpdeError as e:
+                    if e.kind == "invalid-argument":
+                        raise
+                    warnings.warn(f"skipping step {s}, which does not load: {e}", stacklevel=2)
+            raise error("not-found", f"{self.directory}: no checkpoint" + (" that loads" if steps else ""))
         if step is None:
             step = self.latest()
             if step is None:
@@ -538,15 +638,24 @@ class Checkpointer:
         for name in f.keys():
             dtype, shape = f.info(name)
             tensors[name] = _dtypes.to_framework(f.read(name), dtype, shape, "pt")
-        return _unflatten(json.loads(meta["checkpoint.state"]), tensors, map_location)
+        try:
+            return _unflatten(json.loads(meta["checkpoint.state"]), tensors, map_location)
+        except _tpde.TpdeError as e:
+            raise error("malformed", f"{path}: {e}") from None
+        except (KeyError, ValueError, TypeError, AttributeError, RecursionError) as e:
+            raise error("malformed", f"{path}: its checkpoint.state does not describe its tensors: {type(e).__name__}: {e}") from None
 
     def close(self) -> None:
-        """Waits for pending saves and stops the background thread."""
+        """Waits for pending saves, stops the background thread and releases the folder's
+        writer lock."""
         try:
             self.wait()
         finally:
             if self._pool is not None:
                 self._pool.shutdown(wait=True)
+            lock, self._writer_lock = self._writer_lock, None
+            if lock is not None:
+                lock.release()
 
     def __enter__(self) -> "Checkpointer":
         return self

@@ -44,6 +44,13 @@ def save_file(
     )
 
 
-def load_file(path: Any, framework: str, device: str = "cpu", base: Any = None) -> Dict[str, Any]:
-    with safe_open(path, framework=framework, device=device, base=base) as f:
+def load_file(
+    path: Any,
+    framework: str,
+    device: str = "cpu",
+    base: Any = None,
+    hints: Any = "follow",
+    max_tensor_bytes: Optional[int] = None,
+) -> Dict[str, Any]:
+    with safe_open(path, framework=framework, device=device, base=base, hints=hints, max_tensor_bytes=max_tensor_bytes) as f:
         return f._get_tensors(f.keys())

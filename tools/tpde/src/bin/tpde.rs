@@ -81,6 +81,8 @@ enum Command {
         /// bit-exact, or within the bound a lossy file records.
         #[arg(long)]
         against: Option<PathBuf>,
+        #[command(flatten)]
+        read: ReadArgs,
     },
     /// Copy a file between a path and an s3://bucket/key URL (or two of either), streaming;
     /// the copy appears whole or not at all.
@@ -100,6 +102,8 @@ enum Command {
         file: Location,
         /// The tensor's name.
         tensor: String,
+        #[command(flatten)]
+        read: ReadArgs,
     },
     /// Run a conformance corpus (`conformance/` in the repository): every valid file must
     /// decode to its manifest entry and every invalid one fail with its error category.
@@ -169,6 +173,35 @@ enum Command {
         #[arg(long, default_value_t = 3)]
         runs: usize,
     },
+}
+
+/// How `cat` and `verify` read a file they may not trust.
+#[derive(clap::Args)]
+struct ReadArgs {
+    /// The largest tensor decoded, in bytes; a larger one is refused (limit-exceeded) before
+    /// anything is decoded.
+    #[arg(long, default_value_t = tpde::read::DEFAULT_MAX_TENSOR_BYTES)]
+    max_bytes: u64,
+    /// Follow a base's path hint only to a file inside this folder (repeatable); by default
+    /// every hint is followed.
+    #[arg(long)]
+    hint_root: Vec<PathBuf>,
+    /// Follow no path hints: a delta's base must be given with --base.
+    #[arg(long, conflicts_with = "hint_root")]
+    no_hints: bool,
+}
+
+impl ReadArgs {
+    fn options(&self) -> checkpoint::OpenOptions {
+        let mut o = checkpoint::OpenOptions::default();
+        o.read.max_tensor_bytes = self.max_bytes;
+        if self.no_hints {
+            o.hints = checkpoint::HintPolicy::none();
+        } else if !self.hint_root.is_empty() {
+            o.hints.paths = tpde::read::PathHints::Within(self.hint_root.clone());
+        }
+        o
+    }
 }
 
 /// Codec choice shared by `pack` and `pack-series`.
@@ -312,8 +345,8 @@ fn run(command: Command) -> Result<(), CliError> {
             );
             Ok(())
         }
-        Command::Verify { file, base, against } => {
-            verify(&file, base.as_ref())?;
+        Command::Verify { file, base, against, read } => {
+            verify(&file, base.as_ref(), &read.options())?;
             if let Some(orig) = against {
                 let rep = convert::verify_against(&file, base.as_ref(), &orig)?;
                 match rep.bound {
@@ -337,13 +370,17 @@ fn run(command: Command) -> Result<(), CliError> {
             eprintln!("copied {} in {secs:.2} s, {:.0} MB/s", HumanBytes(bytes), mb_per_s(bytes, secs));
             Ok(())
         }
-        Command::Cat { file, tensor } => {
-            let r = checkpoint::open_tpde(&file, None)?;
-            let data = r.read(&tensor)?;
+        Command::Cat { file, tensor, read } => {
+            // Streamed a window of chunks at a time: memory stays bounded whatever the tensor's size.
+            let r = checkpoint::open_tpde_with(&file, None, &read.options())?;
+            let t = r.tensor(&tensor).map_err(|e| tpde::Error::from(e).context(&file))?;
             let mut out = std::io::stdout().lock();
-            match out.write_all(&data).and_then(|()| out.flush()) {
-                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-                other => Ok(other?),
+            let written = r.stream_tensor(t, |bytes| out.write_all(bytes).map_err(CatError::Write));
+            match written.and_then(|()| out.flush().map_err(CatError::Write)) {
+                Err(CatError::Write(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                Err(CatError::Write(e)) => Err(e.into()),
+                Err(CatError::Read(e)) => Err(tpde::Error::from(e).context(&file).into()),
+                Ok(()) => Ok(()),
             }
         }
         Command::Inspect { file, json, chunks } => tpde_tools::run_inspect(&file, json, chunks),
@@ -425,10 +462,22 @@ fn pack_line(r: &convert::PackReport) -> String {
     )
 }
 
-fn verify(file: &Location, base: Option<&Location>) -> Result<(), CliError> {
-    let r = checkpoint::open_tpde(file, base)?;
+/// Why `cat` stopped: the file, or the output.
+enum CatError {
+    Read(tpde::read::ReadError),
+    Write(std::io::Error),
+}
+
+impl From<tpde::read::ReadError> for CatError {
+    fn from(e: tpde::read::ReadError) -> Self {
+        CatError::Read(e)
+    }
+}
+
+fn verify(file: &Location, base: Option<&Location>, opts: &checkpoint::OpenOptions) -> Result<(), CliError> {
+    let r = checkpoint::open_tpde_with(file, base, opts)?;
     let bar = progress_bar(r.tensors().iter().map(|t| t.byte_length).sum(), "verifying");
-    let report = r.verify_with(|t| bar.0.inc(t.byte_length))?;
+    let report = r.verify_with(|t| bar.0.inc(t.byte_length)).map_err(|e| tpde::Error::from(e).context(file))?;
     bar.0.finish_and_clear();
     println!(
         "ok: {} tensors, {} chunks, {} logical, {} stored; content digest {}",
@@ -486,7 +535,7 @@ fn run_demo(dir: Option<PathBuf>) -> Result<(), CliError> {
     // Restore the last step through its chain (keyframe + deltas), and compare bit for bit.
     let (last, _, last_src, _) = ckpts.last().expect("60 steps give 6 checkpoints");
     let last_tpde = &series.last().expect("one file per checkpoint").output;
-    verify(last_tpde, None)?;
+    verify(last_tpde, None, &checkpoint::OpenOptions::default())?;
     let back = work.join("restored.safetensors");
     let bar = progress_bar(0, "unpacking");
     let u = convert::unpack(last_tpde, None, &back, &bar)?;

@@ -33,9 +33,12 @@ def save_file(
     return _files.save_file(tensors, path, _dtypes.from_torch, metadata, base, codec, max_abs_error, max_rel_error)
 
 
-def load_file(path: Any, device: str = "cpu", base: Any = None) -> Dict[str, torch.Tensor]:
-    """Every tensor of ``path``; a delta decodes against ``base`` or the base its hint names."""
-    return _files.load_file(path, "pt", str(device), base)
+def load_file(
+    path: Any, device: str = "cpu", base: Any = None, hints: Any = "follow", max_tensor_bytes: Optional[int] = None
+) -> Dict[str, torch.Tensor]:
+    """Every tensor of ``path``; a delta decodes against ``base`` or the base its hint names
+    (``hints`` and ``max_tensor_bytes`` as for ``tpde.safe_open``)."""
+    return _files.load_file(path, "pt", str(device), base, hints, max_tensor_bytes)
 
 
 def load_into(

@@ -1,0 +1,175 @@
+//! Following a delta back to its keyframe through the path hints its files record (spec §7.3):
+//! the one walk every front end uses (this crate's [`open_chain`], the GPU crate's
+//! `Gpu::load_chain`, the facade's chains over paths and URLs), with its limits, its loop check
+//! and the rule of which hints may be followed.
+//!
+//! A path hint is data from the file: a hostile file can name any path (`/etc/passwd`,
+//! `../../secret.tpde`, `/proc/self/mem`). [`PathHints`] says which a reader follows.
+
+use std::collections::HashSet;
+use std::hash::Hash;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tpde_format::digest::to_hex;
+
+use crate::{ReadError, Reader, Source};
+
+/// The longest chain of deltas a walk follows: a safeguard against hint loops that a path
+/// check cannot see (links, mounts), far above any sensible keyframe interval.
+pub const MAX_CHAIN: usize = 1024;
+
+/// Which local path hints a reader follows (spec §7.3 and its security note).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum PathHints {
+    /// Every hint: relative (from the folder of the file that holds it), absolute or
+    /// `file://`. The default: the files are the user's own (a training run's folder).
+    #[default]
+    Follow,
+    /// Only hints that lead, links resolved, to a file inside one of these folders: for files
+    /// from elsewhere (an upload, a shared bucket), so that a hint cannot make the reader open
+    /// a path of its choosing.
+    Within(Vec<PathBuf>),
+    /// None: a delta's base must be given by the caller.
+    Ignore,
+}
+
+impl PathHints {
+    /// Hints confined to the folder of `file` (and the folders below it).
+    pub fn within_folder_of(file: &Path) -> PathHints {
+        PathHints::Within(vec![file.parent().unwrap_or(Path::new(".")).to_path_buf()])
+    }
+
+    /// Checks that the hint `hint`, resolved to `path`, may be followed. A refused hint is a
+    /// `base-missing` error that names the hint and says why, without touching `path` beyond
+    /// resolving its links (it is not opened, so an error cannot tell what it holds).
+    pub fn check(&self, hint: &str, path: &Path) -> Result<(), ReadError> {
+        let refuse = |why: String| ReadError::HintRefused { hint: hint.to_owned(), why };
+        match self {
+            PathHints::Follow => Ok(()),
+            PathHints::Ignore => Err(refuse("the reader follows no path hints; give the base explicitly".into())),
+            PathHints::Within(roots) => {
+                // Resolved by the file system (links followed), not lexically: a link inside a
+                // root that points out of it leads out of it.
+                let resolved = path.canonicalize().ok();
+                let inside = resolved.as_ref().is_some_and(|p| {
+                    roots.iter().filter_map(|r| r.canonicalize().ok()).any(|root| p.starts_with(root))
+                });
+                match inside {
+                    true => Ok(()),
+                    false => Err(refuse(format!(
+                        "it does not lead to a file inside the allowed folders ({})",
+                        roots.iter().map(|r| r.display().to_string()).collect::<Vec<_>>().join(", ")
+                    ))),
+                }
+            }
+        }
+    }
+}
+
+/// Walks a chain from `first` (a file at `start`) back to the file that decodes on its own:
+/// `next` gives the base of a link (its place and the file, opened as it is) or `None` at the
+/// keyframe; `identity` names a place for the loop check (a resolved path, a URL). Returns the
+/// links, `start`'s first, the keyframe last. A file met twice, or a chain of more than
+/// [`MAX_CHAIN`] files, is a `base-chain` error, found before the next link is opened.
+pub fn walk<L, R, K, E>(
+    start: L,
+    first: R,
+    identity: impl Fn(&L) -> Result<K, E>,
+    mut next: impl FnMut(&L, &R) -> Result<Option<(L, R)>, E>,
+) -> Result<Vec<(L, R)>, E>
+where
+    K: Eq + Hash,
+    E: From<ReadError>,
+    L: std::fmt::Display,
+{
+    let mut seen = HashSet::new();
+    let mut links: Vec<(L, R)> = Vec::new();
+    let mut link = Some((start, first));
+    while let Some((at, reader)) = link.take() {
+        if !seen.insert(identity(&at)?) {
+            return Err(ReadError::BaseChain { detail: format!("{at} refers back to itself") }.into());
+        }
+        if seen.len() > MAX_CHAIN {
+            return Err(ReadError::BaseChain { detail: format!("more than {MAX_CHAIN} files in the chain") }.into());
+        }
+        link = next(&at, &reader)?;
+        links.push((at, reader));
+    }
+    Ok(links)
+}
+
+/// The path hint of a file that decodes against a base, if it records one: `Ok(None)` for a
+/// file that needs no base, a `base-missing` error for a delta without a hint.
+pub fn base_hint<S: Source>(reader: &Reader<S>) -> Result<Option<&str>, ReadError> {
+    match reader.directory().base.as_ref().filter(|_| reader.uses_base()) {
+        None => Ok(None),
+        Some(b) if b.path_hint.is_empty() => Err(reader.base_missing()),
+        Some(b) => Ok(Some(&b.path_hint)),
+    }
+}
+
+/// Where the base of the delta at `path` should be: its path hint, relative to the folder of
+/// `path` (an absolute hint, or a `file://` URL, as it is). `None` when the file decodes
+/// without a base or records no hint.
+pub fn hinted_base_path<S: Source>(path: &Path, reader: &Reader<S>) -> Option<PathBuf> {
+    base_hint(reader).ok().flatten().map(|hint| resolve_path_hint(path, hint))
+}
+
+/// The local path that hint `hint` of the file at `path` names.
+pub fn resolve_path_hint(path: &Path, hint: &str) -> PathBuf {
+    let hint = hint.strip_prefix("file://").unwrap_or(hint);
+    path.parent().unwrap_or(Path::new(".")).join(hint)
+}
+
+/// The local base of the file at `path` (opened as `reader`) through its hint, under `hints`:
+/// `Ok(None)` at a keyframe, `base-missing` when the hint is refused or leads to no file.
+pub fn next_local<S: Source>(
+    path: &Path,
+    reader: &Reader<S>,
+    hints: &PathHints,
+) -> Result<Option<(PathBuf, Reader)>, ReadError> {
+    let Some(hint) = base_hint(reader)? else { return Ok(None) };
+    let base_path = resolve_path_hint(path, hint);
+    hints.check(hint, &base_path)?;
+    if !base_path.is_file() {
+        let b = reader.directory().base.as_ref().expect("base_hint found one");
+        return Err(ReadError::BaseMissing { digest: to_hex(&b.digest), hint: base_path.display().to_string() });
+    }
+    Ok(Some((base_path.clone(), Reader::open(&base_path)?)))
+}
+
+/// Opens the file at `path` and, if it decodes against a base, the chain of bases behind it,
+/// following every path hint: each base is found through the hint of the file that refers to
+/// it (relative to that file's folder) and checked against the recorded content digest.
+pub fn open_chain(path: impl AsRef<Path>) -> Result<Reader, ReadError> {
+    open_chain_with(path, &PathHints::Follow)
+}
+
+/// [`open_chain`], following only the hints `hints` allows.
+pub fn open_chain_with(path: impl AsRef<Path>, hints: &PathHints) -> Result<Reader, ReadError> {
+    let path = path.as_ref().to_path_buf();
+    let first = Reader::open(&path)?;
+    let identity = |p: &PathBuf| p.canonicalize().map_err(|source| ReadError::Io { path: p.clone(), source });
+    let mut links = walk(
+        Displayed(path),
+        first,
+        |p| identity(&p.0),
+        |p, r| Ok(next_local(&p.0, r, hints)?.map(|(p, r)| (Displayed(p), r))),
+    )?;
+    let (_, mut reader) = links.pop().expect("a chain holds its first file");
+    while let Some((_, next)) = links.pop() {
+        reader = next.with_base(Arc::new(reader))?;
+    }
+    Ok(reader)
+}
+
+/// A path that displays itself, as a link of a walk.
+#[derive(Clone, Debug)]
+pub struct Displayed(pub PathBuf);
+
+impl std::fmt::Display for Displayed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0.display())
+    }
+}
