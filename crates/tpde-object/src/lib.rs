@@ -59,17 +59,44 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
     runtime().block_on(f)
 }
 
-/// How often and how long a request that failed for a passing reason is tried again.
-fn retry_config() -> RetryConfig {
+/// How often and how long a request that failed for a passing reason (a dropped connection, a
+/// 5xx or `SlowDown` answer) is tried again: exponential backoff with jitter from 100 ms,
+/// doubling up to 20 s a wait, for at most `AWS_MAX_ATTEMPTS` attempts (default 10, as the
+/// variable means to AWS's SDKs) and `TPDE_S3_RETRY_SECONDS` seconds in all (default 180). A
+/// store throttling for a few seconds is waited out rather than failing a save.
+pub fn retry_config() -> RetryConfig {
+    let var = |name: &str| std::env::var(name).ok().and_then(|v| v.trim().parse::<u64>().ok());
+    let attempts = var("AWS_MAX_ATTEMPTS").filter(|&a| a >= 1).unwrap_or(10);
     RetryConfig {
         backoff: BackoffConfig {
-            init_backoff: Duration::from_millis(50),
-            max_backoff: Duration::from_secs(2),
+            init_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(20),
             base: 2.0,
         },
-        max_retries: 5,
-        retry_timeout: Duration::from_secs(60),
+        max_retries: (attempts - 1) as usize,
+        retry_timeout: Duration::from_secs(var("TPDE_S3_RETRY_SECONDS").unwrap_or(180)),
     }
+}
+
+/// Runs `request` again when it fails in a way `object_store`'s own retries do not cover: a
+/// response whose body broke off (a listing cut short), for requests that are safe to repeat
+/// (list, delete, head, starting a multipart upload). Three more tries, 0.5, 1 and 2 s apart.
+async fn again<T, F, Fut>(mut request: F) -> object_store::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = object_store::Result<T>>,
+{
+    let mut wait = Duration::from_millis(500);
+    for _ in 0..3 {
+        match request().await {
+            Err(object_store::Error::Generic { .. }) => {
+                tokio::time::sleep(wait).await;
+                wait *= 2;
+            }
+            done => return done,
+        }
+    }
+    request().await
 }
 
 /// Whether the environment configures object storage: an endpoint or credentials of AWS's
@@ -125,7 +152,8 @@ fn io_error(url: &ObjectUrl, e: object_store::Error) -> io::Error {
 /// The size of the object at `url`, or `None` if there is none.
 pub fn size(url: &ObjectUrl) -> io::Result<Option<u64>> {
     let store = store(url)?;
-    match block_on(store.head(&url.path()?)) {
+    let path = url.path()?;
+    match block_on(again(|| store.head(&path))) {
         Ok(meta) => Ok(Some(meta.size)),
         Err(object_store::Error::NotFound { .. }) => Ok(None),
         Err(e) => Err(io_error(url, e)),
@@ -135,7 +163,8 @@ pub fn size(url: &ObjectUrl) -> io::Result<Option<u64>> {
 /// Deletes the object at `url` (deleting a missing object is not an error, as in S3).
 pub fn delete(url: &ObjectUrl) -> io::Result<()> {
     let store = store(url)?;
-    match block_on(store.delete(&url.path()?)) {
+    let path = url.path()?;
+    match block_on(again(|| store.delete(&path))) {
         Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
         Err(e) => Err(io_error(url, e)),
     }
@@ -148,7 +177,7 @@ pub fn list(url: &ObjectUrl) -> io::Result<Vec<(String, u64)>> {
     let prefix = url.path_or_root()?;
     let base = if url.key().is_empty() { String::new() } else { format!("{}/", url.key()) };
     let metas: Vec<object_store::ObjectMeta> =
-        block_on(store.list(prefix.as_ref()).try_collect()).map_err(|e| io_error(url, e))?;
+        block_on(again(|| store.list(prefix.as_ref()).try_collect())).map_err(|e| io_error(url, e))?;
     let mut out: Vec<(String, u64)> = metas
         .into_iter()
         .filter_map(|m| m.location.as_ref().strip_prefix(&base).map(|rel| (rel.to_owned(), m.size)))

@@ -4,7 +4,7 @@ use std::io;
 
 use object_store::{ObjectStore, ObjectStoreExt, WriteMultipart};
 
-use crate::{block_on, io_error, store, ObjectUrl};
+use crate::{again, block_on, io_error, store, ObjectUrl};
 
 /// How an [`ObjectWriter`] uploads.
 #[derive(Clone, Copy, Debug)]
@@ -86,7 +86,8 @@ impl ObjectWriter {
         let first = std::mem::take(&mut self.first);
         let (store, path, options) = (&self.store, &self.path, self.options);
         let upload = block_on(async move {
-            let mut upload = WriteMultipart::new_with_chunk_size(store.put_multipart(path).await?, options.part_bytes);
+            let mut upload =
+                WriteMultipart::new_with_chunk_size(again(|| store.put_multipart(path)).await?, options.part_bytes);
             upload.write(&first);
             Ok::<_, object_store::Error>(upload)
         })?;

@@ -13,6 +13,8 @@ import torch
 import tpde
 from tpde.torch import Checkpointer
 
+LOCK = ".tpde-writer.lock"  # the folder's writer lock, which stays (empty of meaning) when released
+
 
 class TinyLM(torch.nn.Module):
     """An embedding tied to the output layer, a LayerNorm, and a buffer."""
@@ -150,7 +152,7 @@ def test_keep_last_keeps_the_bases_it_needs(tmp_path):
             assert torch.all(ck.load(k)["w"] == float(k))
     # Keyframes at steps 1, 5 and 9; 10 is a delta on 9, so the last two need nothing older.
     assert kept == [9, 10]
-    assert not [n for n in os.listdir(tmp_path) if not n.startswith("step-")]
+    assert not [n for n in os.listdir(tmp_path) if not n.startswith("step-") and n != LOCK]
 
 
 def test_lossy_checkpoints_keep_the_bound_and_exact_counters(tmp_path):
@@ -254,7 +256,7 @@ def test_sigkill_during_save_leaves_a_loadable_folder(tmp_path):
         seen.update(steps)
         for s in steps:  # every listed step loads, and is the state of that step
             assert ck.load(s)["step"] == s
-        junk = [n for n in os.listdir(folder) if not n.startswith("step-")]
+        junk = [n for n in os.listdir(folder) if not n.startswith("step-") and n != LOCK]
         assert not junk, f"a killed save left {junk}"
     assert len(seen) > 6, "the runs should have saved several steps between them"
 
@@ -273,8 +275,8 @@ def test_a_base_kept_in_memory_writes_the_same_files(tmp_path, max_abs_error):
             ck.save(step, state(model, opt, sched, step))
         assert (ck._last is not None) == in_memory
         folders[in_memory] = folder
-    names = sorted(os.listdir(folders[True]))
-    assert names == sorted(os.listdir(folders[False])) and len(names) == 6
+    names = sorted(n for n in os.listdir(folders[True]) if n != LOCK)
+    assert names == sorted(n for n in os.listdir(folders[False]) if n != LOCK) and len(names) == 6
     for n in names:
         assert (folders[True] / n).read_bytes() == (folders[False] / n).read_bytes(), n
 

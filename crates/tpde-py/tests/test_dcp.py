@@ -201,7 +201,7 @@ def test_checkpointer_under_torch_distributed(tmp_path, async_save):
     for rep in reports:
         assert rep["bad"] == [] and rep["steps"] == [400, 500], rep
     # keyframe_every=3: steps 100 K, 200 D, 300 D, 400 K, 500 D; keep_last=2 keeps 400 and 500.
-    assert sorted(os.listdir(ck)) == ["step-0000000400", "step-0000000500"]
+    assert sorted(os.listdir(ck)) == [".tpde-writer.lock", "step-0000000400", "step-0000000500"]
     with tpde.safe_open(ck / "step-0000000500" / "rank-00001.tpde", "np") as f:
         assert f._f().is_delta() and f.metadata()["checkpoint.base_step"] == "400"
     with tpde.safe_open(ck / "step-0000000400" / "rank-00001.tpde", "np") as f:

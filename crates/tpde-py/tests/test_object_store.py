@@ -122,9 +122,18 @@ def test_checkpointer_in_a_bucket_saves_prunes_and_resumes(s3):
         ck.wait()
         # 40 is a keyframe (every second file), 30 a delta on 20, which is kept for it.
         assert ck.steps() == [20, 30, 40]
-        assert sorted(_tpde.list_files(prefix)) == ["step-0000000020.tpde", "step-0000000030.tpde", "step-0000000040.tpde"]
+        # The writer's lease lies beside them while it writes, and goes when it closes.
+        assert sorted(_tpde.list_files(prefix)) == [
+            ".tpde-writer.lock", "step-0000000020.tpde", "step-0000000030.tpde", "step-0000000040.tpde"]
         same(ck.load()["model"], states[4])
         same(ck.load(30)["model"], states[3])
+        # A second writer on the prefix is refused, naming the holder; a reader is not.
+        other = Checkpointer(prefix, keyframe_every=2)
+        with pytest.raises(tpde.TpdeError, match="another Checkpointer is writing") as e:
+            other.save(50, {"model": states[0], "step": 5})
+        assert f"pid {os.getpid()}" in str(e.value)
+        same(other.load()["model"], states[4])
+    assert ".tpde-writer.lock" not in _tpde.list_files(prefix)
     # A new Checkpointer on the same prefix (a restarted job) finds them.
     again = Checkpointer(prefix, keyframe_every=2)
     assert again.latest() == 40

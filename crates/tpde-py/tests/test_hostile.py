@@ -1,0 +1,226 @@
+"""Hostile conditions from Python: two writers on one folder, files that declare more than they
+hold, hints that lead where they should not, and a checkpoint folder holding what is not ours."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import tpde
+import tpde.numpy
+import tpde.torch
+from tpde.torch import Checkpointer
+
+DATA = Path(__file__).parent / "data"
+
+
+# -- two writers --------------------------------------------------------------------------------
+
+HOLDER = textwrap.dedent(
+    """
+    import sys, time, torch
+    from tpde.torch import Checkpointer
+    ck = Checkpointer(sys.argv[1])
+    ck.save(1, {"w": torch.ones(10)})
+    print("saved", flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def test_a_second_writer_is_refused_and_readers_are_not(tmp_path):
+    folder = tmp_path / "ck"
+    p = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "saved"
+        second = Checkpointer(folder)
+        with pytest.raises(tpde.TpdeError) as e:
+            second.save(2, {"w": torch.zeros(10)})
+        assert e.value.kind == "invalid-argument"
+        assert str(folder) in str(e.value) and f"pid {p.pid}" in str(e.value), str(e.value)
+        # Reading needs no lock, and the refused save wrote nothing.
+        assert second.steps() == [1] and torch.equal(second.load()["w"], torch.ones(10))
+    finally:
+        p.kill()
+        p.wait()
+    # The lock died with its holder.
+    after = Checkpointer(folder)
+    after.save(2, {"w": torch.zeros(10)})
+    assert after.steps() == [1, 2] and torch.equal(after.load()["w"], torch.zeros(10))
+
+
+def test_a_closed_writer_lets_the_next_one_in(tmp_path):
+    with Checkpointer(tmp_path) as a:
+        a.save(1, {"w": torch.ones(3)})
+        with pytest.raises(tpde.TpdeError, match="another Checkpointer"):
+            Checkpointer(tmp_path).save(2, {"w": torch.ones(3)})
+    b = Checkpointer(tmp_path)
+    b.save(2, {"w": torch.ones(3)})
+    b.close()
+
+
+# -- files that claim more than they hold ---------------------------------------------------------
+
+
+def test_a_64_gib_tensor_in_51_kb_is_a_typed_error(tmp_path):
+    for load in (tpde.numpy.load_file, tpde.torch.load_file):
+        with pytest.raises(tpde.TpdeError) as e:
+            load(DATA / "bomb-64gib.tpde")
+        assert e.value.kind == "limit-exceeded" and "over the reader's limit" in str(e.value)
+    with tpde.safe_open(DATA / "bomb-64gib.tpde", "np") as f:
+        for read in (lambda: f.get_tensor("w"), lambda: f.get_slice("w")[:10], lambda: f._f().verify()):
+            with pytest.raises(tpde.TpdeError) as e:
+                read()
+            assert e.value.kind == "limit-exceeded"
+    # Raised, the cap gives way to memory the system does not have: still an exception.
+    with pytest.raises(tpde.TpdeError) as e:
+        tpde.numpy.load_file(DATA / "bomb-64gib.tpde", max_tensor_bytes=2**63)
+    assert e.value.kind == "limit-exceeded"
+
+
+def test_the_cap_is_the_callers(tmp_path):
+    with pytest.raises(tpde.TpdeError) as e:
+        tpde.torch.load_file(DATA / "bomb-2gib.tpde", max_tensor_bytes=1 << 30)
+    assert e.value.kind == "limit-exceeded" and "2147483648" in str(e.value)
+
+
+# -- hints ----------------------------------------------------------------------------------------
+
+
+def _delta_with_hint(folder: Path, hint: str) -> Path:
+    """A keyframe and a delta on it whose path hint is rewritten to ``hint`` (byte surgery on
+    the directory, as a hostile file would carry it)."""
+    import zlib
+
+    folder.mkdir(parents=True, exist_ok=True)
+    w = np.arange(64, dtype=np.float32)
+    tpde.numpy.save_file({"w": w}, folder / "base.tpde")
+    tpde.numpy.save_file({"w": w + 1}, folder / "delta.tpde", base=folder / "base.tpde")
+    data = bytearray((folder / "delta.tpde").read_bytes())
+    old = b"base.tpde"
+    # The hint is a u16-length string in the directory (spec §5): swap it for the new one.
+    dir_at, dir_len = int.from_bytes(data[-32:-24], "little"), int.from_bytes(data[-24:-16], "little")
+    directory = bytes(data[dir_at : dir_at + dir_len])
+    at = directory.index(len(old).to_bytes(2, "little") + old)
+    new = hint.encode()
+    directory = directory[:at] + len(new).to_bytes(2, "little") + new + directory[at + 2 + len(old) :]
+    trailer = bytearray(data[-32:])
+    trailer[8:16] = len(directory).to_bytes(8, "little")
+    trailer[16:20] = zlib.crc32(directory).to_bytes(4, "little")
+    trailer[20:24] = zlib.crc32(bytes(trailer[:20])).to_bytes(4, "little")
+    out = folder / "hostile.tpde"
+    out.write_bytes(bytes(data[:dir_at]) + directory + bytes(trailer))
+    return out
+
+
+def test_a_url_hint_is_not_followed_without_object_storage(tmp_path, monkeypatch):
+    for k in list(os.environ):
+        if k.startswith("AWS_"):
+            monkeypatch.delenv(k)
+    f = _delta_with_hint(tmp_path, "s3://some-bucket/base.tpde")
+    with pytest.raises(tpde.TpdeError) as e:
+        tpde.numpy.load_file(f)
+    assert e.value.kind == "base-missing" and "object storage is not configured" in str(e.value)
+    # The base given explicitly works.
+    assert tpde.numpy.load_file(f, base=tmp_path / "base.tpde")["w"][0] == 1.0
+
+
+def test_hints_can_be_confined(tmp_path):
+    f = _delta_with_hint(tmp_path / "upload", "../secret/base.tpde")
+    (tmp_path / "secret").mkdir()
+    (tmp_path / "upload" / "base.tpde").rename(tmp_path / "secret" / "base.tpde")
+    assert tpde.numpy.load_file(f)["w"][0] == 1.0  # the default follows the user's own files' hints
+    for hints in ([tmp_path / "upload"], "none"):
+        with pytest.raises(tpde.TpdeError) as e:
+            tpde.numpy.load_file(f, hints=hints)
+        assert e.value.kind == "base-missing" and "not followed" in str(e.value)
+    assert tpde.numpy.load_file(f, hints=[tmp_path])["w"][0] == 1.0
+    # An absolute hint to a file that is no checkpoint: refused unread, its contents untold.
+    g = _delta_with_hint(tmp_path / "other", "/etc/passwd")
+    with pytest.raises(tpde.TpdeError) as e:
+        tpde.numpy.load_file(g, hints=[tmp_path / "other"])
+    assert e.value.kind == "base-missing" and "not-tpde" not in str(e.value)
+
+
+# -- a folder holding what is not ours -----------------------------------------------------------
+
+
+def _meta_rewrite(path: Path, key: str, value: str) -> None:
+    """Rewrites metadata entry ``key`` of a Checkpointer file (same length value)."""
+    data = bytearray(path.read_bytes())
+    old_at = data.index(key.encode())
+    # key (u16 len + bytes), type (u8), value length (u32), value
+    vlen_at = old_at + len(key) + 1
+    vlen = int.from_bytes(data[vlen_at : vlen_at + 4], "little")
+    assert vlen == len(value), (vlen, value)
+    data[vlen_at + 4 : vlen_at + 4 + vlen] = value.encode()
+    import zlib
+
+    dir_at, dir_len = int.from_bytes(data[-32:-24], "little"), int.from_bytes(data[-24:-16], "little")
+    data[-16:-12] = zlib.crc32(bytes(data[dir_at : dir_at + dir_len])).to_bytes(4, "little")
+    data[-12:-8] = zlib.crc32(bytes(data[-32:-12])).to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+
+
+def test_a_base_step_loop_does_not_hang_or_block_saves(tmp_path):
+    ck = Checkpointer(tmp_path, keyframe_every=10, keep_last=1)
+    ck.save(10, {"w": torch.ones(4)})
+    ck.save(20, {"w": torch.ones(4) * 2})
+    ck.close()
+    # step 20 now names itself as its base.
+    _meta_rewrite(Path(ck.path(20)), "checkpoint.base_step", "20")
+    ck = Checkpointer(tmp_path, keyframe_every=10, keep_last=1)
+    with pytest.warns(UserWarning, match="chain of bases does not check out"):
+        ck.save(30, {"w": torch.ones(4) * 3})
+    assert torch.equal(ck.load(30)["w"], torch.ones(4) * 3)
+    ck.close()
+
+
+def test_what_is_not_ours_is_skipped_with_a_warning(tmp_path):
+    ck = Checkpointer(tmp_path, keyframe_every=3)
+    ck.save(1, {"w": torch.ones(4)})
+    ck.close()
+    # A garbage file, a folder and a link under step names, all newer than step 1.
+    (tmp_path / "step-9999999999.tpde").write_bytes(b"not a checkpoint at all")
+    (tmp_path / "step-0000000005.tpde").mkdir()
+    os.symlink(tmp_path / "step-0000000001.tpde", tmp_path / "step-0000000007.tpde")
+    ck = Checkpointer(tmp_path, keyframe_every=3)
+    assert ck.steps() == [1, 9999999999]
+    with pytest.warns(UserWarning, match="step-9999999999.tpde"):
+        ck.save(2, {"w": torch.ones(4) * 2})
+    with pytest.warns(UserWarning, match="skipping step 9999999999"):
+        assert torch.equal(ck.load()["w"], torch.ones(4) * 2)
+    ck.close()
+
+
+def test_a_corrupt_newest_checkpoint_falls_back_to_the_newest_valid(tmp_path):
+    ck = Checkpointer(tmp_path, keyframe_every=1)
+    ck.save(1, {"w": torch.ones(1000)})
+    ck.save(2, {"w": torch.ones(1000) * 2})
+    ck.close()
+    data = bytearray(Path(ck.path(2)).read_bytes())
+    data[100] ^= 0xFF  # inside the payload: a chunk's CRC no longer matches
+    Path(ck.path(2)).write_bytes(bytes(data))
+    with pytest.warns(UserWarning, match="step-0000000002.tpde"):
+        assert torch.equal(ck.load()["w"], torch.ones(1000))
+    with pytest.raises(tpde.TpdeError) as e:
+        ck.load(2)  # asked for by step: the error, naming the file
+    assert e.value.kind == "checksum-mismatch" and "step-0000000002.tpde" in str(e.value)
+
+
+def test_malformed_state_json_is_a_typed_error(tmp_path):
+    ck = Checkpointer(tmp_path)
+    ck.save(1, {"w": torch.ones(4), "n": 12345})
+    ck.close()
+    meta = tpde.safe_open(ck.path(1), "np").metadata()["checkpoint.state"]
+    bad = meta.replace('"tensor":"w"', '"tensor":"x"')
+    assert len(bad) == len(meta)
+    _meta_rewrite(Path(ck.path(1)), "checkpoint.state", bad)
+    with pytest.raises(tpde.TpdeError) as e:
+        ck.load(1)
+    assert e.value.kind == "malformed" and "step-0000000001.tpde" in str(e.value)
