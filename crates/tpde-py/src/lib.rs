@@ -51,18 +51,25 @@ fn invalid(message: impl Into<String>) -> PyErr {
 #[pyclass(frozen, module = "tpde._tpde")]
 struct File {
     reader: Arc<FileReader>,
+    /// Where the file is: every error names it.
+    at: Location,
 }
 
 impl File {
+    /// A read error as `TpdeError`, naming the file.
+    fn err(&self, e: tpde::read::ReadError) -> PyErr {
+        py_err(tpde::Error::from(e).context(&self.at))
+    }
+
     fn entry(&self, name: &str) -> PyResult<&TensorEntry> {
-        self.reader.tensor(name).map_err(|e| py_err(e.into()))
+        self.reader.tensor(name).map_err(|e| self.err(e))
     }
 
     /// A new zeroed `uint8` array of `len` bytes for (part of) tensor `t`: refused over the
     /// reader's `max_tensor_bytes`, and a `limit-exceeded` `TpdeError` when the memory cannot
     /// be had (numpy's C constructor would hand PyO3 a null pointer, which panics).
     fn new_array<'py>(&self, py: Python<'py>, t: &TensorEntry, len: u64) -> PyResult<Bound<'py, PyArray1<u8>>> {
-        self.reader.check_size(t).map_err(|e| py_err(e.into()))?;
+        self.reader.check_size(t).map_err(|e| self.err(e))?;
         let out_of_memory =
             || py_err(tpde::Error::from(tpde::read::ReadError::OutOfMemory { name: t.name.clone(), bytes: len }));
         let len = usize::try_from(len).map_err(|_| out_of_memory())?;
@@ -103,7 +110,7 @@ impl File {
             opts.read.max_tensor_bytes = limit;
         }
         let reader = py.detach(|| open_tpde_with(&path, base.as_ref(), &opts)).map_err(py_err)?;
-        Ok(File { reader: Arc::new(reader) })
+        Ok(File { reader: Arc::new(reader), at: path })
     }
 
     /// For a file in object storage, `(requests, bytes)` its reads sent and received so far
@@ -155,7 +162,7 @@ impl File {
 
     /// Checks every CRC and digest (decoding every tensor).
     fn verify(&self, py: Python<'_>) -> PyResult<()> {
-        py.detach(|| self.reader.verify().map(|_| ())).map_err(|e| py_err(e.into()))
+        py.detach(|| self.reader.verify().map(|_| ())).map_err(|e| self.err(e))
     }
 
     /// A tensor's bytes as a flat `uint8` array: a read-only view of the memory map when it is
@@ -164,7 +171,7 @@ impl File {
         let this = slf.get();
         let t = this.entry(name)?;
         if this.reader.is_zero_copy(t) {
-            let bytes = slf.py().detach(|| this.reader.read_tensor(t)).map_err(|e| py_err(e.into()))?;
+            let bytes = slf.py().detach(|| this.reader.read_tensor(t)).map_err(|e| this.err(e))?;
             let view = ArrayView1::from(&bytes[..]);
             // SAFETY: `bytes` borrows the memory map owned by `this.reader`, which lives as
             // long as `slf`; the array holds `slf` as its base object, so the map outlives it,
@@ -177,7 +184,7 @@ impl File {
         {
             let mut rw = array.readwrite();
             let out = rw.as_slice_mut().expect("a new array is contiguous");
-            slf.py().detach(|| this.reader.read_into(t, out)).map_err(|e| py_err(e.into()))?;
+            slf.py().detach(|| this.reader.read_into(t, out)).map_err(|e| this.err(e))?;
         }
         Ok(array)
     }
@@ -211,7 +218,7 @@ impl File {
                 .zip(writers.iter_mut())
                 .map(|(&k, rw)| (entries[k], rw.as_slice_mut().expect("a new array is contiguous")))
                 .collect();
-            slf.py().detach(|| this.reader.read_many_into(jobs)).map_err(|e| py_err(e.into()))?;
+            slf.py().detach(|| this.reader.read_many_into(jobs)).map_err(|e| this.err(e))?;
         }
         Ok(arrays)
     }
@@ -256,7 +263,7 @@ impl File {
                 rw.as_slice_mut().map_err(|_| invalid(format!("tensor {:?}: its array is not contiguous", t.name)))?;
             jobs.push((*t, out));
         }
-        py.detach(|| self.reader.read_many_into(jobs)).map_err(|e| py_err(e.into()))
+        py.detach(|| self.reader.read_many_into(jobs)).map_err(|e| self.err(e))
     }
 
     /// Bytes `start..end` of a tensor, decoding only the chunks that cover them.
@@ -270,7 +277,7 @@ impl File {
         {
             let mut rw = array.readwrite();
             let out = rw.as_slice_mut().expect("a new array is contiguous");
-            slf.py().detach(|| read_range(&this.reader, t, start, out)).map_err(py_err)?;
+            slf.py().detach(|| read_range(&this.reader, t, start, out)).map_err(|e| py_err(e.context(&this.at)))?;
         }
         Ok(array)
     }

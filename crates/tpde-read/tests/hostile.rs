@@ -63,8 +63,12 @@ fn a_64_gib_tensor_in_a_few_kb_is_refused_not_allocated() {
 
 #[test]
 fn a_tensor_over_memory_is_an_error_not_an_abort() {
-    // Under a raised cap, 64 GiB can still not be had on this machine: the allocation fails
-    // cleanly instead of aborting the process.
+    // Under a raised cap, 64 GiB can still not be had on a machine like CI's: the allocation
+    // fails cleanly instead of aborting the process. (Where the kernel promises any amount of
+    // memory, overcommit mode 1, the allocation would succeed and the test says nothing.)
+    if std::fs::read_to_string("/proc/sys/vm/overcommit_memory").is_ok_and(|m| m.trim() == "1") {
+        return;
+    }
     let file = chunk_reuse_bomb(1024, false);
     let r = Reader::with_options(file, ReadOptions { max_tensor_bytes: u64::MAX, ..ReadOptions::default() }).unwrap();
     let e = r.read("w").err().unwrap();

@@ -349,6 +349,17 @@ pub fn open_tpde_with(at: &Location, base: Option<&Location>, opts: &OpenOptions
     let Some(hint) = tpde_read::chain::base_hint(&reader).ok().flatten() else {
         return Ok(reader);
     };
+    // Told to follow no hints of this kind: the file opens as it is, and a delta chunk read
+    // without its base fails then (`base-missing`). A hint refused for where it leads is an
+    // error now, saying why.
+    let told_not_to = match at.resolve_hint(hint) {
+        Ok(Location::Local(_)) => opts.hints.paths == PathHints::Ignore,
+        Ok(Location::Object(_)) => opts.hints.urls == UrlHints::Never,
+        Err(_) => false,
+    };
+    if told_not_to {
+        return Ok(reader);
+    }
     let base_at = opts.hints.resolve(at, at, hint).map_err(|e| e.context(at))?;
     // A hinted base that is not there leaves the reader as it is; a remote one is found
     // missing by opening it, not by a HEAD request first.

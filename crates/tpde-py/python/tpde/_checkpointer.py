@@ -614,7 +614,7 @@ class Checkpointer:
                 except _tpde.TpdeError as e:
                     if e.kind == "invalid-argument":
                         raise
-                    warnings.warn(f"skipping step {s}, which does not load: {e}", stacklevel=2)
+                    warnings.warn(f"skipping step {s} ({self.path(s)}), which does not load: {e}", stacklevel=2)
             raise error("not-found", f"{self.directory}: no checkpoint" + (" that loads" if steps else ""))
         if step is None:
             step = self.latest()
