@@ -6,7 +6,7 @@ use std::path::Path;
 
 use tpde_format::digest::{to_hex, Digest};
 use tpde_format::{CodecTag, DType, Prediction, TensorEntry};
-use tpde_read::chain::{self, Displayed};
+use tpde_read::chain;
 use tpde_read::{PathHints, ReadError, Reader, Source};
 
 use crate::device::{DeviceTensor, Gpu, GpuError, Pending};
@@ -171,12 +171,7 @@ impl Gpu {
 
     /// [`Gpu::load_chain`], following only the hints `hints` allows.
     pub fn load_chain_with(&self, path: impl AsRef<Path>, hints: &PathHints) -> Result<DeviceCheckpoint, GpuError> {
-        let path = path.as_ref().to_path_buf();
-        let first = Reader::open(&path)?;
-        let identity = |p: &Displayed| p.0.canonicalize().map_err(|source| ReadError::Io { path: p.0.clone(), source });
-        let links = chain::walk(Displayed(path), first, identity, |p, r| {
-            Ok::<_, ReadError>(chain::next_local(&p.0, r, hints)?.map(|(p, r)| (Displayed(p), r)))
-        })?;
+        let links = chain::local_links(path, hints)?;
         let mut base: Option<DeviceCheckpoint> = None;
         for (_, reader) in links.iter().rev() {
             base = Some(self.load(reader, base.as_ref())?);

@@ -109,13 +109,6 @@ pub fn base_hint<S: Source>(reader: &Reader<S>) -> Result<Option<&str>, ReadErro
     }
 }
 
-/// Where the base of the delta at `path` should be: its path hint, relative to the folder of
-/// `path` (an absolute hint, or a `file://` URL, as it is). `None` when the file decodes
-/// without a base or records no hint.
-pub fn hinted_base_path<S: Source>(path: &Path, reader: &Reader<S>) -> Option<PathBuf> {
-    base_hint(reader).ok().flatten().map(|hint| resolve_path_hint(path, hint))
-}
-
 /// The local path that hint `hint` of the file at `path` names.
 pub fn resolve_path_hint(path: &Path, hint: &str) -> PathBuf {
     let hint = hint.strip_prefix("file://").unwrap_or(hint);
@@ -124,7 +117,7 @@ pub fn resolve_path_hint(path: &Path, hint: &str) -> PathBuf {
 
 /// The local base of the file at `path` (opened as `reader`) through its hint, under `hints`:
 /// `Ok(None)` at a keyframe, `base-missing` when the hint is refused or leads to no file.
-pub fn next_local<S: Source>(
+fn next_local<S: Source>(
     path: &Path,
     reader: &Reader<S>,
     hints: &PathHints,
@@ -139,6 +132,18 @@ pub fn next_local<S: Source>(
     Ok(Some((base_path.clone(), Reader::open(&base_path)?)))
 }
 
+/// The file at `path` and its local bases through their hints, under `hints`, each opened as
+/// it is (no base attached): the file first, its keyframe last. The walk behind
+/// [`open_chain_with`] and the GPU crate's `Gpu::load_chain_with`.
+pub fn local_links(path: impl AsRef<Path>, hints: &PathHints) -> Result<Vec<(PathBuf, Reader)>, ReadError> {
+    let path = path.as_ref().to_path_buf();
+    let first = Reader::open(&path)?;
+    let identity = |p: &Displayed| p.0.canonicalize().map_err(|source| ReadError::Io { path: p.0.clone(), source });
+    let links =
+        walk(Displayed(path), first, identity, |p, r| Ok(next_local(&p.0, r, hints)?.map(|(p, r)| (Displayed(p), r))))?;
+    Ok(links.into_iter().map(|(p, r)| (p.0, r)).collect())
+}
+
 /// Opens the file at `path` and, if it decodes against a base, the chain of bases behind it,
 /// following every path hint: each base is found through the hint of the file that refers to
 /// it (relative to that file's folder) and checked against the recorded content digest.
@@ -148,15 +153,7 @@ pub fn open_chain(path: impl AsRef<Path>) -> Result<Reader, ReadError> {
 
 /// [`open_chain`], following only the hints `hints` allows.
 pub fn open_chain_with(path: impl AsRef<Path>, hints: &PathHints) -> Result<Reader, ReadError> {
-    let path = path.as_ref().to_path_buf();
-    let first = Reader::open(&path)?;
-    let identity = |p: &PathBuf| p.canonicalize().map_err(|source| ReadError::Io { path: p.clone(), source });
-    let mut links = walk(
-        Displayed(path),
-        first,
-        |p| identity(&p.0),
-        |p, r| Ok(next_local(&p.0, r, hints)?.map(|(p, r)| (Displayed(p), r))),
-    )?;
+    let mut links = local_links(path, hints)?;
     let (_, mut reader) = links.pop().expect("a chain holds its first file");
     while let Some((_, next)) = links.pop() {
         reader = next.with_base(Arc::new(reader))?;
@@ -165,8 +162,7 @@ pub fn open_chain_with(path: impl AsRef<Path>, hints: &PathHints) -> Result<Read
 }
 
 /// A path that displays itself, as a link of a walk.
-#[derive(Clone, Debug)]
-pub struct Displayed(pub PathBuf);
+struct Displayed(PathBuf);
 
 impl std::fmt::Display for Displayed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

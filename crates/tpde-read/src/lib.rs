@@ -57,7 +57,7 @@ use tpde_format::{
 };
 
 pub use base::{Base, BaseTensor};
-pub use chain::{hinted_base_path, open_chain, open_chain_with, PathHints, MAX_CHAIN};
+pub use chain::{open_chain, open_chain_with, PathHints, MAX_CHAIN};
 pub use error::ReadError;
 pub use source::{out_of_range, Source, StreamSource};
 
@@ -500,8 +500,7 @@ impl<S: Source> Reader<S> {
         // A delta's base tensor is checked (or fetched) before the output is allocated: the
         // base justifies the length.
         let base = self.chunk_base(t)?;
-        let mut out = Vec::new();
-        zeroed(&mut out, t.byte_length, &t.name)?;
+        let mut out = zeroed_vec(t.byte_length, &t.name)?;
         self.decode_chunks(t, &mut out, &base, policy)?;
         Ok(Cow::Owned(out))
     }
@@ -981,6 +980,21 @@ fn bytes<'a, S: Source>(
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(truncated()),
         Err(source) => Err(ReadError::source(what, std::slice::from_ref(&range), source)),
     }
+}
+
+/// A new vector of `len` zero bytes, its allocation fallible: a length the system cannot give
+/// is a `limit-exceeded` error naming the tensor, never an abort. The allocation is probed
+/// first and then made by `vec!`, whose zeroed allocation (calloc) gets pages the kernel has
+/// zeroed already; filling a reserved vector with zeros would write the tensor once more
+/// before the decoder writes it.
+fn zeroed_vec(len: u64, name: &str) -> Result<Vec<u8>, ReadError> {
+    let too_large = || ReadError::OutOfMemory { name: name.to_owned(), bytes: len };
+    let len = usize::try_from(len).map_err(|_| too_large())?;
+    let mut probe = Vec::<u8>::new();
+    probe.try_reserve_exact(len).map_err(|_| too_large())?;
+    // Kept opaque, so that the compiler cannot drop the probe as an allocation never used.
+    drop(std::hint::black_box(probe));
+    Ok(vec![0u8; len])
 }
 
 /// `buf` made `len` zero bytes long, its allocation fallible: a length the system cannot give

@@ -225,7 +225,22 @@ impl HintPolicy {
     /// on a chain that started at `start`.
     fn resolve(&self, start: &Location, at: &Location, hint: &str) -> Result<Location, Error> {
         let base_at = at.resolve_hint(hint)?;
-        match &base_at {
+        self.permit(start, hint, &base_at)?;
+        Ok(base_at)
+    }
+
+    /// Whether this policy follows no hint of `base_at`'s kind (local or URL) at all.
+    fn ignores(&self, base_at: &Location) -> bool {
+        match base_at {
+            Location::Local(_) => self.paths == PathHints::Ignore,
+            Location::Object(_) => self.urls == UrlHints::Never,
+        }
+    }
+
+    /// Checks that hint `hint`, resolved to `base_at`, may be followed on a chain that started
+    /// at `start`; a refusal is `base-missing`, saying why.
+    fn permit(&self, start: &Location, hint: &str, base_at: &Location) -> Result<(), Error> {
+        match base_at {
             Location::Local(p) => self.paths.check(hint, p)?,
             Location::Object(_) => {
                 let opted_in = matches!(start, Location::Object(_)) || tpde_object::configured();
@@ -247,7 +262,7 @@ impl HintPolicy {
                 }
             }
         }
-        Ok(base_at)
+        Ok(())
     }
 }
 
@@ -349,18 +364,14 @@ pub fn open_tpde_with(at: &Location, base: Option<&Location>, opts: &OpenOptions
     let Some(hint) = tpde_read::chain::base_hint(&reader).ok().flatten() else {
         return Ok(reader);
     };
+    let base_at = at.resolve_hint(hint).map_err(|e| e.context(at))?;
     // Told to follow no hints of this kind: the file opens as it is, and a delta chunk read
     // without its base fails then (`base-missing`). A hint refused for where it leads is an
     // error now, saying why.
-    let told_not_to = match at.resolve_hint(hint) {
-        Ok(Location::Local(_)) => opts.hints.paths == PathHints::Ignore,
-        Ok(Location::Object(_)) => opts.hints.urls == UrlHints::Never,
-        Err(_) => false,
-    };
-    if told_not_to {
+    if opts.hints.ignores(&base_at) {
         return Ok(reader);
     }
-    let base_at = opts.hints.resolve(at, at, hint).map_err(|e| e.context(at))?;
+    opts.hints.permit(at, hint, &base_at).map_err(|e| e.context(at))?;
     // A hinted base that is not there leaves the reader as it is; a remote one is found
     // missing by opening it, not by a HEAD request first.
     match base_at {
