@@ -423,10 +423,10 @@ class Checkpointer:
         predictions = _adam_predictions(flat, self._last_lrs) if self.predict else []
         self._last_lrs = _learning_rates(flat)
         if self._pool is None:
-            self._write(step, tree, flat.tensors, flat.exact, predictions)
+            self._write(step, newest, tree, flat.tensors, flat.exact, predictions)
             return
         snapshot = self._snapshot(flat.tensors)
-        self._pending = self._pool.submit(self._write, step, tree, snapshot, flat.exact, predictions)
+        self._pending = self._pool.submit(self._write, step, newest, tree, snapshot, flat.exact, predictions)
 
     def wait(self) -> None:
         """Blocks until every pending asynchronous save is on disk; raises its error if it failed."""
@@ -457,29 +457,31 @@ class Checkpointer:
             del self._buffers[name]
         return out
 
-    def _base_of_next(self) -> Tuple[Optional[int], int]:
-        """(base step, depth in its chain) for the next checkpoint: the newest usable
-        checkpoint, or None for a keyframe (also when the newest's chain does not check out)."""
-        if self.keyframe_every == 1:
-            return None, 0
-        newest = self._newest_usable(self.steps())
-        if newest is None:
+    def _base_of_next(self, newest: Optional[Tuple[int, Dict[str, str]]]) -> Tuple[Optional[int], int]:
+        """(base step, depth in its chain) for the next checkpoint: ``newest`` (the newest
+        usable checkpoint and its metadata, from ``_newest_usable``), or None for a keyframe."""
+        if newest is None or self.keyframe_every == 1:
             return None, 0
         latest, meta = newest
-        try:
-            depth = len(self._chain(latest))
-        except (_tpde.TpdeError, OSError, ValueError) as e:
-            warnings.warn(f"{self.path(latest)}: its chain of bases does not check out ({e}); the next checkpoint is a keyframe", stacklevel=3)
+        depth = meta.get("checkpoint.depth", "0")
+        if not re.fullmatch(r"\d{1,10}", depth):
+            warnings.warn(f"{self.path(latest)}: checkpoint.depth {depth[:40]!r} is not a depth; the next checkpoint is a keyframe", stacklevel=3)
             return None, 0
-        if depth >= self.keyframe_every:
+        if int(depth) + 1 >= self.keyframe_every:
             return None, 0
-        return latest, depth
+        return latest, int(depth) + 1
 
     def _write(
-        self, step: int, tree: Any, tensors: Dict[str, torch.Tensor], exact: List[str], predictions: List[Tuple]
+        self,
+        step: int,
+        newest: Optional[Tuple[int, Dict[str, str]]],
+        tree: Any,
+        tensors: Dict[str, torch.Tensor],
+        exact: List[str],
+        predictions: List[Tuple],
     ) -> None:
         with self._lock:
-            base, depth = self._base_of_next()
+            base, depth = self._base_of_next(newest)
             metadata = {
                 "checkpoint.format": SCHEMA,
                 "checkpoint.step": str(step),
@@ -567,7 +569,7 @@ class Checkpointer:
                 if latest is not None and step <= latest:
                     plan[0] = ("error", f"step {step} is not after the latest checkpoint, step {latest}")
                 else:
-                    plan[0] = ("ok",) + self._base_of_next()
+                    plan[0] = ("ok",) + self._base_of_next(self._newest_usable(self.steps()))
         src = torch.distributed.get_global_rank(self._group, 0) if self._group is not None else 0
         torch.distributed.broadcast_object_list(plan, src=src, group=self._group)
         if plan[0][0] == "error":
