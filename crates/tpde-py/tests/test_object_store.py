@@ -152,3 +152,111 @@ def test_bad_urls_and_missing_objects_are_typed_errors(s3):
     with pytest.raises(tpde.TpdeError) as e:
         tpde.torch.save_file(state(0), "s3://b/../x.tpde")
     assert e.value.kind == "invalid-argument"
+
+
+# --- A flaky object store: the S3 server behind a proxy that fails a share of the requests ---
+
+from s3_fault_proxy import FaultProxy  # noqa: E402
+
+
+def pending_uploads(s3_bucket: Path, proxy: FaultProxy):
+    """The multipart uploads the server holds open that this test's proxy saw start (s3s-fs
+    keeps one note per upload, and its parts, in the folder it serves)."""
+    now = {p.name for p in s3_bucket.parent.iterdir() if p.name.startswith(".upload")}
+    return sorted(now - proxy.uploads_before)
+
+
+def no_upload_left(s3_bucket: Path, proxy: FaultProxy):
+    """Every upload a client started was completed or aborted, but for those whose start it never
+    heard of (a 500 or a broken answer after the server started one, then a retry that started
+    another): S3 has no idempotent start, and only a lifecycle rule finds those (docs/guarantees.md).
+    They hold no parts."""
+    left = pending_uploads(s3_bucket, proxy)
+    assert len(left) <= proxy.lost_creates and all(n.endswith(".json") for n in left), (left, proxy.lost_creates)
+
+
+@pytest.fixture
+def flaky(s3, request, monkeypatch):
+    """``(proxy, bucket)``: a bucket of its own reached through a FaultProxy. The extension builds
+    a bucket's client from the environment when it first uses that bucket, so the endpoint is the
+    proxy's for this test's bucket and stays the server's for the others."""
+    upstream = int(os.environ["AWS_ENDPOINT_URL"].rsplit(":", 1)[1])
+    rate, seed = request.param
+    proxy = FaultProxy(upstream, rate, seed)
+    proxy.uploads_before = {p.name for p in s3.parent.iterdir() if p.name.startswith(".upload")}
+    name = f"flaky-{int(rate * 100)}-{seed}"
+    (s3.parent / name).mkdir()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{proxy.port}")
+    yield proxy, name
+    proxy.close()
+
+
+def big_state(step: int):
+    """A state with a 20 MiB tensor, so that a keyframe is uploaded in parts (16 MiB each)."""
+    g = torch.Generator().manual_seed(1000)
+    big = torch.randn(5 << 20, generator=g)
+    big[: 1 << 16] += step  # deltas are small but not empty
+    return {"big": big, **state(step)}
+
+
+@pytest.mark.parametrize("flaky", [(0.25, 1)], indirect=True)
+def test_no_save_is_lost_when_a_quarter_of_requests_fail(flaky, s3):
+    proxy, bucket = flaky
+    prefix = f"s3://{bucket}/run"
+    states = [big_state(s) for s in range(8)]
+    with Checkpointer(prefix, keyframe_every=4, keep_last=8) as ck:
+        for step, s in enumerate(states):
+            ck.save(step, {"model": s, "step": step})  # each one returns: none raises
+        assert ck.steps() == list(range(8))
+        for step in (0, 5, 7):
+            same(ck.load(step)["model"], states[step])
+    assert proxy.counts["requests"] > 100 and sum(proxy.counts[k] for k in FaultProxy.KINDS) > 20, proxy.counts
+    no_upload_left(s3, proxy)
+
+
+@pytest.mark.parametrize("flaky", [(0.30, 2)], indirect=True)
+def test_pack_and_async_saves_ride_out_30_percent_faults(flaky, s3, tmp_path):
+    from safetensors.torch import save_file as st_save
+
+    proxy, bucket = flaky
+    s0 = big_state(0)
+    st_save(s0, tmp_path / "s0.safetensors")
+    for i in range(4):
+        tpde.pack(tmp_path / "s0.safetensors", f"s3://{bucket}/pack/{i}.tpde")
+        same(tpde.torch.load_file(f"s3://{bucket}/pack/{i}.tpde"), s0)
+    states = [big_state(s) for s in range(4)]
+    with Checkpointer(f"s3://{bucket}/async", keyframe_every=2, keep_last=4, async_save=True) as ck:
+        for step, s in enumerate(states):
+            ck.save(step, {"model": s})
+        ck.wait()
+        same(ck.load()["model"], states[-1])
+    assert sum(proxy.counts[k] for k in FaultProxy.KINDS) > 10, proxy.counts
+    no_upload_left(s3, proxy)
+
+
+@pytest.mark.parametrize("flaky", [(0.0, 3)], indirect=True)
+def test_a_failed_upload_is_aborted_and_says_so(flaky, s3, tmp_path):
+    from safetensors.torch import save_file as st_save
+
+    proxy, bucket = flaky
+    s0 = big_state(0)
+    with Checkpointer(f"s3://{bucket}/run", keyframe_every=1) as ck:
+        ck.save(0, {"model": s0})
+        # Every second part of a multipart upload fails, however often it is tried.
+        proxy.fail_when = lambda method, path: method == "PUT" and "partNumber=2" in path
+        with pytest.raises(tpde.TpdeError) as e:
+            ck.save(1, {"model": big_state(1)})
+        assert e.value.kind == "io" and f"s3://{bucket}/run/" in str(e.value), e.value
+        assert "nothing was written, its multipart upload was aborted" in str(e.value)
+        assert pending_uploads(s3, proxy) == [], "the failed upload was not aborted"
+        assert ck.steps() == [0]
+        proxy.fail_when = None
+        ck.save(2, {"model": big_state(2)})  # the failure blocks nothing
+        assert ck.steps() == [0, 2]
+        same(ck.load(0)["model"], s0)
+    st_save(s0, tmp_path / "s0.safetensors")
+    proxy.fail_when = lambda method, path: method == "PUT" and "partNumber=2" in path
+    with pytest.raises(tpde.TpdeError) as e:
+        tpde.pack(tmp_path / "s0.safetensors", f"s3://{bucket}/pack.tpde")
+    assert f"s3://{bucket}/pack.tpde" in str(e.value)
+    assert pending_uploads(s3, proxy) == [] and not (s3.parent / bucket / "pack.tpde").exists()

@@ -97,6 +97,8 @@ class ObjectLease:
             if _tpde.object_create_new(self.url, self._note()):
                 break
             current = self._read()
+            if isinstance(current, dict) and current.get("token") == self.token:
+                break  # ours: a retried PUT whose first try took, its answer lost
             expires = current.get("expires") if isinstance(current, dict) else None
             if attempt == 0 and isinstance(expires, (int, float)) and expires < time.time():
                 # Its writer stopped renewing it: gone. Replace it (a race with a third writer
