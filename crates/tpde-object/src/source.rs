@@ -93,7 +93,10 @@ impl ObjectSource {
         let (len, range, head) = match got {
             Ok(got) => got,
             // An empty object has no first byte to give; its length comes from its metadata.
-            Err(e) if e.kind() != io::ErrorKind::NotFound && crate::size(url)? == Some(0) => (0, 0..0, Bytes::new()),
+            // Any other failure is the GET's, whatever the HEAD asking that says.
+            Err(e) if e.kind() != io::ErrorKind::NotFound && matches!(crate::size(url), Ok(Some(0))) => {
+                (0, 0..0, Bytes::new())
+            }
             Err(e) => return Err(e),
         };
         if range.start != 0 || range.end != len.min(EDGE_BYTES) || head.len() as u64 != range.end {

@@ -73,11 +73,11 @@ pub enum ReadError {
         hint: String,
     },
     /// The base attached is not the one the file was written against.
-    #[error("wrong base: this file was written against content digest {expected}, the base given has {found}")]
+    #[error("wrong base: this file was written against content digest {expected}, this base has {found}")]
     BaseMismatch {
         /// The digest the file records, hex.
         expected: String,
-        /// The given base's digest, hex.
+        /// The attached base's digest, hex.
         found: String,
     },
     /// The base has the right digest but not the tensor a delta chunk needs.

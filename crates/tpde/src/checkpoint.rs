@@ -175,8 +175,8 @@ impl Base for MemoryCheckpoint {
 pub fn is_tpde(path: &Path) -> Result<bool, Error> {
     use std::io::Read;
     let mut magic = [0u8; 8];
-    let mut f = std::fs::File::open(path).map_err(|e| Error::from(e).context(path.display()))?;
-    let n = f.read(&mut magic)?;
+    let named = |e: std::io::Error| Error::from(e).context(path.display());
+    let n = std::fs::File::open(path).and_then(|mut f| f.read(&mut magic)).map_err(named)?;
     Ok(n == 8 && magic == tpde_format::header::MAGIC)
 }
 
@@ -289,9 +289,11 @@ pub fn open_chain(at: &Location) -> Result<FileReader, Error> {
 /// [`open_chain`], following the hints `hints` allows.
 pub fn open_chain_with(at: &Location, opts: &OpenOptions) -> Result<FileReader, Error> {
     let mut links = chain_readers_with(at, opts)?;
-    let (_, mut reader) = links.pop().expect("a chain holds its first file");
+    let (mut base_at, mut reader) = links.pop().expect("a chain holds its first file");
     while let Some((loc, next)) = links.pop() {
-        reader = next.with_base(Arc::new(reader)).map_err(|e| Error::from(e).context(&loc))?;
+        let context = format!("{loc}: base {base_at}");
+        reader = next.with_base(Arc::new(reader)).map_err(|e| Error::from(e).context(context))?;
+        base_at = loc;
     }
     Ok(reader)
 }
@@ -378,7 +380,9 @@ pub fn open_tpde_with(at: &Location, base: Option<&Location>, opts: &OpenOptions
         Location::Local(p) if !p.is_file() => Ok(reader),
         base_at => match open_base_with(&base_at, opts) {
             Err(e) if e.kind() == ErrorKind::NotFound && matches!(base_at, Location::Object(_)) => Ok(reader),
-            opened => reader.with_base(opened?).map_err(|e| Error::from(e).context(at)),
+            opened => {
+                reader.with_base(opened?).map_err(|e| Error::from(e).context(format_args!("{at}: base {base_at}")))
+            }
         },
     }
 }

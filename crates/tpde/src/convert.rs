@@ -150,7 +150,7 @@ pub fn pack_file(
         src.metadata().into_iter().flatten().map(|(k, v)| (k.clone(), v.clone())).collect();
     metadata.sort();
     let (report, kept, digests) = pack_tensors(&tensors, &metadata, "safetensors", output, job, bar).map_err(|e| {
-        if e.is_usage() {
+        if e.is_usage() || e.is_located() {
             e
         } else {
             e.context(input.display())
@@ -199,7 +199,12 @@ pub fn pack_tensors(
             format!("metadata key {k:?} is in TPDE's reserved `tpde.` namespace; rename it to pack this file"),
         ));
     }
-    let mut w = Writer::new(output.create()?, options)?;
+    // A write that fails (a full disk, a store that refuses) names the file it was writing.
+    let writing = |e: Error| match e.kind() {
+        ErrorKind::Io => e.context(output).located(),
+        _ => e,
+    };
+    let mut w = Writer::new(output.create().map_err(writing)?, options).map_err(|e| writing(e.into()))?;
     w.add_metadata(KEY_PRODUCER, MetadataValue::String(format!("tpde {}", env!("CARGO_PKG_VERSION"))))?;
     w.add_metadata(KEY_SOURCE_FORMAT, MetadataValue::String(source_format.into()))?;
     if let Some(tau) = job.max_abs_error {
@@ -260,7 +265,7 @@ pub fn pack_tensors(
             };
             batch.push(Pending { name, dtype, shape, data, base, predict });
         }
-        add_batch(&mut w, &batch, &mut report)?;
+        add_batch(&mut w, &batch, &mut report).map_err(writing)?;
         bar.inc(batch_bytes as u64);
         batch.clear();
     }
@@ -275,7 +280,7 @@ pub fn pack_tensors(
         // The reconstruction is what the file decodes to: the file's digest is its digest.
         k.set_content_digest(report.content_digest);
     }
-    report.file_bytes = w.finish()?.commit()?;
+    report.file_bytes = w.finish().map_err(|e| writing(e.into()))?.commit().map_err(writing)?;
     report.seconds = start.elapsed().as_secs_f64();
     bar.finish();
     Ok((report, kept, digests))

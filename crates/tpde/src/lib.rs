@@ -35,18 +35,19 @@ pub struct Error {
     kind: ErrorKind,
     message: String,
     usage: bool,
+    located: bool,
 }
 
 impl Error {
     /// A failure of category `kind`.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Error { kind, message: message.into(), usage: false }
+        Error { kind, message: message.into(), usage: false, located: false }
     }
 
     /// The caller asked for something that cannot be done as asked (a bad option or a
     /// combination of them), before any file was read.
     pub fn usage(message: impl Into<String>) -> Self {
-        Error { kind: ErrorKind::InvalidArgument, message: message.into(), usage: true }
+        Error { kind: ErrorKind::InvalidArgument, message: message.into(), usage: true, located: false }
     }
 
     /// The input is not what it claims to be (a damaged safetensors file, a duplicate name).
@@ -68,6 +69,18 @@ impl Error {
     /// The message.
     pub fn message(&self) -> &str {
         &self.message
+    }
+
+    /// Marks the message as naming the file it is about (the output a write failed on), so that
+    /// callers that name the input in front of other errors leave it as it is.
+    pub fn located(mut self) -> Self {
+        self.located = true;
+        self
+    }
+
+    /// Whether the message names the file it is about: see [`Error::located`].
+    pub fn is_located(&self) -> bool {
+        self.located
     }
 
     /// The same error with `context` (a path, a tensor) in front of its message.

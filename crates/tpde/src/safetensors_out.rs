@@ -113,9 +113,11 @@ pub fn write<T: Send + Sync>(
 ) -> Result<(), Error> {
     let order = layout(entries);
     let header = header(entries, &order, metadata)?;
-    let tmp = tpde_write::AtomicFile::create(output)?;
+    // A write that fails (a full disk) names the file it was writing.
+    let writing = |e: std::io::Error| Error::from(e).context(output.display()).located();
+    let tmp = tpde_write::AtomicFile::create(output).map_err(writing)?;
     let file = tmp.file();
-    write_at(file, &header, 0)?;
+    write_at(file, &header, 0).map_err(writing)?;
     let spare = Mutex::new(Vec::new());
     let mut offset = header.len() as u64;
     for group in groups(entries, &order) {
@@ -149,7 +151,7 @@ pub fn write<T: Send + Sync>(
                         job.len
                     )));
                 }
-                Ok(write_at(file, bytes, job.offset)?)
+                write_at(file, bytes, job.offset).map_err(writing)
             })();
             spare.lock().expect("no panics while held").push(buf);
             if let Err(e) = done {
@@ -161,8 +163,7 @@ pub fn write<T: Send + Sync>(
             return Err(e);
         }
     }
-    tmp.commit()?;
-    Ok(())
+    tmp.commit().map(drop).map_err(writing)
 }
 
 /// Writes all of `data` at `offset` in `file`, from any thread.

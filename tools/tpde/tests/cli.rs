@@ -219,9 +219,7 @@ fn deltas_through_the_command_line() {
         .current_dir(d)
         .assert()
         .code(1)
-        .stderr(
-            predicates::str::is_match("wrong base: .*digest [0-9a-f]{64}, the base given has [0-9a-f]{64}").unwrap(),
-        );
+        .stderr(predicates::str::is_match("wrong base: .*digest [0-9a-f]{64}, this base has [0-9a-f]{64}").unwrap());
     assert!(!d.join("x.safetensors").exists());
     // Without the base file the error names the digest and the hint.
     std::fs::rename(d.join("a.tpde"), d.join("moved.tpde")).unwrap();

@@ -25,6 +25,20 @@ fn tpde_within(kib: u64, args: &[&str]) -> Command {
     c
 }
 
+/// `tpde` in a network namespace of its own (`unshare -rn`: no interface but a loopback that is
+/// down), where any connection fails, where the kernel allows unprivileged namespaces; plain
+/// `tpde`, saying so, where it does not.
+fn tpde_offline() -> Command {
+    if std::process::Command::new("unshare").args(["-rn", "true"]).status().is_ok_and(|s| s.success()) {
+        let mut c = Command::new("unshare");
+        c.arg("-rn").arg(assert_cmd::cargo::cargo_bin("tpde"));
+        c
+    } else {
+        eprintln!("no unprivileged network namespaces here: the URL-hint test runs with the network up");
+        tpde()
+    }
+}
+
 #[test]
 fn a_64_gib_tensor_is_refused_with_an_error() {
     let bomb = fixture("bomb-64gib.tpde");
@@ -72,7 +86,7 @@ fn a_url_hint_is_not_followed_without_object_storage_configured() {
     })
     .unwrap();
     std::fs::write(&kb, file).unwrap();
-    let mut cmd = tpde();
+    let mut cmd = tpde_offline();
     for (k, _) in std::env::vars() {
         if k.starts_with("AWS_") {
             cmd.env_remove(k);
@@ -86,4 +100,70 @@ fn a_url_hint_is_not_followed_without_object_storage_configured() {
         .stderr(predicates::str::contains("object storage is not configured"));
     // The base given explicitly still works.
     tpde().arg("verify").arg(&kb).arg("--base").arg(&ka).assert().success();
+}
+
+/// A full disk, as a 64 KiB tmpfs in a mount namespace of the test's own (`unshare -rm`): a
+/// failed `pack` or `unpack` names the file it was writing, and leaves nothing there.
+#[test]
+fn a_full_disk_names_the_output_and_leaves_nothing() {
+    if !std::process::Command::new("unshare").args(["-rm", "true"]).status().is_ok_and(|s| s.success()) {
+        eprintln!("no unprivileged mount namespaces here: the full-disk test does not run");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let st = dir.path().join("a.safetensors");
+    let model = demo::DemoModel { vocab: 64, d_model: 32, d_ff: 96, layers: 2 };
+    demo::write_checkpoint(model, 5, 1, &st).unwrap();
+    let packed = dir.path().join("a.tpde");
+    tpde().arg("pack").arg(&st).arg("-o").arg(&packed).assert().success();
+    let full = dir.path().join("full");
+    std::fs::create_dir(&full).unwrap();
+    for (args, out) in [
+        (vec!["pack".into(), st.display().to_string()], "x.tpde"),
+        (vec!["unpack".into(), packed.display().to_string()], "y.safetensors"),
+    ] {
+        let out = full.join(out).display().to_string();
+        let script = "mount -t tmpfs -o size=64k tmpfs \"$1\" && shift && \"$@\"; rc=$?; ls -A \"$0\"; exit $rc";
+        let assert = Command::new("unshare")
+            .args(["-rm", "sh", "-c", script])
+            .arg(&full)
+            .arg(&full)
+            .arg(assert_cmd::cargo::cargo_bin("tpde"))
+            .args(&args)
+            .args(["-o", &out])
+            .assert()
+            .code(1)
+            .stderr(predicates::str::contains(format!("{out}: ")))
+            .stderr(predicates::str::contains("No space left on device"));
+        // `ls -A` of the full folder after the failure: empty, no temporary file left.
+        assert.stdout("");
+    }
+}
+
+/// A hint naming what is not a TPDE file (a device, a file that cannot be read) is refused with
+/// an error that names the hint, and never says a base was "given" when none was.
+#[test]
+fn a_hint_that_cannot_be_read_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.safetensors"), dir.path().join("b.safetensors"));
+    let model = demo::DemoModel { vocab: 64, d_model: 16, d_ff: 48, layers: 1 };
+    demo::write_checkpoint(model, 5, 1, &a).unwrap();
+    demo::write_checkpoint(model, 6, 1, &b).unwrap();
+    let (ka, kb, kc) = (dir.path().join("a.tpde"), dir.path().join("b.tpde"), dir.path().join("c.tpde"));
+    tpde().arg("pack").arg(&a).arg("-o").arg(&ka).assert().success();
+    tpde().arg("pack").arg(&b).arg("--base").arg(&ka).arg("-o").arg(&kb).assert().success();
+    // c.tpde: a valid TPDE file, but another checkpoint than the base.
+    tpde().arg("pack").arg(&b).arg("-o").arg(&kc).assert().success();
+    for hint in ["/proc/self/mem", "c.tpde"] {
+        let file = std::fs::read(&kb).unwrap();
+        let file = tpde_format::surgery::with_directory(&file, |d| {
+            d.base.as_mut().unwrap().path_hint = hint.into();
+        })
+        .unwrap();
+        std::fs::write(&kb, file).unwrap();
+        let out = tpde().arg("verify").arg(&kb).assert().code(1);
+        let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+        assert!(stderr.contains(hint), "{stderr}");
+        assert!(!stderr.contains("given"), "{stderr}");
+    }
 }
