@@ -17,6 +17,27 @@ const WG: u64 = 64;
 /// Chunks planned on the CPU at a time (in parallel) before their batches go to the device.
 const PLAN_GROUP: usize = 64;
 
+/// The first adapter that is not a CPU, discrete GPUs before integrated ones.
+fn hardware_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter, GpuError> {
+    let mut adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
+    let rank = |t: wgpu::DeviceType| match t {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu | wgpu::DeviceType::Other => 2,
+        wgpu::DeviceType::Cpu => 3,
+    };
+    adapters.sort_by_key(|a| rank(a.get_info().device_type));
+    let found: Vec<String> =
+        adapters.iter().map(|a| format!("{} ({:?})", a.get_info().name, a.get_info().device_type)).collect();
+    match adapters.into_iter().next() {
+        Some(a) if a.get_info().device_type != wgpu::DeviceType::Cpu => Ok(a),
+        _ => Err(GpuError::NoAdapter(format!(
+            "TPDE_GPU_ADAPTER=hardware, and no adapter found is a GPU: {}",
+            if found.is_empty() { "none".to_owned() } else { found.join(", ") }
+        ))),
+    }
+}
+
 /// Why the GPU decoder failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -105,14 +126,24 @@ pub struct Gpu {
 
 impl Gpu {
     /// Opens the first high-performance adapter of any backend wgpu supports here (Vulkan,
-    /// Metal, DX12; Mesa's lavapipe counts), with its own limits.
+    /// Metal, DX12; Mesa's lavapipe counts), with its own limits. With the environment variable
+    /// `TPDE_GPU_ADAPTER=hardware`, a CPU adapter (lavapipe, SwiftShader) does not count: with no
+    /// other, this fails, naming the adapters it found, rather than measure a CPU as a GPU.
     pub fn new() -> Result<Gpu, GpuError> {
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
-        let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
-            power_preference: wgpu::PowerPreference::HighPerformance,
-            ..Default::default()
-        }))
-        .map_err(|e| GpuError::NoAdapter(e.to_string()))?;
+        let adapter = match std::env::var("TPDE_GPU_ADAPTER").as_deref() {
+            Ok("hardware") => hardware_adapter(&instance)?,
+            Ok(other) if !other.is_empty() => {
+                return Err(GpuError::NoAdapter(format!(
+                    "TPDE_GPU_ADAPTER={other:?}: the one value known is \"hardware\""
+                )))
+            }
+            _ => pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+                power_preference: wgpu::PowerPreference::HighPerformance,
+                ..Default::default()
+            }))
+            .map_err(|e| GpuError::NoAdapter(e.to_string()))?,
+        };
         let have = adapter.limits();
         let required = wgpu::Limits {
             max_storage_buffer_binding_size: have.max_storage_buffer_binding_size,

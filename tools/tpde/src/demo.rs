@@ -36,6 +36,20 @@ impl Default for DemoModel {
     }
 }
 
+impl DemoModel {
+    /// A model of about `bytes` of checkpoint (bf16 weights and two f32 Adam moments, 10 bytes
+    /// a parameter): the default's vocabulary with wider layers, as many as it takes; never
+    /// smaller than one such layer.
+    pub fn sized(bytes: u64) -> DemoModel {
+        let (vocab, d_model, d_ff) = (8192, 1024, 2816);
+        let params = bytes / 10;
+        let fixed = 2 * vocab * d_model + d_model;
+        let per_layer = 4 * d_model * d_model + 3 * d_model * d_ff + 2 * d_model;
+        let layers = (params.saturating_sub(fixed as u64) as f64 / per_layer as f64).round().max(1.0) as usize;
+        DemoModel { vocab, d_model, d_ff, layers }
+    }
+}
+
 struct Owned {
     dtype: Dtype,
     shape: Vec<usize>,

@@ -5,14 +5,16 @@
 //! tensor bytes. A GPU decode is timed from the memory-mapped file to every tensor resident on
 //! the device (host planning, CRCs, upload, kernels, waiting for them); the upload row is
 //! `queue.write_buffer` of the uncompressed bytes and the same wait. The CPU reader decodes
-//! into host memory on all cores. Files are packed in memory first, so no disk is timed.
+//! into host memory on all cores. Files are packed in memory first, so no disk is timed. The
+//! last rows time the layer loader over an `auto` keyframe and a chain (a keyframe, then a
+//! delta decoded on it), in GB/s of the final checkpoint's logical bytes.
 
 use std::path::Path;
 use std::time::Instant;
 
 use tpde_codec::Encoder;
 use tpde_format::CodecTag;
-use tpde_gpu::{DeviceCheckpoint, Gpu};
+use tpde_gpu::{DeviceCheckpoint, Gpu, LayerLoader};
 use tpde_read::{Base, Reader};
 use tpde_write::{WriteOptions, Writer, DEFAULT_CHUNK_BYTES};
 
@@ -122,6 +124,44 @@ pub fn run(gpu: &Gpu, input: &Path, base: Option<&Path>, runs: usize) -> Result<
             Ok(())
         })?;
         rows.push(Row { what: label, ratio: Some(ratio(stored, logical)), gpu_gb_s, cpu_gb_s: Some(gb_s(cpu)) });
+    }
+
+    // The layer loader: each layer decoded when asked for, the next one's host work and upload
+    // overlapping it. Near the whole-file `auto` row when the overlap hides the host work.
+    let keyframe = Reader::from_source(pack(&st, None, Encoder::Auto)?)?;
+    let secs = median_secs(runs, || {
+        let mut loader = LayerLoader::new(gpu, &keyframe, None)?;
+        while let Some(layer) = loader.next_layer() {
+            std::hint::black_box(layer?);
+        }
+        gpu.synchronize()?;
+        Ok(())
+    })?;
+    rows.push(Row {
+        what: "auto, layer by layer (LayerLoader)".into(),
+        ratio: None,
+        gpu_gb_s: Some(gb_s(secs)),
+        cpu_gb_s: None,
+    });
+
+    // A chain from its keyframe: the base decoded on the device, then the delta on it, as a
+    // resume from the end of a chain does.
+    if let Some(b) = &base_st {
+        let base_file = Reader::from_source(pack(b, None, Encoder::Auto)?)?;
+        let delta = Reader::from_source(pack(&st, Some(b), Encoder::Auto)?)?;
+        let secs = median_secs(runs, || {
+            let base_ck = gpu.load(&base_file, None)?;
+            let ck = gpu.load(&delta, Some(&base_ck))?;
+            gpu.synchronize()?;
+            drop((ck, base_ck));
+            Ok(())
+        })?;
+        rows.push(Row {
+            what: "chain: keyframe, then delta (auto)".into(),
+            ratio: None,
+            gpu_gb_s: Some(gb_s(secs)),
+            cpu_gb_s: None,
+        });
     }
     Ok(rows)
 }

@@ -172,6 +172,10 @@ enum Command {
         /// Timed runs per measurement (median reported).
         #[arg(long, default_value_t = 3)]
         runs: usize,
+        /// Without an input: generate a demo checkpoint of about this many MB (10^6 bytes)
+        /// instead of the small default (about 53 MB).
+        #[arg(long, conflicts_with = "input")]
+        demo_mb: Option<u64>,
     },
 }
 
@@ -404,15 +408,17 @@ fn run(command: Command) -> Result<(), CliError> {
             Ok(())
         }
         Command::Demo { dir } => run_demo(dir),
-        Command::BenchGpu { input, base, runs } => {
+        Command::BenchGpu { input, base, runs, demo_mb } => {
             let gpu = tpde_gpu::Gpu::new()?;
             let (work, _keep) = demo::workdir(None)?;
             let (input, base) = match input {
                 Some(p) => (p, base),
                 None => {
                     let (p, b) = (work.join("demo.safetensors"), work.join("demo.base.safetensors"));
-                    demo::write_checkpoint(demo::DemoModel::default(), 1000, 7, &p)?;
-                    demo::write_checkpoint(demo::DemoModel::default(), 990, 7, &b)?;
+                    let model =
+                        demo_mb.map_or_else(demo::DemoModel::default, |mb| demo::DemoModel::sized(mb * 1_000_000));
+                    demo::write_checkpoint(model, 1000, 7, &p)?;
+                    demo::write_checkpoint(model, 990, 7, &b)?;
                     (p, Some(b))
                 }
             };
