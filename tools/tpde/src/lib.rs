@@ -39,6 +39,42 @@ impl CliError {
     }
 }
 
+impl CliError {
+    /// Standard output was closed by its reader (`tpde inspect ... | head`): not a failure, the
+    /// reader has what it wanted. `main` ends quietly, with status 0, on this one.
+    pub fn closed_pipe() -> Self {
+        CliError { code: 0, message: String::new(), kind: None }
+    }
+
+    /// Whether this is [`CliError::closed_pipe`].
+    pub fn is_closed_pipe(&self) -> bool {
+        self.code == 0
+    }
+}
+
+/// Writes to standard output, as `print!` does, but a closed pipe is
+/// [`CliError::closed_pipe`] instead of `print!`'s panic.
+pub fn out(args: fmt::Arguments<'_>) -> Result<(), CliError> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_fmt(args).and_then(|()| stdout.flush()).map_err(|e| match e.kind() {
+        std::io::ErrorKind::BrokenPipe => CliError::closed_pipe(),
+        _ => CliError::failed(format!("standard output: {e}")),
+    })
+}
+
+/// `print!` through [`out`]: `out!(...)?`.
+#[macro_export]
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::out(format_args!($($arg)*)) };
+}
+
+/// `println!` through [`out`]: `outln!(...)?`.
+#[macro_export]
+macro_rules! outln {
+    ($($arg:tt)*) => { $crate::out(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
 impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)
@@ -114,11 +150,10 @@ pub fn run_inspect(at: &tpde::Location, json: bool, chunks: bool) -> Result<(), 
         Ok(r) => {
             let rep = inspect::report(&at.to_string(), &r, chunks);
             if json {
-                println!("{}", serde_json::to_string_pretty(&rep).expect("report serializes"));
+                outln!("{}", serde_json::to_string_pretty(&rep).expect("report serializes"))
             } else {
-                print!("{}", inspect::render_text(&rep));
+                out!("{}", inspect::render_text(&rep))
             }
-            Ok(())
         }
         Err(e) => {
             let err = e;
@@ -128,7 +163,7 @@ pub fn run_inspect(at: &tpde::Location, json: bool, chunks: bool) -> Result<(), 
                     "file": at.to_string(),
                     "error": { "kind": err.kind.map(|k| k.as_str()), "message": err.message },
                 });
-                println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+                outln!("{}", serde_json::to_string_pretty(&v).expect("json"))?;
             }
             Err(err)
         }

@@ -734,3 +734,36 @@ fn first_f32_moved(from: &Path, to: &Path, f: impl Fn(f32) -> f32) {
         .collect();
     safetensors::tensor::serialize_to_file(views, None, to).unwrap();
 }
+
+/// `tpde inspect ... | head`: a reader that closes the pipe early ends the command quietly
+/// with status 0 (no "Broken pipe" panic, no backtrace), for each command that prints much.
+#[test]
+fn a_closed_pipe_ends_the_command_quietly() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    let (st, packed) = (dir.path().join("many.safetensors"), dir.path().join("many.tpde"));
+    // 300 layers of 9 tensors, 3 files each: thousands of rows, far more than a pipe holds.
+    let model = demo::DemoModel { vocab: 8, d_model: 4, d_ff: 4, layers: 300 };
+    demo::write_checkpoint(model, 1, 1, &st).unwrap();
+    tpde().arg("pack").arg(&st).arg("-o").arg(&packed).assert().success();
+    let bin = |name: &str| assert_cmd::cargo::cargo_bin(name);
+    let p = packed.to_str().unwrap();
+    for (exe, args) in [
+        (bin("tpde"), vec!["inspect", p, "--chunks"]),
+        (bin("tpde-inspect"), vec!["--json", p]),
+        (bin("tpde-inspect"), vec![p]),
+    ] {
+        let mut child = std::process::Command::new(&exe)
+            .args(&args)
+            .env("RUST_BACKTRACE", "1")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = [0u8; 16];
+        child.stdout.take().unwrap().read_exact(&mut first).unwrap(); // then closed
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && stderr.is_empty(), "{exe:?} {args:?}: {:?} {stderr}", out.status);
+    }
+}

@@ -24,6 +24,7 @@ fn main() -> ExitCode {
     let args = Args::parse();
     match tpde_tools::run_inspect(&args.file, args.json, args.chunks) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is_closed_pipe() => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tpde-inspect: {}: {e}", args.file);
             ExitCode::from(e.code)

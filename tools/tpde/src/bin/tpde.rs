@@ -10,7 +10,9 @@ use clap::{Parser, Subcommand};
 use indicatif::HumanBytes;
 use tpde::Location;
 use tpde_tools::convert::PackJob;
-use tpde_tools::{bench, checkpoint, conformance, convert, demo, mb_per_s, progress_bar, ratio, sharded, CliError};
+use tpde_tools::{
+    bench, checkpoint, conformance, convert, demo, mb_per_s, out, outln, progress_bar, ratio, sharded, CliError,
+};
 use tpde_write::{WriteOptions, DEFAULT_CHUNK_BYTES};
 
 /// TPDE: checkpoints as keyframes and bit-exact deltas.
@@ -294,6 +296,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is_closed_pipe() => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tpde: {e}");
             ExitCode::from(e.code)
@@ -327,7 +330,7 @@ fn run(command: Command) -> Result<(), CliError> {
             let done = convert::pack_series(&dir, &output, keyframe_every, options, abs, rel, &bar)?;
             for e in &done {
                 let kind = if e.keyframe { "keyframe" } else { "delta" };
-                println!("{} -> {} ({kind}): {}", e.input.display(), e.output, pack_line(&e.report));
+                outln!("{} -> {} ({kind}): {}", e.input.display(), e.output, pack_line(&e.report))?;
             }
             Ok(())
         }
@@ -354,15 +357,15 @@ fn run(command: Command) -> Result<(), CliError> {
             if let Some(orig) = against {
                 let rep = convert::verify_against(&file, base.as_ref(), &orig)?;
                 match rep.bound {
-                    None => println!("ok: all {} tensors bit-exact against {}", rep.tensors, orig.display()),
-                    Some(b) => println!(
+                    None => outln!("ok: all {} tensors bit-exact against {}", rep.tensors, orig.display())?,
+                    Some(b) => outln!(
                         "ok: {} tensors within the recorded bound {} of {} ({} bit-exact), max abs error {:e}",
                         rep.tensors,
                         bound_text(b),
                         orig.display(),
                         rep.identical,
                         rep.max_abs_error
-                    ),
+                    )?,
                 }
             }
             Ok(())
@@ -397,14 +400,14 @@ fn run(command: Command) -> Result<(), CliError> {
                 conformance::run(&dir)
             }
             .map_err(CliError::failed)?;
-            print!("{}", conformance::render(&outcomes, quiet));
+            out!("{}", conformance::render(&outcomes, quiet))?;
             match outcomes.iter().any(|o| o.failure.is_some()) {
                 true => Err(CliError::failed("conformance: some files failed")),
                 false => Ok(()),
             }
         }
         Command::ConformanceRead { file, base, follow_hints } => {
-            println!("{}", conformance::read_one_json(&file, &base, follow_hints));
+            outln!("{}", conformance::read_one_json(&file, &base, follow_hints))?;
             Ok(())
         }
         Command::Demo { dir } => run_demo(dir),
@@ -423,7 +426,7 @@ fn run(command: Command) -> Result<(), CliError> {
                 }
             };
             let rows = tpde_tools::gpu_bench::run(&gpu, &input, base.as_deref(), runs.max(1))?;
-            print!("{}", tpde_tools::gpu_bench::render(&gpu, &input, &rows, runs.max(1)));
+            out!("{}", tpde_tools::gpu_bench::render(&gpu, &input, &rows, runs.max(1)))?;
             Ok(())
         }
         Command::Bench { mut inputs, runs, dir } => {
@@ -435,7 +438,7 @@ fn run(command: Command) -> Result<(), CliError> {
             }
             let rows = bench::run(&inputs, &work, runs.max(1))?;
             let input = &inputs[0];
-            print!("{}", bench::render(input, &rows, runs.max(1)));
+            out!("{}", bench::render(input, &rows, runs.max(1)))?;
             Ok(())
         }
     }
@@ -485,14 +488,14 @@ fn verify(file: &Location, base: Option<&Location>, opts: &checkpoint::OpenOptio
     let bar = progress_bar(r.tensors().iter().map(|t| t.byte_length).sum(), "verifying");
     let report = r.verify_with(|t| bar.0.inc(t.byte_length)).map_err(|e| tpde::Error::from(e).context(file))?;
     bar.0.finish_and_clear();
-    println!(
+    outln!(
         "ok: {} tensors, {} chunks, {} logical, {} stored; content digest {}",
         report.tensors,
         report.chunks,
         HumanBytes(report.logical_bytes),
         HumanBytes(report.stored_bytes),
         tpde_format::digest::to_hex(&r.content_digest())
-    );
+    )?;
     Ok(())
 }
 
@@ -503,40 +506,40 @@ fn run_demo(dir: Option<PathBuf>) -> Result<(), CliError> {
 
     let t = Instant::now();
     let ckpts = demo::train_checkpoints(&train, 128, 60, 10, 7)?;
-    println!(
+    outln!(
         "Trained a tiny byte-level language model (2 x 32768 f32 weights, AdamW) for 60 steps on TPDE's\n\
          spec, saving weights + Adam moments + step every 10 steps as safetensors ({:.1} s).\n",
         t.elapsed().as_secs_f64()
-    );
+    )?;
 
     let opts =
         WriteOptions { encoder: convert::encoder("auto", None, convert::Profile::Cpu)?, ..WriteOptions::default() };
     let bar = progress_bar(0, "packing");
     let series = convert::pack_series(&train, &packed.clone().into(), 10, opts, None, None, &bar)?;
-    println!("| step | loss | safetensors | zstd -3 | tpde | stored as |\n|---:|---:|---:|---:|---:|---|");
+    outln!("| step | loss | safetensors | zstd -3 | tpde | stored as |\n|---:|---:|---:|---:|---:|---|")?;
     let (mut st_total, mut zstd_total, mut tpde_total) = (0, 0, 0);
     for ((step, loss, path, _), e) in ckpts.iter().zip(&series) {
         let st_bytes = std::fs::metadata(path)?.len();
         let zstd_bytes = zstd::bulk::compress(&std::fs::read(path)?, 3)?.len() as u64;
         let kind = if e.keyframe { "keyframe".to_string() } else { format!("delta on step {}", step - 10) };
-        println!(
+        outln!(
             "| {step} | {loss:.3} | {} | {} | {} | {kind} |",
             HumanBytes(st_bytes),
             HumanBytes(zstd_bytes),
             HumanBytes(e.report.file_bytes)
-        );
+        )?;
         st_total += st_bytes;
         zstd_total += zstd_bytes;
         tpde_total += e.report.file_bytes;
     }
-    println!(
+    outln!(
         "| all | | {} | {} ({:.3}) | {} ({:.3}) | |\n",
         HumanBytes(st_total),
         HumanBytes(zstd_total),
         ratio(zstd_total, st_total),
         HumanBytes(tpde_total),
         ratio(tpde_total, st_total)
-    );
+    )?;
 
     // Restore the last step through its chain (keyframe + deltas), and compare bit for bit.
     let (last, _, last_src, _) = ckpts.last().expect("60 steps give 6 checkpoints");
@@ -547,19 +550,19 @@ fn run_demo(dir: Option<PathBuf>) -> Result<(), CliError> {
     let u = convert::unpack(last_tpde, None, &back, &bar)?;
     let diff = convert::compare_safetensors(last_src, &back)?;
     match &diff {
-        None => println!(
+        None => outln!(
             "Restored step {last} from its keyframe and {} deltas in {:.3} s: all {} tensors bit-exact.",
             series.len() - 1,
             u.seconds,
             u.tensors
-        ),
-        Some(d) => println!("Restored step {last}: MISMATCH: {d}"),
+        )?,
+        Some(d) => outln!("Restored step {last}: MISMATCH: {d}")?,
     }
     if let Some(d) = diff {
         return Err(CliError::failed(format!("round trip is not bit-exact: {d}")));
     }
     if temp.is_none() {
-        println!("files kept in {}", work.display());
+        outln!("files kept in {}", work.display())?;
     }
     Ok(())
 }
