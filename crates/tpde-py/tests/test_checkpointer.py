@@ -7,10 +7,13 @@ import sys
 import textwrap
 import time
 
+import numpy as np
 import pytest
 import torch
 
 import tpde
+import tpde.numpy
+import tpde.torch
 from tpde.torch import Checkpointer
 
 LOCK = ".tpde-writer.lock"  # the folder's writer lock, which stays (empty of meaning) when released
@@ -210,10 +213,32 @@ def test_a_relative_bound_holds_at_every_scale(tmp_path):
         Checkpointer(tmp_path / "bad", max_rel_error=-1.0)
 
 
+def test_save_file_takes_tensors_only_and_says_which_is_not(tmp_path):
+    for value, what in [(0.1, "float"), (None, "NoneType"), ({"a": torch.ones(1)}, "dict"), ("x", "str")]:
+        with pytest.raises(tpde.TpdeError, match=f"tensor 'v': {what} is not a torch.Tensor") as e:
+            tpde.torch.save_file({"w": torch.ones(2), "v": value}, tmp_path / "a.tpde")
+        assert e.value.kind == "invalid-argument"
+    with pytest.raises(tpde.TpdeError, match="'m' is on the meta device"):
+        tpde.torch.save_file({"m": torch.empty(3, device="meta")}, tmp_path / "a.tpde")
+    with pytest.raises(tpde.TpdeError, match="tensor 'l': list is not a numpy array"):
+        tpde.numpy.save_file({"l": [1, 2]}, tmp_path / "a.tpde")
+    tpde.numpy.save_file({"s": np.float32(2.5)}, tmp_path / "a.tpde")  # a numpy scalar is a 0-d array
+    assert tpde.numpy.load_file(tmp_path / "a.tpde")["s"] == np.float32(2.5)
+    assert not list(tmp_path.glob("a.tpde.tmp*"))
+
+
 def test_rejects_what_it_cannot_store(tmp_path):
     ck = Checkpointer(tmp_path)
-    with pytest.raises(TypeError, match="fn: a function cannot be saved"):
-        ck.save(1, {"fn": lambda x: x})
+    # Never a pickle: each value JSON cannot carry is a TpdeError naming where it is and its type.
+    for state, where in [
+        ({"fn": lambda x: x}, "fn: a function cannot be saved"),
+        ({"opt": {"ids": {1, 2}}}, "opt/ids: a set cannot be saved"),
+        ({"m": {(1, 2): torch.ones(1)}}, "m: dict key \\(1, 2\\) of type tuple cannot be saved"),
+    ]:
+        with pytest.raises(tpde.TpdeError, match=where) as e:
+            ck.save(1, state)
+        assert e.value.kind == "invalid-argument"
+    assert ck.steps() == []
     ck.save(2, {"w": torch.ones(1)})
     with pytest.raises(tpde.TpdeError, match="not after"):
         ck.save(2, {"w": torch.ones(1)})

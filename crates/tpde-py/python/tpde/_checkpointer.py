@@ -101,15 +101,19 @@ class _Flattener:
             items = []
             for k, x in v.items():
                 if not (k is None or isinstance(k, (bool, int, float, str))):
-                    raise TypeError(f"{path or 'state'}: dict key {k!r} of type {type(k).__name__} cannot be saved")
+                    raise error(
+                        "invalid-argument",
+                        f"{path or 'state'}: dict key {k!r} of type {type(k).__name__} cannot be saved",
+                    )
                 items.append([k, self.value(x, f"{path}/{k}" if path else str(k))])
             return {"dict": items}
         if isinstance(v, (list, tuple)):
             out = [self.value(x, f"{path}/{i}") for i, x in enumerate(v)]
             return {"tuple": out} if isinstance(v, tuple) else {"list": out}
-        raise TypeError(
+        raise error(
+            "invalid-argument",
             f"{path or 'state'}: a {type(v).__name__} cannot be saved (tensors, dicts, lists, tuples, "
-            "str, int, float, bool and None can)"
+            "str, int, float, bool and None can; never a pickle)",
         )
 
     def _tensor(self, t: torch.Tensor, path: str) -> Dict[str, Any]:

@@ -9,6 +9,7 @@ from typing import Any, List, Sequence, Tuple
 import ml_dtypes
 import numpy as np
 
+from ._errors import error
 from ._tpde import TpdeError, dtypes
 
 DTYPE_SIZE = dict(dtypes())
@@ -92,10 +93,19 @@ def to_framework(flat: np.ndarray, dtype: str, shape: Sequence[int], fw: str, de
     return t if device == "cpu" else t.to(device)
 
 
+def _not_a_tensor(name: str, value: Any, what: str) -> TpdeError:
+    hint = ""
+    if isinstance(value, (int, float, str, bool, dict, list, tuple)) or value is None:
+        hint = " (a file holds tensors only; keep other values in metadata, or save a state with tpde.torch.Checkpointer)"
+    return error("invalid-argument", f"tensor {name!r}: {type(value).__name__} is not {what}{hint}")
+
+
 def from_numpy(name: str, a: Any) -> Tuple[str, List[int], np.ndarray]:
     """(dtype name, shape, flat uint8 array) of a numpy array, copied only if not contiguous."""
+    if isinstance(a, np.generic):
+        a = np.asarray(a)  # a numpy scalar: a 0-d array
     if not isinstance(a, np.ndarray):
-        a = np.asarray(a)
+        raise _not_a_tensor(name, a, "a numpy array")
     if a.dtype.byteorder == ">":
         a = a.astype(a.dtype.newbyteorder("<"))  # TPDE stores little-endian
     dtype = FROM_NUMPY.get(a.dtype.newbyteorder("="))
@@ -110,6 +120,10 @@ def from_torch(name: str, t: Any) -> Tuple[str, List[int], np.ndarray]:
     a contiguous CPU tensor, else a contiguous CPU copy."""
     import torch
 
+    if not isinstance(t, torch.Tensor):
+        raise _not_a_tensor(name, t, "a torch.Tensor")
+    if t.is_meta:
+        raise error("invalid-argument", f"tensor {name!r} is on the meta device: it has a shape but no values to save")
     names = torch_dtype_names()
     if t.dtype not in names:
         raise TpdeError(f"tensor {name!r}: torch dtype {t.dtype} has no TPDE dtype")
