@@ -164,7 +164,15 @@ fn tensor_row(t: &TensorEntry, with_chunks: bool) -> Tensor {
 pub fn report<S: Source>(file: &str, r: &Reader<S>, with_chunks: bool) -> Report {
     let h = r.header();
     let logical: u64 = r.tensors().iter().map(|t| t.byte_length).sum();
-    let stored: u64 = r.tensors().iter().map(|t| t.stored_length()).sum();
+    // A chunk two tensors share (a tied weight stored once) counts once.
+    let mut chunks = std::collections::HashSet::new();
+    let stored: u64 = r
+        .tensors()
+        .iter()
+        .flat_map(|t| &t.chunks)
+        .filter(|c| chunks.insert((c.offset, c.stored_length)))
+        .map(|c| c.stored_length)
+        .sum();
     Report {
         schema: SCHEMA,
         file: file.to_owned(),
@@ -189,8 +197,12 @@ pub fn report<S: Source>(file: &str, r: &Reader<S>, with_chunks: bool) -> Report
     }
 }
 
-/// The report as a human-readable table.
-pub fn render_text(rep: &Report) -> String {
+/// Characters of a metadata value the table shows unless asked for all of it.
+const METADATA_SHOWN: usize = 100;
+
+/// The report as a human-readable table; metadata values cut to a line unless `full` (the JSON
+/// report always holds them whole).
+pub fn render_text(rep: &Report, full: bool) -> String {
     let mut s = String::new();
     let w = &mut s;
     let _ = writeln!(w, "file        {} ({})", rep.file, HumanBytes(rep.file_bytes));
@@ -219,8 +231,21 @@ pub fn render_text(rep: &Report) -> String {
     if !rep.metadata.is_empty() {
         let _ = writeln!(w, "metadata");
         let kw = rep.metadata.iter().map(|m| m.key.chars().count()).max().unwrap_or(0);
+        let mut cut = false;
         for m in &rep.metadata {
-            let _ = writeln!(w, "  {:kw$}  {:6}  {}", m.key, m.type_name, m.value);
+            let value: String = m.value.chars().filter(|c| !c.is_control()).collect();
+            let value = match value.chars().nth(METADATA_SHOWN) {
+                Some(_) if !full => {
+                    cut = true;
+                    let head: String = value.chars().take(METADATA_SHOWN).collect();
+                    format!("{head}... ({} bytes in all)", m.value.len())
+                }
+                _ => value,
+            };
+            let _ = writeln!(w, "  {:kw$}  {:6}  {value}", m.key, m.type_name);
+        }
+        if cut {
+            let _ = writeln!(w, "  (values cut to a line: --full or --json shows them whole)");
         }
     }
     let rows: Vec<[String; 7]> = rep

@@ -144,7 +144,7 @@ pub fn mb_per_s(bytes: u64, seconds: f64) -> f64 {
 }
 
 /// Runs `tpde-inspect` (also `tpde inspect`): prints the report of `path` as text or JSON.
-pub fn run_inspect(at: &tpde::Location, json: bool, chunks: bool) -> Result<(), CliError> {
+pub fn run_inspect(at: &tpde::Location, json: bool, chunks: bool, full: bool) -> Result<(), CliError> {
     let opened = at.open().map_err(CliError::from).and_then(|src| Ok(tpde_read::Reader::from_source(src)?));
     match opened {
         Ok(r) => {
@@ -152,7 +152,7 @@ pub fn run_inspect(at: &tpde::Location, json: bool, chunks: bool) -> Result<(), 
             if json {
                 outln!("{}", serde_json::to_string_pretty(&rep).expect("report serializes"))
             } else {
-                out!("{}", inspect::render_text(&rep))
+                out!("{}", inspect::render_text(&rep, full))
             }
         }
         Err(e) => {

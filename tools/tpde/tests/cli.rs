@@ -767,3 +767,30 @@ fn a_closed_pipe_ends_the_command_quietly() {
         assert!(out.status.success() && stderr.is_empty(), "{exe:?} {args:?}: {:?} {stderr}", out.status);
     }
 }
+
+/// `inspect`: a chunk two tensors share (a tied weight) counts once in the stored total, and a
+/// long metadata value is cut to a line in the table, whole with `--full` and in `--json`.
+#[test]
+fn inspect_counts_shared_chunks_once_and_cuts_long_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let (st, packed) = (dir.path().join("tied.safetensors"), dir.path().join("tied.tpde"));
+    let data: Vec<u8> = (0..10_000u32).flat_map(|i| (i as f32).sin().to_le_bytes()).collect();
+    let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![10_000], &data).unwrap();
+    let long = "x".repeat(5000);
+    let meta = std::collections::HashMap::from([("long".to_string(), long.clone())]);
+    safetensors::serialize_to_file([("a", view.clone()), ("b", view)], Some(meta), &st).unwrap();
+    tpde().arg("pack").arg(&st).arg("-o").arg(&packed).assert().success();
+
+    let json = tpde().arg("inspect").arg(&packed).arg("--json").assert().success().get_output().stdout.clone();
+    let rep: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    let tensors = rep["tensors"].as_array().unwrap();
+    assert_eq!(tensors[0]["stored_bytes"], tensors[1]["stored_bytes"]);
+    assert_eq!(rep["stored_bytes"], tensors[0]["stored_bytes"], "the shared chunks count once");
+    assert!(rep["metadata"].as_array().unwrap().iter().any(|m| m["value"] == long.as_str()));
+
+    let text = tpde().arg("inspect").arg(&packed).assert().success().get_output().stdout.clone();
+    let text = String::from_utf8(text).unwrap();
+    assert!(!text.contains(&long) && text.contains("(5000 bytes in all)"), "{text}");
+    let full = tpde().arg("inspect").arg(&packed).arg("--full").assert().success().get_output().stdout.clone();
+    assert!(String::from_utf8(full).unwrap().contains(&long));
+}

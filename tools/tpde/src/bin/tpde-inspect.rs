@@ -1,4 +1,4 @@
-//! `tpde-inspect FILE [--json] [--chunks]`: what a TPDE file holds.
+//! `tpde-inspect FILE [--json] [--chunks] [--full]`: what a TPDE file holds.
 //! Exit codes: 0 ok, 1 not readable (corrupt, truncated, not TPDE, unsupported), 2 usage.
 
 use std::process::ExitCode;
@@ -18,11 +18,14 @@ struct Args {
     /// List every chunk of every tensor.
     #[arg(long)]
     chunks: bool,
+    /// Metadata values whole (the table cuts each to a line).
+    #[arg(long)]
+    full: bool,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    match tpde_tools::run_inspect(&args.file, args.json, args.chunks) {
+    match tpde_tools::run_inspect(&args.file, args.json, args.chunks, args.full) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.is_closed_pipe() => ExitCode::SUCCESS,
         Err(e) => {

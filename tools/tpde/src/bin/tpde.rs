@@ -143,8 +143,12 @@ enum Command {
         /// List every chunk.
         #[arg(long)]
         chunks: bool,
+        /// Metadata values whole (the table cuts each to a line).
+        #[arg(long)]
+        full: bool,
     },
-    /// Make a realistic checkpoint, pack, inspect, verify and unpack it, and check the round trip.
+    /// Train a tiny model for 60 steps, pack its six checkpoints as a keyframe and deltas, then
+    /// inspect, verify and unpack the newest and check the round trip.
     Demo {
         /// Keep the files in this directory (default: a temporary one, removed afterwards).
         #[arg(long)]
@@ -390,7 +394,7 @@ fn run(command: Command) -> Result<(), CliError> {
                 Ok(()) => Ok(()),
             }
         }
-        Command::Inspect { file, json, chunks } => tpde_tools::run_inspect(&file, json, chunks),
+        Command::Inspect { file, json, chunks, full } => tpde_tools::run_inspect(&file, json, chunks, full),
         Command::Conformance { dir, quiet, gpu } => {
             let outcomes = if gpu {
                 let gpu = tpde_gpu::Gpu::new()?;
@@ -544,6 +548,13 @@ fn run_demo(dir: Option<PathBuf>) -> Result<(), CliError> {
     // Restore the last step through its chain (keyframe + deltas), and compare bit for bit.
     let (last, _, last_src, _) = ckpts.last().expect("60 steps give 6 checkpoints");
     let last_tpde = &series.last().expect("one file per checkpoint").output;
+    outln!("$ tpde inspect {last_tpde}   (the summary; the full table lists each tensor)")?;
+    let r = tpde::read::Reader::from_source(last_tpde.open()?)?;
+    let summary =
+        tpde_tools::inspect::render_text(&tpde_tools::inspect::report(&last_tpde.to_string(), &r, false), false);
+    out!("{}", summary.lines().take(6).map(|l| format!("  {l}\n")).collect::<String>())?;
+    outln!("$ tpde verify {last_tpde}")?;
+    out!("  ")?;
     verify(last_tpde, None, &checkpoint::OpenOptions::default())?;
     let back = work.join("restored.safetensors");
     let bar = progress_bar(0, "unpacking");
@@ -561,8 +572,11 @@ fn run_demo(dir: Option<PathBuf>) -> Result<(), CliError> {
     if let Some(d) = diff {
         return Err(CliError::failed(format!("round trip is not bit-exact: {d}")));
     }
-    if temp.is_none() {
-        outln!("files kept in {}", work.display())?;
+    match temp {
+        None => {
+            outln!("Files kept in {}: the safetensors in checkpoints/, the TPDE files in packed/.", work.display())?
+        }
+        Some(_) => outln!("The files were in a temporary folder, now removed; `tpde demo --dir DIR` keeps them.")?,
     }
     Ok(())
 }
