@@ -1,5 +1,6 @@
 """tpde.torch.Checkpointer: resume bit-exact, chains, async snapshots, pruning, crash safety."""
 import copy
+from pathlib import Path
 import os
 import signal
 import subprocess
@@ -381,3 +382,85 @@ def test_predictions_that_do_not_fit_cost_no_bytes(tmp_path):
         sizes[predict] = [_stored(ck, s, [""]) for s in range(2, 7)]
         assert bits(ck.load(6)["model"]["hidden.weight"]) == bits(model.state_dict()["hidden.weight"])
     assert all(a <= b for a, b in zip(sizes[True], sizes[False])), sizes
+
+
+def test_async_saves_queue_up_to_max_pending_each_with_its_own_copy(tmp_path):
+    import threading
+
+    gate = threading.Event()
+    ck = Checkpointer(tmp_path, async_save=True, max_pending=2, keyframe_every=10)
+    write = ck._write
+
+    def slow_write(*args):  # a disk that is slow until the gate opens
+        gate.wait()
+        write(*args)
+
+    ck._write = slow_write
+    w = torch.zeros(1000)
+    expected = {}
+    for step in (1, 2):
+        w += step
+        ck.save(step, {"w": w})  # returns at once: the copy is taken, the write waits
+        expected[step] = w.clone()
+    assert len(ck._pending) == 2 and ck.steps() == []
+    w += 100  # training goes on in place: the pending saves hold their own copies
+    third = threading.Thread(target=ck.save, args=(3, {"w": w}))
+    third.start()
+    third.join(0.5)
+    assert third.is_alive(), "a third save while two are pending waits for the oldest"
+    expected[3] = w.clone()
+    gate.set()
+    third.join()
+    ck.wait()
+    assert ck._warned_stall
+    assert ck.steps() == [1, 2, 3]
+    for step, want in expected.items():
+        assert torch.equal(ck.load(step)["w"], want), step
+    # A chain as a synchronous run writes it: 2 on 1, 3 on 2.
+    meta = {s: tpde.safe_open(ck.path(s)).metadata() for s in (1, 2, 3)}
+    assert "checkpoint.base_step" not in meta[1]
+    assert meta[2]["checkpoint.base_step"] == "1" and meta[3]["checkpoint.base_step"] == "2"
+    ck.close()
+
+
+def test_max_pending_must_be_positive(tmp_path):
+    with pytest.raises(tpde.TpdeError):
+        Checkpointer(tmp_path, async_save=True, max_pending=0)
+
+
+def _readme_checkpointer_example() -> str:
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    after = readme.index("A training loop saves and resumes with `Checkpointer`:")
+    start = readme.index("```python\n", after) + len("```python\n")
+    return readme[start : readme.index("```", start)]
+
+
+def test_the_readme_example_resumes_bit_for_bit(tmp_path, monkeypatch):
+    """The README's Checkpointer example, run as a user copies it: a run killed after its save
+    at step 500 and started again ends where the uninterrupted run does, dropout included."""
+    code = _readme_checkpointer_example()
+
+    def run(folder, steps, seed):
+        torch.manual_seed(seed)  # a restarted process starts from other weights and RNG
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(0.2), torch.nn.Linear(16, 1))
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=100, gamma=0.9)
+
+        def train_step():
+            x = torch.randn(4, 8)
+            loss = model(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+
+        monkeypatch.chdir(folder)
+        exec(code, {"model": model, "opt": opt, "sched": sched, "train_step": train_step, "steps": steps})
+        return [p.detach().clone() for p in model.parameters()]
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    whole = run(tmp_path / "a", 1100, seed=0)
+    run(tmp_path / "b", 600, seed=0)  # saves 0 and 500, then "crashes" after step 599
+    resumed = run(tmp_path / "b", 1100, seed=1)
+    assert all(torch.equal(x, y) for x, y in zip(whole, resumed))

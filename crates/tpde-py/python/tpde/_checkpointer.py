@@ -42,6 +42,7 @@ optimizer states are keyed by int), ``{"float": "nan" | "inf" | "-inf"}``.
 """
 from __future__ import annotations
 
+import collections
 import json
 import math
 import os
@@ -49,9 +50,10 @@ import pickle
 import re
 import shutil
 import threading
+import time
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Deque, Dict, List, Optional, Tuple
 
 import torch
 
@@ -59,6 +61,8 @@ from . import _dtypes, _tpde, _writer_lock
 from ._errors import error
 
 SCHEMA = "tpde-state/1"
+# An async save queued behind others: its write finds the newest checkpoint when it runs.
+_FIND_NEWEST = object()
 SCHEMA_DCP = "tpde-dcp-state/1"  # a step saved through DCP: the state's layout is DCP's metadata
 _NAME = re.compile(r"^step-(\d{10})(\.tpde)?$")
 
@@ -230,7 +234,10 @@ class Checkpointer:
     Every ``keyframe_every``-th checkpoint is a keyframe; the others are deltas against the
     checkpoint before (so a restore decodes at most ``keyframe_every`` files). ``keep_last``
     keeps that many checkpoints (and the files they need as bases). ``async_save`` returns from
-    ``save`` once the tensors are copied, and encodes and writes on a background thread.
+    ``save`` once the tensors are copied to host memory, and encodes and writes on a background
+    thread, one save after another. Up to ``max_pending`` saves wait there (default 2), each
+    holding its own host copy of the state; a ``save`` while that many are pending waits for the
+    oldest to finish (saving more often than a save takes), and warns the first time it does.
     ``max_abs_error`` (τ) and ``max_rel_error`` (ρ) make deltas lossy for floating-point tensors:
     an element x that changed by at most τ + ρ·|x| keeps the last checkpoint's value (integer
     tensors and optimizer step counters stay exact); the bounds are recorded in each file. A
@@ -266,9 +273,12 @@ class Checkpointer:
         base_in_memory: bool = True,
         max_rel_error: Optional[float] = None,
         predict: bool = True,
+        max_pending: int = 2,
     ):
         if keyframe_every < 1:
             raise _tpde.TpdeError("keyframe_every must be at least 1")
+        if max_pending < 1:
+            raise _tpde.TpdeError("max_pending must be at least 1")
         if keep_last is not None and keep_last < 1:
             raise _tpde.TpdeError("keep_last must be at least 1 (or None to keep all)")
         for name, bound in (("max_abs_error", max_abs_error), ("max_rel_error", max_rel_error)):
@@ -317,10 +327,18 @@ class Checkpointer:
         self._pool = None if self.distributed else (
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="tpde-save") if async_save else None
         )
-        self._pending: Optional[Future] = None
-        # Host copies of the last async save's tensors, reused when the next has the same layout.
-        self._buffers: Dict[str, torch.Tensor] = {}
+        self.max_pending = max_pending
+        # Asynchronous saves submitted and not yet waited for, oldest first.
+        self._pending: Deque[Future] = collections.deque()
+        # The step of the newest save submitted (on disk once the pending ones are).
+        self._submitted: Optional[int] = None
+        # Host copies of finished async saves' tensors, reused when the next has the same layout.
+        self._free_buffers: List[Dict[str, torch.Tensor]] = []
+        self._warned_stall = False
         self._lock = threading.Lock()
+        self._lock_buffers = threading.Lock()
+        # A DCP async save whose pruning waits for it.
+        self._distributed_pending = False
         # The folder's writer lock (rank 0's under torch.distributed), from the first save on.
         self._writer_lock: Any = None
 
@@ -414,14 +432,21 @@ class Checkpointer:
         step = int(step)
         if not 0 <= step < 10**10:
             raise _tpde.TpdeError(f"step must be in 0..10^10, not {step}")
-        self.wait()
         if self.distributed:
+            self.wait()
             self._save_distributed(step, state)
             return
+        self._make_room()
         self._take_lock()
-        newest = self._newest_usable(self.steps())
-        if newest is not None and step <= newest[0]:
-            raise _tpde.TpdeError(f"step {step} is not after the latest checkpoint, step {newest[0]}")
+        if self._pending:
+            # The newest checkpoint is still being written: the write finds it when it runs.
+            newest: Any = _FIND_NEWEST
+            latest = self._submitted
+        else:
+            newest = self._newest_usable(self.steps())
+            latest = None if newest is None else newest[0]
+        if latest is not None and step <= latest:
+            raise _tpde.TpdeError(f"step {step} is not after the latest checkpoint, step {latest}")
         flat = _Flattener()
         tree = flat.value(state, "")
         predictions = _adam_predictions(flat, self._last_lrs) if self.predict else []
@@ -430,15 +455,42 @@ class Checkpointer:
             self._write(step, newest, tree, flat.tensors, flat.exact, predictions)
             return
         snapshot = self._snapshot(flat.tensors)
-        self._pending = self._pool.submit(self._write, step, newest, tree, snapshot, flat.exact, predictions)
+        self._pending.append(self._pool.submit(self._write_async, step, newest, tree, snapshot, flat.exact, predictions))
+        self._submitted = step
+
+    def _make_room(self) -> None:
+        """Collects the asynchronous saves that finished (raising the first error), then waits
+        for the oldest while ``max_pending`` are still pending."""
+        while self._pending and self._pending[0].done():
+            self._pending.popleft().result()
+        if len(self._pending) < self.max_pending:
+            return
+        start = time.monotonic()
+        self._pending.popleft().result()
+        waited = time.monotonic() - start
+        if waited > 0.05 and not self._warned_stall:
+            self._warned_stall = True
+            warnings.warn(
+                f"{self.directory}: save() waited {waited:.2f} s for an earlier save to finish: saves are "
+                f"requested faster than they are written ({self.max_pending} pending at most). Save less often, "
+                "or raise max_pending (each pending save holds a copy of the state in host memory).",
+                stacklevel=3,
+            )
 
     def wait(self) -> None:
-        """Blocks until every pending asynchronous save is on disk; raises its error if it failed."""
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            pending.result()
-            if self.distributed:
-                self._prune_distributed()
+        """Blocks until every pending asynchronous save is on disk; raises the first error, if one
+        failed (the saves after it are still waited for)."""
+        first: Optional[BaseException] = None
+        while self._pending:
+            try:
+                self._pending.popleft().result()
+            except BaseException as e:  # noqa: B036 - re-raised below, after the rest are done
+                first = first or e
+        if first is not None:
+            raise first
+        if self.distributed and self._distributed_pending:
+            self._distributed_pending = False
+            self._prune_distributed()
 
     def _take_lock(self) -> None:
         """The folder's writer lock, taken before this object's first save."""
@@ -446,20 +498,29 @@ class Checkpointer:
             self._writer_lock = _writer_lock.acquire(self.directory, self.remote)
 
     def _snapshot(self, tensors: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-        """CPU copies of ``tensors`` as they are now, into buffers reused from the last save."""
+        """CPU copies of ``tensors`` as they are now, into buffers reused from a finished save."""
+        with self._lock_buffers:
+            buffers = self._free_buffers.pop() if self._free_buffers else {}
         out = {}
         for name, t in tensors.items():
-            buf = self._buffers.get(name)
+            buf = buffers.get(name)
             if buf is None or buf.shape != t.shape or buf.dtype != t.dtype:
                 buf = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=t.is_cuda)
-                self._buffers[name] = buf
             buf.copy_(t.detach(), non_blocking=t.is_cuda)
             out[name] = buf
         if any(t.is_cuda for t in tensors.values()):
             torch.cuda.synchronize()
-        for name in set(self._buffers) - set(tensors):
-            del self._buffers[name]
         return out
+
+    def _write_async(self, step: int, newest: Any, tree: Any, snapshot: Dict[str, torch.Tensor], *rest: Any) -> None:
+        """``_write`` on the background thread; the snapshot's buffers go back to be reused."""
+        try:
+            if newest is _FIND_NEWEST:
+                newest = self._newest_usable(self.steps())
+            self._write(step, newest, tree, snapshot, *rest)
+        finally:
+            with self._lock_buffers:
+                self._free_buffers.append(snapshot)
 
     def _base_of_next(self, newest: Optional[Tuple[int, Dict[str, str]]]) -> Tuple[Optional[int], int]:
         """(base step, depth in its chain) for the next checkpoint: ``newest`` (the newest
@@ -592,7 +653,8 @@ class Checkpointer:
             base_in_memory=self.base_in_memory,
         )
         if self.async_save:
-            self._pending = dcp.async_save(state, storage_writer=writer, process_group=self._group)
+            self._pending.append(dcp.async_save(state, storage_writer=writer, process_group=self._group))
+            self._distributed_pending = True
         else:
             dcp.save(state, storage_writer=writer, process_group=self._group)
             self._prune_distributed()
