@@ -5,6 +5,8 @@
 //! `tpde.TpdeError` with the error's category as `kind`. Tensors cross as flat `uint8` numpy
 //! arrays; the Python modules give them their dtype and shape (numpy, ml_dtypes, torch).
 
+mod interrupt;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -364,23 +366,23 @@ fn save<'py>(
         .collect::<PyResult<_>>()?;
     let metadata: Vec<(String, String)> = metadata.unwrap_or_default().into_iter().collect();
     let snapshot = base_snapshot.as_deref();
-    let (report, kept) = py
-        .detach(|| {
-            let base_ck = base.as_ref().map(|b| base_of(b, snapshot)).transpose()?;
-            let list: Vec<TensorRef<'_>> =
-                refs.iter().zip(&slices).map(|((n, d, s), data)| (n.as_str(), *d, s.as_slice(), *data)).collect();
-            let job = PackJob {
-                options: WriteOptions { encoder, ..WriteOptions::default() },
-                base: base_ck.as_deref().zip(base.as_ref()).map(|(b, at)| (b, path.hint_to(at))),
-                max_abs_error,
-                max_rel_error,
-                exact: exact.unwrap_or_default(),
-                keep_reconstruction: keep,
-                predictions,
-            };
-            convert::pack_tensors(&list, &metadata, "python", &path, job, &()).map(|(r, k, _)| (r, k))
-        })
-        .map_err(py_err)?;
+    // Ctrl-C stops a long save between batches, leaving nothing behind.
+    let (report, kept) = interrupt::interruptible(py, |cancel| {
+        let base_ck = base.as_ref().map(|b| base_of(b, snapshot)).transpose()?;
+        let list: Vec<TensorRef<'_>> =
+            refs.iter().zip(&slices).map(|((n, d, s), data)| (n.as_str(), *d, s.as_slice(), *data)).collect();
+        let job = PackJob {
+            options: WriteOptions { encoder, ..WriteOptions::default() },
+            base: base_ck.as_deref().zip(base.as_ref()).map(|(b, at)| (b, path.hint_to(at))),
+            max_abs_error,
+            max_rel_error,
+            exact: exact.unwrap_or_default(),
+            keep_reconstruction: keep,
+            predictions,
+        };
+        convert::pack_tensors(&list, &metadata, "python", &path, job, cancel).map(|(r, k, _)| (r, k))
+    })?
+    .map_err(py_err)?;
     let d = pack_report(py, &report)?;
     if let Some(k) = kept {
         d.set_item("snapshot", Snapshot { tensors: Arc::new(k), digest: report.content_digest })?;
@@ -463,21 +465,20 @@ fn pack<'py>(
     let encoder = convert::encoder(codec, None, convert::Profile::Cpu).map_err(py_err)?;
     let (output, base) = (location(output)?, base.map(location).transpose()?);
     check_bounds(max_abs_error, max_rel_error)?;
-    let report = py
-        .detach(|| {
-            let base_ck = base.as_ref().map(open_base).transpose()?;
-            let job = PackJob {
-                options: WriteOptions { encoder, ..WriteOptions::default() },
-                base: base_ck.as_deref().zip(base.as_ref()).map(|(b, at)| (b, output.hint_to(at))),
-                max_abs_error,
-                max_rel_error,
-                exact: Default::default(),
-                keep_reconstruction: false,
-                predictions: Default::default(),
-            };
-            sharded::pack_file_or_folder(&input, &output, job, &())
-        })
-        .map_err(py_err)?;
+    let report = interrupt::interruptible(py, |cancel| {
+        let base_ck = base.as_ref().map(open_base).transpose()?;
+        let job = PackJob {
+            options: WriteOptions { encoder, ..WriteOptions::default() },
+            base: base_ck.as_deref().zip(base.as_ref()).map(|(b, at)| (b, output.hint_to(at))),
+            max_abs_error,
+            max_rel_error,
+            exact: Default::default(),
+            keep_reconstruction: false,
+            predictions: Default::default(),
+        };
+        sharded::pack_file_or_folder(&input, &output, job, cancel)
+    })?
+    .map_err(py_err)?;
     pack_report(py, &report)
 }
 

@@ -270,3 +270,29 @@ def test_load_into_refuses_what_does_not_fit(tmp_path):
     with pytest.raises(tpde.TpdeError) as e:
         tpde.torch.load_into(path, {"a": storage[:16].view(4, 4), "b": storage[14:17]})
     assert e.value.kind == "invalid-argument"
+
+
+CTRL_C = """
+import os, signal, sys, threading, torch, tpde.torch
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in an interactive session
+state = {f"t{i}": torch.randn(16 << 20) for i in range(16)}  # 1 GiB: seconds to encode
+threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()  # Ctrl-C, mid-save
+try:
+    tpde.torch.save_file(state, sys.argv[1])
+    print("saved")
+except KeyboardInterrupt:
+    print("interrupted")
+"""
+
+
+def test_ctrl_c_stops_a_long_save_and_leaves_nothing(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "big.tpde"
+    r = subprocess.run([sys.executable, "-c", CTRL_C, str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    # Before: the save ran to its end with the GIL released, the file appeared, and only then
+    # did KeyboardInterrupt come.
+    assert r.stdout.strip() == "interrupted", r.stdout + r.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -228,6 +228,9 @@ pub fn pack_tensors(
     let mut batch: Vec<Pending<'_>> = Vec::new();
     let mut first = 0;
     while first < tensors.len() {
+        if bar.cancelled() {
+            return Err(crate::interrupted());
+        }
         let mut end = first;
         let mut batch_bytes = 0;
         while end < tensors.len() && batch_bytes < PACK_BATCH_BYTES {

@@ -125,6 +125,17 @@ pub trait Progress: Sync {
     fn inc(&self, _bytes: u64) {}
     /// The operation is over.
     fn finish(&self) {}
+    /// Whether the caller wants the operation stopped (the Python binding, on Ctrl-C). A pack
+    /// asks between batches of tensors and stops with an `interrupted` error, its partial
+    /// output removed.
+    fn cancelled(&self) -> bool {
+        false
+    }
+}
+
+/// The error of an operation its caller stopped ([`Progress::cancelled`]).
+pub fn interrupted() -> Error {
+    Error::new(ErrorKind::Io, "interrupted; nothing was written")
 }
 
 impl Progress for () {}
