@@ -557,6 +557,17 @@ fn object_read(py: Python<'_>, url: &str) -> PyResult<Option<Vec<u8>>> {
     }
 }
 
+/// Runs the `tpde` (or, with `inspect`, `tpde-inspect`) command line on `argv` (the program's
+/// name first) and returns its exit status: the console scripts `pip install` puts on `PATH`.
+#[pyfunction]
+#[pyo3(signature = (argv, inspect=false))]
+fn cli(py: Python<'_>, argv: Vec<std::ffi::OsString>, inspect: bool) -> u8 {
+    py.detach(|| match inspect {
+        false => tpde_tools::cli::tpde(argv),
+        true => tpde_tools::cli::tpde_inspect(argv),
+    })
+}
+
 #[pymodule]
 fn _tpde(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -571,6 +582,7 @@ fn _tpde(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(list_files, m)?)?;
     m.add_function(wrap_pyfunction!(is_file, m)?)?;
     m.add_function(wrap_pyfunction!(remove, m)?)?;
+    m.add_function(wrap_pyfunction!(cli, m)?)?;
     m.add_function(wrap_pyfunction!(copy, m)?)?;
     m.add_function(wrap_pyfunction!(object_create_new, m)?)?;
     m.add_function(wrap_pyfunction!(object_read, m)?)?;

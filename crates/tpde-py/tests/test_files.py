@@ -296,3 +296,28 @@ def test_ctrl_c_stops_a_long_save_and_leaves_nothing(tmp_path):
     # did KeyboardInterrupt come.
     assert r.stdout.strip() == "interrupted", r.stdout + r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_pip_install_brings_the_command_line(tmp_path):
+    """`pip install` puts `tpde` and `tpde-inspect` beside the interpreter: the Rust command line,
+    compiled into the extension."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    bindir = os.path.dirname(sys.executable)
+    exe = {name: shutil.which(name, path=bindir) for name in ("tpde", "tpde-inspect")}
+    assert all(exe.values()), f"no console scripts in {bindir}: {exe}"
+    tpde.numpy.save_file({"w": np.arange(1000, dtype=np.float32)}, tmp_path / "a.tpde")
+    run = lambda *args: subprocess.run(args, capture_output=True, text=True, timeout=120)  # noqa: E731
+    r = run(exe["tpde"], "verify", str(tmp_path / "a.tpde"))
+    assert r.returncode == 0 and r.stdout.startswith("ok: 1 tensors"), r
+    r = run(exe["tpde-inspect"], "--json", str(tmp_path / "a.tpde"))
+    assert r.returncode == 0 and json.loads(r.stdout)["tensors"][0]["name"] == "w", r
+    r = run(exe["tpde"], "inspect", str(tmp_path / "missing.tpde"))
+    assert r.returncode == 1 and "missing.tpde" in r.stderr, r
+    r = run(exe["tpde"], "no-such-command")
+    assert r.returncode == 2, r
+    r = run(exe["tpde"], "bench-gpu")  # the pip build leaves the GPU decoder out, and says so
+    assert r.returncode == 2 and "cargo install --path tools/tpde" in r.stderr, r

@@ -3,9 +3,12 @@
 #![forbid(unsafe_code)]
 
 pub mod bench;
+pub mod cli;
 pub mod conformance;
 pub mod demo;
+#[cfg(feature = "gpu")]
 pub mod gpu_bench;
+#[cfg(feature = "gpu")]
 pub mod gpu_unpack;
 pub mod inspect;
 
@@ -93,6 +96,7 @@ impl From<tpde_read::ReadError> for CliError {
     }
 }
 
+#[cfg(feature = "gpu")]
 impl From<tpde_gpu::GpuError> for CliError {
     fn from(e: tpde_gpu::GpuError) -> Self {
         CliError { code: 1, kind: Some(e.kind()), message: e.to_string() }

@@ -1,0 +1,639 @@
+//! The `tpde` command line (pack, pack-series, unpack, verify, cat, inspect, demo, bench) as a
+//! function of its arguments: what the `tpde` binary runs, and the `tpde` command a `pip
+//! install` provides (through the Python extension). Exit codes: 0 ok, 1 corrupt input, failed
+//! verification or any other failure, 2 usage.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::{Parser, Subcommand};
+use indicatif::HumanBytes;
+use tpde::Location;
+use crate::convert::PackJob;
+use crate::{
+    bench, checkpoint, conformance, convert, demo, mb_per_s, out, outln, progress_bar, ratio, sharded, CliError,
+};
+use tpde_write::{WriteOptions, DEFAULT_CHUNK_BYTES};
+
+/// TPDE: checkpoints as keyframes and bit-exact deltas.
+#[derive(Parser)]
+#[command(name = "tpde", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Pack a safetensors file, or a Hugging Face sharded folder (its shards and
+    /// *.safetensors.index.json), into one .tpde file: a keyframe, or with --base a delta.
+    Pack {
+        /// The .safetensors input, or a sharded folder.
+        input: PathBuf,
+        /// The .tpde output (written atomically), a path or an s3://bucket/key URL.
+        #[arg(short, long, value_parser = location)]
+        output: Location,
+        /// The checkpoint to write a delta against: a .tpde (keyframe or delta, a path or a
+        /// URL) or a .safetensors.
+        #[arg(long, value_parser = location)]
+        base: Option<Location>,
+        #[command(flatten)]
+        codec: CodecArgs,
+    },
+    /// Pack every .safetensors file of a folder, in name order, as a chain of deltas.
+    PackSeries {
+        /// The folder of checkpoints.
+        dir: PathBuf,
+        /// The output folder (one .tpde per checkpoint, same stem): a path or an
+        /// s3://bucket/prefix URL.
+        #[arg(short, long, value_parser = location)]
+        output: Location,
+        /// Start a new chain with a keyframe every N checkpoints.
+        #[arg(long, default_value_t = 10)]
+        keyframe_every: usize,
+        #[command(flatten)]
+        codec: CodecArgs,
+    },
+    /// Unpack a .tpde file into a safetensors file; a file packed from a sharded folder into
+    /// that folder again (its shards, then its index), unless the output ends in .safetensors.
+    Unpack {
+        /// The .tpde input: a path or an s3://bucket/key URL.
+        #[arg(value_parser = location)]
+        input: Location,
+        /// The .safetensors output, or the folder (each file written atomically).
+        #[arg(short, long)]
+        output: PathBuf,
+        /// The base of a delta (default: found through the path hint the file records).
+        #[arg(long, value_parser = location)]
+        base: Option<Location>,
+        /// Decode on the GPU (tpde-gpu): the file and its bases are decoded into device
+        /// memory, read back and checked against their digests.
+        #[arg(long)]
+        gpu: bool,
+    },
+    /// Check every CRC, every tensor digest and the whole structure; exit 1 on corruption.
+    Verify {
+        /// The .tpde file: a path or an s3://bucket/key URL.
+        #[arg(value_parser = location)]
+        file: Location,
+        /// The base of a delta (default: found through the path hint the file records).
+        #[arg(long, value_parser = location)]
+        base: Option<Location>,
+        /// Also compare the decoded tensors with the checkpoint the file was packed from:
+        /// bit-exact, or within the bound a lossy file records.
+        #[arg(long)]
+        against: Option<PathBuf>,
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+    /// Copy a file between a path and an s3://bucket/key URL (or two of either), streaming;
+    /// the copy appears whole or not at all.
+    Cp {
+        /// The file to copy.
+        #[arg(value_parser = location)]
+        from: Location,
+        /// Where the copy goes.
+        #[arg(value_parser = location)]
+        to: Location,
+    },
+    /// Write the raw little-endian bytes of one tensor to stdout.
+    Cat {
+        /// The .tpde file: a path or an s3://bucket/key URL (a delta's base is found through
+        /// its path hint).
+        #[arg(value_parser = location)]
+        file: Location,
+        /// The tensor's name.
+        tensor: String,
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+    /// Run a conformance corpus (`conformance/` in the repository): every valid file must
+    /// decode to its manifest entry and every invalid one fail with its error category.
+    Conformance {
+        /// The corpus folder, holding manifest.json, valid/ and invalid/.
+        dir: PathBuf,
+        /// Print only the failures and the totals.
+        #[arg(long, short)]
+        quiet: bool,
+        /// Decode on the GPU (tpde-gpu) instead of the CPU reader.
+        #[arg(long)]
+        gpu: bool,
+    },
+    /// Read one file as the conformance corpus does and print the JSON that
+    /// `conformance/run.py` expects of a reader (the reference reader as that runner's example).
+    #[command(hide = true)]
+    ConformanceRead {
+        /// The file.
+        file: PathBuf,
+        /// Its base, then that base's base, and so on.
+        #[arg(long)]
+        base: Vec<PathBuf>,
+        /// Find the bases through the files' path hints instead.
+        #[arg(long)]
+        follow_hints: bool,
+    },
+    /// Same as `tpde-inspect`.
+    Inspect {
+        /// The .tpde file: a path or an s3://bucket/key URL.
+        #[arg(value_parser = location)]
+        file: Location,
+        /// JSON output (schema "tpde-inspect/1").
+        #[arg(long)]
+        json: bool,
+        /// List every chunk.
+        #[arg(long)]
+        chunks: bool,
+        /// Metadata values whole (the table cuts each to a line).
+        #[arg(long)]
+        full: bool,
+    },
+    /// Train a tiny model for 60 steps, pack its six checkpoints as a keyframe and deltas, then
+    /// inspect, verify and unpack the newest and check the round trip.
+    Demo {
+        /// Keep the files in this directory (default: a temporary one, removed afterwards).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Pack/unpack throughput next to zstd and safetensors on one safetensors file.
+    Bench {
+        /// The .safetensors checkpoint (default: the demo checkpoint); more checkpoints of the
+        /// same run, oldest first, add deltas on the one before and the restore of each step
+        /// of their chain.
+        inputs: Vec<PathBuf>,
+        /// Timed runs per measurement (median reported).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Where to write outputs (a tmpfs measures codecs, a disk measures the disk).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// GPU decode throughput per codec next to a plain upload and the CPU reader.
+    BenchGpu {
+        /// The .safetensors checkpoint (default: the demo checkpoint, step 1000).
+        input: Option<PathBuf>,
+        /// A previous checkpoint (.safetensors) to measure deltas against (default with the
+        /// demo: the demo checkpoint at step 990).
+        #[arg(long)]
+        base: Option<PathBuf>,
+        /// Timed runs per measurement (median reported).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Without an input: generate a demo checkpoint of about this many MB (10^6 bytes)
+        /// instead of the small default (about 53 MB).
+        #[arg(long, conflicts_with = "input")]
+        demo_mb: Option<u64>,
+    },
+}
+
+/// How `cat` and `verify` read a file they may not trust.
+#[derive(clap::Args)]
+struct ReadArgs {
+    /// The largest tensor decoded, in bytes; a larger one is refused (limit-exceeded) before
+    /// anything is decoded.
+    #[arg(long, default_value_t = tpde::read::DEFAULT_MAX_TENSOR_BYTES)]
+    max_bytes: u64,
+    /// Follow a base's path hint only to a file inside this folder (repeatable); by default
+    /// every hint is followed.
+    #[arg(long)]
+    hint_root: Vec<PathBuf>,
+    /// Follow no path hints: a delta's base must be given with --base.
+    #[arg(long, conflicts_with = "hint_root")]
+    no_hints: bool,
+}
+
+impl ReadArgs {
+    fn options(&self) -> checkpoint::OpenOptions {
+        let mut o = checkpoint::OpenOptions::default();
+        o.read.max_tensor_bytes = self.max_bytes;
+        if self.no_hints {
+            o.hints = checkpoint::HintPolicy::none();
+        } else if !self.hint_root.is_empty() {
+            o.hints.paths = tpde::read::PathHints::Within(self.hint_root.clone());
+        }
+        o
+    }
+}
+
+/// Codec choice shared by `pack` and `pack-series`.
+#[derive(clap::Args)]
+struct CodecArgs {
+    /// Chunk codec: auto (per chunk, the smallest lossless form among those that decode lanes
+    /// side by side on a CPU and in parallel on a GPU: planes-context for a keyframe, which
+    /// falls back to planes-lanes records where contexts do not pay; against a base the
+    /// smallest of delta-xor-context, delta-sub-context and sparse-packed-lanes),
+    /// auto-serial (the smallest among the format 1.1 codecs: readable by 1.1 readers, slower
+    /// to decode), or one codec for every chunk: raw, zstd, planes, delta-xor, delta-sub,
+    /// sparse-elias-delta, sparse-fibonacci, sparse-rice, sparse-packed, planes-lanes,
+    /// delta-xor-lanes, delta-sub-lanes, sparse-packed-lanes, planes-context,
+    /// delta-xor-context, delta-sub-context.
+    #[arg(long, default_value = "auto")]
+    codec: String,
+    /// Which readers the codecs are chosen for: cpu (any codec), or gpu (only codecs a GPU
+    /// decodes in parallel, spec §6.7: auto, raw and the lane forms).
+    #[arg(long, value_enum, default_value_t = ProfileArg::Cpu)]
+    profile: ProfileArg,
+    /// zstd level (1..=22, or negative for the fast modes); zstd's default is 3.
+    #[arg(long, allow_negative_numbers = true)]
+    level: Option<i32>,
+    /// Decoded bytes per chunk.
+    #[arg(long, default_value_t = DEFAULT_CHUNK_BYTES)]
+    chunk_size: u64,
+    /// LOSSY: a float element that changed by at most this much from the base keeps the base's
+    /// value. Off by default; recorded in the file as tpde.max_abs_error.
+    #[arg(long)]
+    max_abs_error: Option<f64>,
+    /// LOSSY: a float element x that changed by at most this share of |x| (plus
+    /// --max-abs-error, if given) keeps the base's value: one bound for tensors of any scale.
+    /// Off by default; recorded in the file as tpde.max_rel_error (format 1.5).
+    #[arg(long)]
+    max_rel_error: Option<f64>,
+}
+
+/// Which readers `pack` chooses codecs for.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ProfileArg {
+    /// Any codec.
+    Cpu,
+    /// Only codecs a GPU decodes in parallel (spec §6.7): `raw` and the lane forms.
+    Gpu,
+}
+
+impl CodecArgs {
+    fn options(&self) -> Result<WriteOptions, CliError> {
+        let profile = match self.profile {
+            ProfileArg::Cpu => convert::Profile::Cpu,
+            ProfileArg::Gpu => convert::Profile::Gpu,
+        };
+        let encoder = convert::encoder(&self.codec, self.level, profile)?;
+        if self.chunk_size == 0 {
+            return Err(CliError::usage("--chunk-size must be positive"));
+        }
+        for (flag, bound) in [("--max-abs-error", self.max_abs_error), ("--max-rel-error", self.max_rel_error)] {
+            if bound.is_some_and(|t| !(t.is_finite() && t >= 0.0)) {
+                return Err(CliError::usage(format!("{flag} must be a finite number >= 0")));
+            }
+        }
+        Ok(WriteOptions { encoder, chunk_bytes: self.chunk_size, ..WriteOptions::default() })
+    }
+}
+
+/// `tpde-inspect FILE [--json] [--chunks] [--full]`: show a TPDE file's format version, flags,
+/// sizes, metadata and tensors. Exit codes: 0 ok, 1 not readable (corrupt, truncated, not TPDE,
+/// unsupported), 2 usage.
+#[derive(Parser)]
+#[command(name = "tpde-inspect", version)]
+struct InspectArgs {
+    /// The .tpde file: a path or an s3://bucket/key URL.
+    #[arg(value_parser = location)]
+    file: Location,
+    /// Print JSON (schema "tpde-inspect/1") instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// List every chunk of every tensor.
+    #[arg(long)]
+    chunks: bool,
+    /// Metadata values whole (the table cuts each to a line).
+    #[arg(long)]
+    full: bool,
+}
+
+/// Runs `tpde-inspect ARGS` (`args` starts with the program's name) and returns its exit status.
+pub fn tpde_inspect<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let args = match InspectArgs::try_parse_from(args) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return e.exit_code().clamp(0, 255) as u8;
+        }
+    };
+    match crate::run_inspect(&args.file, args.json, args.chunks, args.full) {
+        Ok(()) => 0,
+        Err(e) if e.is_closed_pipe() => 0,
+        Err(e) => {
+            eprintln!("tpde-inspect: {}: {e}", args.file);
+            e.code
+        }
+    }
+}
+
+/// The error of a GPU command in a build without the GPU decoder.
+#[cfg(not(feature = "gpu"))]
+fn no_gpu() -> CliError {
+    CliError::usage(
+        "this tpde was built without the GPU decoder (the tpde that `pip install` brings); \
+         `cargo install --path tools/tpde` builds one with it",
+    )
+}
+
+/// Runs `tpde ARGS` (`args` starts with the program's name) and returns its exit status.
+pub fn tpde<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        // --help and --version are "errors" that print to stdout and exit 0.
+        Err(e) => {
+            let _ = e.print();
+            return e.exit_code().clamp(0, 255) as u8;
+        }
+    };
+    match run(cli.command) {
+        Ok(()) => 0,
+        Err(e) if e.is_closed_pipe() => 0,
+        Err(e) => {
+            eprintln!("tpde: {e}");
+            e.code
+        }
+    }
+}
+
+fn run(command: Command) -> Result<(), CliError> {
+    match command {
+        Command::Pack { input, output, base, codec } => {
+            let options = codec.options()?;
+            let base_ck = base.as_ref().map(checkpoint::open_base).transpose()?;
+            let job = PackJob {
+                options,
+                base: base_ck.as_deref().zip(base.as_ref()).map(|(b, at)| (b, output.hint_to(at))),
+                max_abs_error: codec.max_abs_error,
+                max_rel_error: codec.max_rel_error,
+                exact: Default::default(),
+                keep_reconstruction: false,
+                predictions: Default::default(),
+            };
+            let bar = progress_bar(0, "packing");
+            let r = sharded::pack_file_or_folder(&input, &output, job, &bar)?;
+            eprintln!("{}", pack_line(&r));
+            Ok(())
+        }
+        Command::PackSeries { dir, output, keyframe_every, codec } => {
+            let options = codec.options()?;
+            let bar = progress_bar(0, "packing");
+            let (abs, rel) = (codec.max_abs_error, codec.max_rel_error);
+            let done = convert::pack_series(&dir, &output, keyframe_every, options, abs, rel, &bar)?;
+            for e in &done {
+                let kind = if e.keyframe { "keyframe" } else { "delta" };
+                outln!("{} -> {} ({kind}): {}", e.input.display(), e.output, pack_line(&e.report))?;
+            }
+            Ok(())
+        }
+        Command::Unpack { input, output, base, gpu } => {
+            let bar = progress_bar(0, "unpacking");
+            let r = match gpu {
+                true if sharded::unpacks_to_folder(&input, &output)? => {
+                    return Err(CliError::usage("--gpu unpacks to one file: give an output ending in .safetensors"));
+                }
+                #[cfg(feature = "gpu")]
+                true => crate::gpu_unpack::unpack_gpu(&input, base.as_ref(), &output, &bar)?,
+                #[cfg(not(feature = "gpu"))]
+                true => return Err(no_gpu()),
+                false => sharded::unpack_file_or_folder(&input, base.as_ref(), &output, &bar)?,
+            };
+            eprintln!(
+                "unpacked {} tensors ({}) in {:.2} s, {:.0} MB/s",
+                r.tensors,
+                HumanBytes(r.logical_bytes),
+                r.seconds,
+                mb_per_s(r.logical_bytes, r.seconds)
+            );
+            Ok(())
+        }
+        Command::Verify { file, base, against, read } => {
+            verify(&file, base.as_ref(), &read.options())?;
+            if let Some(orig) = against {
+                let rep = convert::verify_against(&file, base.as_ref(), &orig)?;
+                match rep.bound {
+                    None => outln!("ok: all {} tensors bit-exact against {}", rep.tensors, orig.display())?,
+                    Some(b) => outln!(
+                        "ok: {} tensors within the recorded bound {} of {} ({} bit-exact), max abs error {:e}",
+                        rep.tensors,
+                        bound_text(b),
+                        orig.display(),
+                        rep.identical,
+                        rep.max_abs_error
+                    )?,
+                }
+            }
+            Ok(())
+        }
+        Command::Cp { from, to } => {
+            let start = Instant::now();
+            let bytes = tpde::location::copy(&from, &to)?;
+            let secs = start.elapsed().as_secs_f64();
+            eprintln!("copied {} in {secs:.2} s, {:.0} MB/s", HumanBytes(bytes), mb_per_s(bytes, secs));
+            Ok(())
+        }
+        Command::Cat { file, tensor, read } => {
+            // Streamed a window of chunks at a time: memory stays bounded whatever the tensor's size.
+            let r = checkpoint::open_tpde_with(&file, None, &read.options())?;
+            let t = r.tensor(&tensor).map_err(|e| tpde::Error::from(e).context(&file))?;
+            let mut out = std::io::stdout().lock();
+            let written = r.stream_tensor(t, |bytes| out.write_all(bytes).map_err(CatError::Write));
+            match written.and_then(|()| out.flush().map_err(CatError::Write)) {
+                Err(CatError::Write(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                Err(CatError::Write(e)) => Err(e.into()),
+                Err(CatError::Read(e)) => Err(tpde::Error::from(e).context(&file).into()),
+                Ok(()) => Ok(()),
+            }
+        }
+        Command::Inspect { file, json, chunks, full } => crate::run_inspect(&file, json, chunks, full),
+        Command::Conformance { dir, quiet, gpu } => {
+            let outcomes = if gpu {
+                #[cfg(feature = "gpu")]
+                {
+                    let gpu = tpde_gpu::Gpu::new()?;
+                    eprintln!("decoding on {} ({:?})", gpu.info().name, gpu.info().backend);
+                    conformance::run_on(&dir, conformance::Backend::Gpu(&gpu))
+                }
+                #[cfg(not(feature = "gpu"))]
+                return Err(no_gpu());
+            } else {
+                conformance::run(&dir)
+            }
+            .map_err(CliError::failed)?;
+            out!("{}", conformance::render(&outcomes, quiet))?;
+            match outcomes.iter().any(|o| o.failure.is_some()) {
+                true => Err(CliError::failed("conformance: some files failed")),
+                false => Ok(()),
+            }
+        }
+        Command::ConformanceRead { file, base, follow_hints } => {
+            outln!("{}", conformance::read_one_json(&file, &base, follow_hints))?;
+            Ok(())
+        }
+        Command::Demo { dir } => run_demo(dir),
+        #[cfg(feature = "gpu")]
+        Command::BenchGpu { input, base, runs, demo_mb } => {
+            let gpu = tpde_gpu::Gpu::new()?;
+            let (work, _keep) = demo::workdir(None)?;
+            let (input, base) = match input {
+                Some(p) => (p, base),
+                None => {
+                    let (p, b) = (work.join("demo.safetensors"), work.join("demo.base.safetensors"));
+                    let model =
+                        demo_mb.map_or_else(demo::DemoModel::default, |mb| demo::DemoModel::sized(mb * 1_000_000));
+                    demo::write_checkpoint(model, 1000, 7, &p)?;
+                    demo::write_checkpoint(model, 990, 7, &b)?;
+                    (p, Some(b))
+                }
+            };
+            let rows = crate::gpu_bench::run(&gpu, &input, base.as_deref(), runs.max(1))?;
+            out!("{}", crate::gpu_bench::render(&gpu, &input, &rows, runs.max(1)))?;
+            Ok(())
+        }
+        #[cfg(not(feature = "gpu"))]
+        Command::BenchGpu { .. } => Err(no_gpu()),
+        Command::Bench { mut inputs, runs, dir } => {
+            let (work, _keep) = demo::workdir(dir)?;
+            if inputs.is_empty() {
+                let p = work.join("demo.safetensors");
+                demo::write_checkpoint(demo::DemoModel::default(), 1000, 7, &p)?;
+                inputs.push(p);
+            }
+            let rows = bench::run(&inputs, &work, runs.max(1))?;
+            let input = &inputs[0];
+            out!("{}", bench::render(input, &rows, runs.max(1)))?;
+            Ok(())
+        }
+    }
+}
+
+/// A lossy bound as `verify --against` reports it: `1e-4`, `1e-3·|x|` or `1e-4 + 1e-3·|x|`.
+fn bound_text(b: tpde::write::lossy::Bound) -> String {
+    match (b.abs, b.rel) {
+        (abs, 0.0) => format!("{abs:e}"),
+        (0.0, rel) => format!("{rel:e}·|x|"),
+        (abs, rel) => format!("{abs:e} + {rel:e}·|x|"),
+    }
+}
+
+/// A command-line path or URL.
+fn location(s: &str) -> Result<Location, String> {
+    Location::parse(s).map_err(|e| e.to_string())
+}
+
+fn pack_line(r: &convert::PackReport) -> String {
+    format!(
+        "packed {} tensors ({} as deltas): {} -> {} (ratio {:.3}) in {:.2} s, {:.0} MB/s",
+        r.tensors,
+        r.delta_tensors,
+        HumanBytes(r.logical_bytes),
+        HumanBytes(r.file_bytes),
+        ratio(r.stored_bytes, r.logical_bytes),
+        r.seconds,
+        mb_per_s(r.logical_bytes, r.seconds)
+    )
+}
+
+/// Why `cat` stopped: the file, or the output.
+enum CatError {
+    Read(tpde::read::ReadError),
+    Write(std::io::Error),
+}
+
+impl From<tpde::read::ReadError> for CatError {
+    fn from(e: tpde::read::ReadError) -> Self {
+        CatError::Read(e)
+    }
+}
+
+fn verify(file: &Location, base: Option<&Location>, opts: &checkpoint::OpenOptions) -> Result<(), CliError> {
+    let r = checkpoint::open_tpde_with(file, base, opts)?;
+    let bar = progress_bar(r.tensors().iter().map(|t| t.byte_length).sum(), "verifying");
+    let report = r.verify_with(|t| bar.0.inc(t.byte_length)).map_err(|e| tpde::Error::from(e).context(file))?;
+    bar.0.finish_and_clear();
+    outln!(
+        "ok: {} tensors, {} chunks, {} logical, {} stored; content digest {}",
+        report.tensors,
+        report.chunks,
+        HumanBytes(report.logical_bytes),
+        HumanBytes(report.stored_bytes),
+        tpde_format::digest::to_hex(&r.content_digest())
+    )?;
+    Ok(())
+}
+
+fn run_demo(dir: Option<PathBuf>) -> Result<(), CliError> {
+    let (work, temp) = demo::workdir(dir)?;
+    let (train, packed) = (work.join("checkpoints"), work.join("packed"));
+    std::fs::create_dir_all(&train)?;
+
+    let t = Instant::now();
+    let ckpts = demo::train_checkpoints(&train, 128, 60, 10, 7)?;
+    outln!(
+        "Trained a tiny byte-level language model (2 x 32768 f32 weights, AdamW) for 60 steps on TPDE's\n\
+         spec, saving weights + Adam moments + step every 10 steps as safetensors ({:.1} s).\n",
+        t.elapsed().as_secs_f64()
+    )?;
+
+    let opts =
+        WriteOptions { encoder: convert::encoder("auto", None, convert::Profile::Cpu)?, ..WriteOptions::default() };
+    let bar = progress_bar(0, "packing");
+    let series = convert::pack_series(&train, &packed.clone().into(), 10, opts, None, None, &bar)?;
+    outln!("| step | loss | safetensors | zstd -3 | tpde | stored as |\n|---:|---:|---:|---:|---:|---|")?;
+    let (mut st_total, mut zstd_total, mut tpde_total) = (0, 0, 0);
+    for ((step, loss, path, _), e) in ckpts.iter().zip(&series) {
+        let st_bytes = std::fs::metadata(path)?.len();
+        let zstd_bytes = zstd::bulk::compress(&std::fs::read(path)?, 3)?.len() as u64;
+        let kind = if e.keyframe { "keyframe".to_string() } else { format!("delta on step {}", step - 10) };
+        outln!(
+            "| {step} | {loss:.3} | {} | {} | {} | {kind} |",
+            HumanBytes(st_bytes),
+            HumanBytes(zstd_bytes),
+            HumanBytes(e.report.file_bytes)
+        )?;
+        st_total += st_bytes;
+        zstd_total += zstd_bytes;
+        tpde_total += e.report.file_bytes;
+    }
+    outln!(
+        "| all | | {} | {} ({:.3}) | {} ({:.3}) | |\n",
+        HumanBytes(st_total),
+        HumanBytes(zstd_total),
+        ratio(zstd_total, st_total),
+        HumanBytes(tpde_total),
+        ratio(tpde_total, st_total)
+    )?;
+
+    // Restore the last step through its chain (keyframe + deltas), and compare bit for bit.
+    let (last, _, last_src, _) = ckpts.last().expect("60 steps give 6 checkpoints");
+    let last_tpde = &series.last().expect("one file per checkpoint").output;
+    outln!("$ tpde inspect {last_tpde}   (the summary; the full table lists each tensor)")?;
+    let r = tpde::read::Reader::from_source(last_tpde.open()?)?;
+    let summary =
+        crate::inspect::render_text(&crate::inspect::report(&last_tpde.to_string(), &r, false), false);
+    out!("{}", summary.lines().take(6).map(|l| format!("  {l}\n")).collect::<String>())?;
+    outln!("$ tpde verify {last_tpde}")?;
+    out!("  ")?;
+    verify(last_tpde, None, &checkpoint::OpenOptions::default())?;
+    let back = work.join("restored.safetensors");
+    let bar = progress_bar(0, "unpacking");
+    let u = convert::unpack(last_tpde, None, &back, &bar)?;
+    let diff = convert::compare_safetensors(last_src, &back)?;
+    match &diff {
+        None => outln!(
+            "Restored step {last} from its keyframe and {} deltas in {:.3} s: all {} tensors bit-exact.",
+            series.len() - 1,
+            u.seconds,
+            u.tensors
+        )?,
+        Some(d) => outln!("Restored step {last}: MISMATCH: {d}")?,
+    }
+    if let Some(d) = diff {
+        return Err(CliError::failed(format!("round trip is not bit-exact: {d}")));
+    }
+    match temp {
+        None => {
+            outln!("Files kept in {}: the safetensors in checkpoints/, the TPDE files in packed/.", work.display())?
+        }
+        Some(_) => outln!("The files were in a temporary folder, now removed; `tpde demo --dir DIR` keeps them.")?,
+    }
+    Ok(())
+}
