@@ -68,6 +68,9 @@ def test_pack_and_unpack_a_sharded_folder(model, tmp_path):
     got, got_index = folder_contents(out)
     assert got == want
     assert got_index == want_index
+    # Byte for byte, as transformers wrote them (headers in the safetensors library's order).
+    for f in os.listdir(out):
+        assert (out / f).read_bytes() == (src / f).read_bytes(), f
     # The unpacked folder is a model transformers loads.
     again = type(model).from_pretrained(out, config=model.config)  # config.json is not a tensor
     assert all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), model.state_dict().values()))
@@ -129,3 +132,14 @@ def test_bad_folders_and_layouts_are_typed_errors(model, tmp_path):
         tpde.unpack(tmp_path / "evil.tpde", tmp_path / "out" / "deep")
     assert e.value.kind == "malformed"
     assert not (tmp_path / "out" / "evil.safetensors").exists()
+
+
+def test_a_model_folder_with_one_unsharded_file_packs_it(model, tmp_path):
+    """A model small enough for one file (the Hub's `model.safetensors` beside its config, no
+    index) packs as that file, and unpacks to it byte for byte."""
+    src = tmp_path / "model"
+    model.save_pretrained(src)  # one model.safetensors
+    assert INDEX not in os.listdir(src)
+    tpde.pack(src, tmp_path / "model.tpde")
+    tpde.unpack(tmp_path / "model.tpde", tmp_path / "back.safetensors")
+    assert (tmp_path / "back.safetensors").read_bytes() == (src / "model.safetensors").read_bytes()

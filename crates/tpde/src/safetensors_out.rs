@@ -71,20 +71,34 @@ fn groups<'o>(entries: &[Entry], order: &'o [usize]) -> Vec<&'o [usize]> {
 /// laid out in `order`.
 fn header(entries: &[Entry], order: &[usize], metadata: &BTreeMap<String, String>) -> Result<Vec<u8>, Error> {
     let json_err = |e: serde_json::Error| Error::new(ErrorKind::InvalidArgument, format!("safetensors header: {e}"));
-    let mut map = serde_json::Map::new();
+    // As the safetensors library writes it (so that a file it wrote comes back byte for byte):
+    // the metadata first, then the tensors in the order of their data, each as dtype, shape,
+    // data_offsets. (A serde_json map would sort the keys.)
+    let mut pairs: Vec<(String, String)> = Vec::with_capacity(order.len() + 1);
     if !metadata.is_empty() {
-        map.insert("__metadata__".into(), serde_json::to_value(metadata).map_err(json_err)?);
+        pairs.push(("__metadata__".into(), serde_json::to_string(metadata).map_err(json_err)?));
     }
+    let mut names = std::collections::HashSet::new();
     let mut offset = 0usize;
     for &i in order {
         let e = &entries[i];
-        let info = TensorInfo { dtype: e.dtype, shape: e.shape.clone(), data_offsets: (offset, offset + e.len) };
-        offset += e.len;
-        if map.insert(e.name.clone(), serde_json::to_value(info).map_err(json_err)?).is_some() {
+        if !names.insert(e.name.as_str()) {
             return Err(Error::new(ErrorKind::InvalidArgument, format!("tensor {:?} appears twice", e.name)));
         }
+        let info = TensorInfo { dtype: e.dtype, shape: e.shape.clone(), data_offsets: (offset, offset + e.len) };
+        offset += e.len;
+        pairs.push((e.name.clone(), serde_json::to_string(&info).map_err(json_err)?));
     }
-    let mut json = serde_json::to_vec(&map).map_err(json_err)?;
+    let mut json = b"{".to_vec();
+    for (k, (key, value)) in pairs.iter().enumerate() {
+        if k > 0 {
+            json.push(b',');
+        }
+        json.extend_from_slice(serde_json::to_string(key).map_err(json_err)?.as_bytes());
+        json.push(b':');
+        json.extend_from_slice(value.as_bytes());
+    }
+    json.push(b'}');
     json.resize(json.len().next_multiple_of(8), b' ');
     let mut out = (json.len() as u64).to_le_bytes().to_vec();
     out.extend_from_slice(&json);

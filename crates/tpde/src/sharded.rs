@@ -266,9 +266,32 @@ pub fn pack_file_or_folder(
     bar: &dyn Progress,
 ) -> Result<PackReport, Error> {
     match input.is_dir() {
-        true => pack_folder(input, output, job, bar),
+        true => match lone_safetensors(input)? {
+            Some(file) => crate::convert::pack(&file, output, job, bar),
+            None => pack_folder(input, output, job, bar),
+        },
         false => crate::convert::pack(input, output, job, bar),
     }
+}
+
+/// The one `.safetensors` file of a model folder that has no index (a model small enough for
+/// one file, as the Hub stores it: `model.safetensors` beside its config), if that is what
+/// `dir` is.
+fn lone_safetensors(dir: &Path) -> Result<Option<PathBuf>, Error> {
+    let io = |e: std::io::Error| Error::from(e).context(dir.display());
+    let (mut files, mut index) = (Vec::new(), false);
+    for entry in fs::read_dir(dir).map_err(io)? {
+        let name = entry.map_err(io)?.file_name();
+        let name = name.to_string_lossy();
+        index |= name.ends_with(INDEX_SUFFIX);
+        if name.ends_with(".safetensors") && !name.starts_with('.') {
+            files.push(dir.join(&*name));
+        }
+    }
+    Ok(match (index, files.len()) {
+        (false, 1) => files.pop(),
+        _ => None,
+    })
 }
 
 /// Whether `tpde unpack` of `input` to `output` writes a folder: when the file was packed from a

@@ -7,13 +7,13 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use clap::{Parser, Subcommand};
-use indicatif::HumanBytes;
-use tpde::Location;
 use crate::convert::PackJob;
 use crate::{
     bench, checkpoint, conformance, convert, demo, mb_per_s, out, outln, progress_bar, ratio, sharded, CliError,
 };
+use clap::{Parser, Subcommand};
+use indicatif::HumanBytes;
+use tpde::Location;
 use tpde_write::{WriteOptions, DEFAULT_CHUNK_BYTES};
 
 /// TPDE: checkpoints as keyframes and bit-exact deltas.
@@ -607,8 +607,7 @@ fn run_demo(dir: Option<PathBuf>) -> Result<(), CliError> {
     let last_tpde = &series.last().expect("one file per checkpoint").output;
     outln!("$ tpde inspect {last_tpde}   (the summary; the full table lists each tensor)")?;
     let r = tpde::read::Reader::from_source(last_tpde.open()?)?;
-    let summary =
-        crate::inspect::render_text(&crate::inspect::report(&last_tpde.to_string(), &r, false), false);
+    let summary = crate::inspect::render_text(&crate::inspect::report(&last_tpde.to_string(), &r, false), false);
     out!("{}", summary.lines().take(6).map(|l| format!("  {l}\n")).collect::<String>())?;
     outln!("$ tpde verify {last_tpde}")?;
     out!("  ")?;
