@@ -81,7 +81,10 @@ impl Location {
         }
         Ok(match self {
             Location::Local(p) => Location::Local(p.parent().unwrap_or(Path::new("")).join(hint)),
-            Location::Object(u) => Location::Object(u.parent().join(hint).map_err(io_err)?),
+            // A hint that climbs out of the bucket leads nowhere (spec §7.3).
+            Location::Object(u) => Location::Object(u.parent().join(hint).map_err(|e| {
+                Error::new(crate::ErrorKind::BaseMissing, format!("base path hint {hint:?} not followed: {e}"))
+            })?),
         })
     }
 
