@@ -134,20 +134,7 @@ enum Command {
         follow_hints: bool,
     },
     /// Same as `tpde-inspect`.
-    Inspect {
-        /// The .tpde file: a path or an s3://bucket/key URL.
-        #[arg(value_parser = location)]
-        file: Location,
-        /// JSON output (schema "tpde-inspect/1").
-        #[arg(long)]
-        json: bool,
-        /// List every chunk.
-        #[arg(long)]
-        chunks: bool,
-        /// Metadata values whole (the table cuts each to a line).
-        #[arg(long)]
-        full: bool,
-    },
+    Inspect(InspectArgs),
     /// Train a tiny model for 60 steps, pack its six checkpoints as a keyframe and deltas, then
     /// inspect, verify and unpack the newest and check the round trip.
     Demo {
@@ -304,30 +291,29 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let args = match InspectArgs::try_parse_from(args) {
-        Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            return e.exit_code().clamp(0, 255) as u8;
-        }
-    };
-    match crate::run_inspect(&args.file, args.json, args.chunks, args.full) {
+    match InspectArgs::try_parse_from(args) {
+        Ok(a) => exit_code(crate::run_inspect(&a.file, a.json, a.chunks, a.full), &format!("tpde-inspect: {}", a.file)),
+        Err(e) => usage_exit(e),
+    }
+}
+
+/// The exit status of a command that ended with `result`; an error is printed after `who: `.
+fn exit_code(result: Result<(), CliError>, who: &str) -> u8 {
+    match result {
         Ok(()) => 0,
         Err(e) if e.is_closed_pipe() => 0,
         Err(e) => {
-            eprintln!("tpde-inspect: {}: {e}", args.file);
+            eprintln!("{who}: {e}");
             e.code
         }
     }
 }
 
-/// The error of a GPU command in a build without the GPU decoder.
-#[cfg(not(feature = "gpu"))]
-fn no_gpu() -> CliError {
-    CliError::usage(
-        "this tpde was built without the GPU decoder (the tpde that `pip install` brings); \
-         `cargo install --path tools/tpde` builds one with it",
-    )
+/// Prints clap's message (--help and --version are "errors" that print to stdout and exit 0)
+/// and returns its exit status.
+fn usage_exit(e: clap::Error) -> u8 {
+    let _ = e.print();
+    e.exit_code().clamp(0, 255) as u8
 }
 
 /// Runs `tpde ARGS` (`args` starts with the program's name) and returns its exit status.
@@ -336,21 +322,9 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let cli = match Cli::try_parse_from(args) {
-        Ok(cli) => cli,
-        // --help and --version are "errors" that print to stdout and exit 0.
-        Err(e) => {
-            let _ = e.print();
-            return e.exit_code().clamp(0, 255) as u8;
-        }
-    };
-    match run(cli.command) {
-        Ok(()) => 0,
-        Err(e) if e.is_closed_pipe() => 0,
-        Err(e) => {
-            eprintln!("tpde: {e}");
-            e.code
-        }
+    match Cli::try_parse_from(args) {
+        Ok(cli) => exit_code(run(cli.command), "tpde"),
+        Err(e) => usage_exit(e),
     }
 }
 
@@ -443,7 +417,7 @@ fn run(command: Command) -> Result<(), CliError> {
                 Ok(()) => Ok(()),
             }
         }
-        Command::Inspect { file, json, chunks, full } => crate::run_inspect(&file, json, chunks, full),
+        Command::Inspect(a) => crate::run_inspect(&a.file, a.json, a.chunks, a.full),
         Command::Conformance { dir, quiet, gpu } => {
             let outcomes = if gpu {
                 #[cfg(feature = "gpu")]
