@@ -40,6 +40,11 @@ mod source;
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 
+/// The guide's examples, likewise.
+#[doc = include_str!("../../../docs/guide.md")]
+#[cfg(doctest)]
+pub struct GuideDoctests;
+
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
