@@ -309,6 +309,15 @@ fn exit_code(result: Result<(), CliError>, who: &str) -> u8 {
     }
 }
 
+/// The error of a GPU command in a build without the GPU decoder.
+#[cfg(not(feature = "gpu"))]
+fn no_gpu() -> CliError {
+    CliError::usage(
+        "this tpde was built without the GPU decoder (the tpde that `pip install` brings); \
+         `cargo install --path tools/tpde` builds one with it",
+    )
+}
+
 /// Prints clap's message (--help and --version are "errors" that print to stdout and exit 0)
 /// and returns its exit status.
 fn usage_exit(e: clap::Error) -> u8 {
