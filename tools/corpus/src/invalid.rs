@@ -8,7 +8,8 @@ use tpde_format::{
 
 use crate::valid::{
     CONTEXT_BASE, CONTEXT_F32, DELTA_BASE, DELTA_PACKED, DELTA_SUB_CONTEXT, DELTA_XOR, LANES_F32, LANES_PACKED,
-    PREDICTED, PREDICTED_BASE, SMALL_PLANES, SMALL_RAW, SMALL_ZSTD,
+    PREDICTED, PREDICTED_BASE, PREDICTED_CHAIN, PREDICTED_CONTEXTS, PREDICTED_EDGE_BASE, PREDICTED_SUBNORMAL,
+    SMALL_PLANES, SMALL_RAW, SMALL_ZSTD,
 };
 use crate::Gen;
 use tpde_codec::planes::PlaneRecord;
@@ -28,6 +29,7 @@ pub fn all(g: &mut Gen) {
     base_contexts(g);
     single_rule(g);
     predicted(g);
+    predicted_edges(g);
 }
 
 /// The manifest entry of `invalid/{name}.tpde`, read on its own.
@@ -1138,15 +1140,6 @@ fn predicted(g: &mut Gen) {
             }
         })
     };
-    // A tensor of the file that the base lacks: f32 of the predicted tensors' shape.
-    let with_extra = |edit: fn(&mut Prediction)| {
-        let mut file = with_params("v", edit);
-        file = edit_dir(&file, |d| {
-            let m = d.tensors.iter().find(|t| t.name == "m").expect("m").clone();
-            d.tensors.push(TensorEntry { name: "m.new".into(), ..m });
-        });
-        file
-    };
     fn first_name(p: &mut Prediction, to: &str) {
         match p {
             Prediction::AdamSecondMoment { exp_avg, .. } | Prediction::AdamParameter { exp_avg, .. } => {
@@ -1186,26 +1179,158 @@ fn predicted(g: &mut Gen) {
                 c.params.push(0);
             }),
         ),
-        (
-            "r30-predicted-shape",
-            "R30",
-            "w's prediction reads a tensor of another shape (m reshaped to 3000)",
-            edit_dir(&file, |d| {
-                let m = d.tensors.iter_mut().find(|t| t.name == "m").expect("m");
-                m.shape = vec![3000];
-            }),
-        ),
     ];
     for (name, rule, description, bytes) in cases {
         bad_delta(g, name, rule, description, bytes, PREDICTED_BASE, Malformed);
     }
+}
+
+/// The 1.6 revision's files (issue 43), each catching a reader that passes the files before it
+/// with a plausible bug; each breaks only R30 or R25, since the moments they read are keyframes
+/// or the tensors they touch exist in the base with the same dtype.
+fn predicted_edges(g: &mut Gen) {
+    let sub = g.get(PREDICTED_SUBNORMAL).bytes.clone();
+    let index = |file: &[u8], name: &str| dir(file).tensors.iter().position(|t| t.name == name).expect("the tensor");
+    // Rewrites the params of tensor `name`'s predicted chunks with `edit`.
+    let with_prediction = |file: &[u8], name: &str, edit: &dyn Fn(&mut Prediction)| {
+        let ti = index(file, name);
+        edit_dir(file, |d| {
+            for c in d.tensors[ti].chunks.iter_mut().filter(|c| c.codec == CodecTag::DeltaPredicted) {
+                let mut p = Prediction::parse(&c.params).expect("valid params");
+                edit(&mut p);
+                c.params = p.to_bytes();
+            }
+        })
+    };
+    let (sm, sv) = (index(&sub, "sm"), index(&sub, "sv"));
+    let cases: Vec<(&str, &str, &str, Vec<u8>)> = vec![
+        (
+            "r30-predicted-shape",
+            "R30",
+            "delta-predicted-subnormal with its keyframe moment sm, which sv and sw read, reshaped to [16, 16]",
+            edit_dir(&sub, |d| d.tensors[sm].shape = vec![16, 16]),
+        ),
+        (
+            "r30-predicted-tensor-dtype",
+            "R30",
+            "delta-predicted-subnormal with a tensor sv.bits, i32, whose chunk is sv's predicted chunk (the base holds sv.bits, i32, with sv's bytes)",
+            edit_dir(&sub, |d| {
+                let t = TensorEntry { name: "sv.bits".into(), dtype: DType::I32, ..d.tensors[sv].clone() };
+                d.tensors.push(t);
+            }),
+        ),
+        (
+            "r30-predicted-input-dtype",
+            "R30",
+            "delta-predicted-subnormal with its raw keyframe moment sm, which sv and sw read, declared i32",
+            edit_dir(&sub, |d| d.tensors[sm].dtype = DType::I32),
+        ),
+        (
+            "r30-predicted-second-name-absent",
+            "R30",
+            "delta-predicted-subnormal with sw's prediction (predictor 2) reading v from sv.absent, which the file lacks",
+            with_prediction(&sub, "sw", &|p| {
+                if let Prediction::AdamParameter { exp_avg_sq, .. } = p {
+                    *exp_avg_sq = "sv.absent".into();
+                }
+            }),
+        ),
+    ];
+    for (name, rule, description, bytes) in cases {
+        bad_delta(g, name, rule, description, bytes, PREDICTED_EDGE_BASE, Malformed);
+    }
+    // The base lacks the tensor named; its own entry in the file is sm's raw keyframe chunk.
+    let mut absent = edit_dir(&sub, |d| d.tensors.push(TensorEntry { name: "sm.new".into(), ..d.tensors[sm].clone() }));
+    absent = with_prediction(&absent, "sv", &|p| {
+        if let Prediction::AdamSecondMoment { exp_avg, .. } = p {
+            *exp_avg = "sm.new".into();
+        }
+    });
     bad_delta(
         g,
         "r29-predicted-base-moment-absent",
         "R29",
-        "v's prediction reads m.new, a tensor of the file that the base lacks",
-        with_extra(|p| first_name(p, "m.new")),
-        PREDICTED_BASE,
+        "delta-predicted-subnormal with sv's prediction reading sm.new, a raw keyframe of the file that the base lacks",
+        absent,
+        PREDICTED_EDGE_BASE,
         Malformed,
     );
+
+    // The chain of 5: c0, a plain delta, made a predicted chunk reading c1, coded against
+    // that prediction; a reader with no bound decodes it to c0's bytes.
+    let chain = g.get(PREDICTED_CHAIN).clone();
+    let base = g.get(PREDICTED_EDGE_BASE).clone();
+    let data = |ts: &[crate::T], name: &str| ts.iter().find(|t| t.name == name).expect("the tensor").data.clone();
+    let p = crate::valid::edge_moment("c1");
+    let predicted = crate::valid::prediction_of(
+        &p,
+        &data(&base.tensors, "c0"),
+        &data(&chain.tensors, "c1"),
+        &data(&base.tensors, "c1"),
+    );
+    let mut stored = Vec::new();
+    tpde_codec::Predicted::encode_against(DType::F32, &predicted, &data(&chain.tensors, "c0"), &mut stored)
+        .expect("encodes");
+    let c0 = index(&chain.bytes, "c0");
+    let mut five = surgery::with_chunk(&chain.bytes, c0, 0, &stored).expect("surgery");
+    five = edit_dir(&five, |d| {
+        let c = &mut d.tensors[c0].chunks[0];
+        (c.codec, c.params) = (CodecTag::DeltaPredicted, p.to_bytes());
+    });
+    bad_delta(
+        g,
+        "r30-predicted-chain-5",
+        "R30",
+        "delta-predicted-chain with c0 predicted from c1: a chain of 5 predicted tensors (c0 to c4), its chunk coded against that prediction",
+        five,
+        PREDICTED_EDGE_BASE,
+        Malformed,
+    );
+
+    // Plane modes a predicted chunk may not hold (§6.2), each a genuine record of x's residual
+    // against its prediction, so that a reader that accepts the mode decodes x's bytes.
+    let ctx = g.get(PREDICTED_CONTEXTS).clone();
+    let x = data(&ctx.tensors, "x");
+    let p = crate::valid::edge_moment("xm");
+    let predicted = crate::valid::prediction_of(
+        &p,
+        &data(&base.tensors, "x"),
+        &data(&ctx.tensors, "xm"),
+        &data(&base.tensors, "xm"),
+    );
+    let residual = tpde_codec::Dense::forward(tpde_codec::DenseOp::Sub, DType::F32, &x, &predicted);
+    let xi = index(&ctx.bytes, "x");
+    let n = x.len() / 4;
+    let mut serial = Vec::new();
+    tpde_codec::planes::encode(&residual, 4, tpde_codec::PlaneForm::Serial, &mut serial);
+    // Mode 3 records by hand (the encoder finds them not worth it on these planes): the low
+    // plane stored, the others coded by the symbol before, as §6.2.4 gives.
+    let mut contexts = Vec::new();
+    for k in 0..4 {
+        let plane: Vec<u8> = residual.iter().skip(k).step_by(4).copied().collect();
+        if k == 0 {
+            contexts.push(0);
+            contexts.extend_from_slice(&plane);
+        } else {
+            use tpde_codec::rans::context::{pair_counts, Contexts};
+            let pairs = pair_counts(&plane, tpde_codec::rans::lane_count(n), false);
+            let map = Contexts::group(&pairs).expect("symbols");
+            contexts.push(3);
+            Contexts::encode_neighbours(map, Some(&pairs), &plane, &mut contexts);
+        }
+    }
+    for (name, stored, mode, tag, want) in [
+        ("r25-predicted-serial-mode", serial, "1 (serial rANS)", CodecTag::DeltaSub, "Serial"),
+        ("r25-predicted-context-mode", contexts, "3 (neighbour contexts)", CodecTag::PlanesContext, "Contexts"),
+    ] {
+        // The records are genuine: they parse under a tag that allows their mode.
+        let (records, _) = tpde_codec::planes::parse(tag, &stored, 0, 4, n).expect("records");
+        let kinds: Vec<String> = records.iter().map(|r| format!("{r:?}").chars().take(12).collect()).collect();
+        assert!(kinds.iter().any(|k| k.starts_with(want)), "{name}: {kinds:?}");
+        let description = format!(
+            "delta-predicted-contexts with x's chunk recoded against its prediction with plane records of mode {mode}, which delta-predicted does not allow"
+        );
+        let bytes = surgery::with_chunk(&ctx.bytes, xi, 0, &stored).expect("surgery");
+        bad_delta(g, name, "R25", &description, bytes, PREDICTED_EDGE_BASE, Malformed);
+    }
 }

@@ -41,6 +41,7 @@ pub fn all(g: &mut Gen) {
     clarifications(g);
     relative_bound(g);
     predicted(g);
+    predicted_edges(g);
 }
 
 /// Bytes of `values` as `dtype` (a float dtype that `half` or the std covers, or an integer).
@@ -909,4 +910,181 @@ fn predicted(g: &mut Gen) {
     assert_eq!(tags("w")[..2], [CodecTag::DeltaPredicted; 2], "w's first chunks are predicted");
     assert_ne!(tags("w")[2], CodecTag::DeltaPredicted, "w's noise is a plain delta");
     assert!(tags("v").iter().all(|&c| c == CodecTag::DeltaPredicted), "v is predicted");
+}
+
+/// The keyframe the predicted deltas of the 1.6 revision decode against.
+pub const PREDICTED_EDGE_BASE: &str = "valid/delta-predicted-edge-base.tpde";
+/// Predictions whose results depend on subnormal operands; its moment `sm` is a raw keyframe.
+pub const PREDICTED_SUBNORMAL: &str = "valid/delta-predicted-subnormal.tpde";
+/// A chain of 4 predicted tensors, the longest §6.8 allows; `c0` is a plain delta.
+pub const PREDICTED_CHAIN: &str = "valid/delta-predicted-chain.tpde";
+/// A predicted chunk with base-context records whose tables the prediction chooses.
+pub const PREDICTED_CONTEXTS: &str = "valid/delta-predicted-contexts.tpde";
+
+/// Constants of predictor 1 (a, β, c) used by the edge files.
+pub const EDGE_MOMENT: (f32, f32, f32) = (0.1, 0.999, 0.001);
+
+/// Predictor 1 (`adam-second-moment`) with [`EDGE_MOMENT`], reading `m`.
+pub fn edge_moment(m: &str) -> Prediction {
+    let (a, b, c) = EDGE_MOMENT;
+    Prediction::AdamSecondMoment { one_minus_beta1: a, beta2: b, one_minus_beta2: c, exp_avg: m.into() }
+}
+
+/// The prediction `p` over whole tensors (little-endian f32 bytes), as a reader computes it.
+pub fn prediction_of(p: &Prediction, base: &[u8], exp_avg: &[u8], other: &[u8]) -> Vec<u8> {
+    let mut out = vec![0u8; base.len()];
+    tpde_codec::predict::predict(p, tpde_codec::predict::Inputs { base, exp_avg, other }, &mut out);
+    out
+}
+
+fn f32_bytes(x: &[f32]) -> Vec<u8> {
+    x.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// The 1.6 revision's predicted files (issue 43): each catches a reader that a plausible bug
+/// lets pass the files before it. Asserts check that each file holds what it tests.
+fn predicted_edges(g: &mut Gen) {
+    let mut rng = Rng::new(43);
+    // Subnormals (§6.8: "subnormal operands and results as they are"): `sv` and `sw` are their
+    // exact predictions, so the residuals are zero and every decoded byte is the prediction.
+    // Elements 0-1: p = b × β of a subnormal base (a subnormal result); element 2: predictor 2
+    // divides h × m of a subnormal m by ε, a normal result that is 0 under flush-to-zero;
+    // element 3: a subnormal base weight.
+    let n = 256;
+    let normal = |rng: &mut Rng, sd: f64| (0..n).map(|_| rng.normal(sd) as f32).collect::<Vec<f32>>();
+    let (mut sm0, mut sm1) = (normal(&mut rng, 1e-3), normal(&mut rng, 1e-3));
+    let mut sv0: Vec<f32> = normal(&mut rng, 1e-4).iter().map(|x| x * x).collect();
+    let mut sw0 = normal(&mut rng, 0.05);
+    (sv0[0], sm0[0], sm1[0]) = (1e-40, 0.0, 0.0);
+    (sv0[1], sm0[1], sm1[1]) = (2.5e-39, 1e-30, 1e-30);
+    (sv0[2], sm0[2], sm1[2], sw0[2]) = (0.0, 0.0, 1e-39, 0.0);
+    (sw0[3], sm1[3]) = (1e-41, 0.0);
+    let sv_pred = edge_moment("sm");
+    let (d, r, e, h) = (0.99999f32, 0.05f32, 1e-8f32, -1e-3f32);
+    let sw_pred = Prediction::AdamParameter {
+        decay: d,
+        bias2_sqrt: r,
+        eps: e,
+        neg_step: h,
+        exp_avg: "sm".into(),
+        exp_avg_sq: "sv".into(),
+    };
+    let (sm0, sm1, sv0, sw0) = (f32_bytes(&sm0), f32_bytes(&sm1), f32_bytes(&sv0), f32_bytes(&sw0));
+    let sv1 = prediction_of(&sv_pred, &sv0, &sm1, &sm0);
+    let sw1 = prediction_of(&sw_pred, &sw0, &sm1, &sv1);
+    let word = |b: &[u8], i: usize| f32::from_le_bytes(b[4 * i..4 * i + 4].try_into().unwrap());
+    assert!(word(&sv1, 0).is_subnormal() && word(&sv1, 1).is_subnormal(), "subnormal second moments");
+    assert!(word(&sw1, 2).is_normal() && word(&sw1, 3).is_subnormal(), "a normal weight from a subnormal m");
+
+    // A chain c1 → c2 → c3 → c4 → cm of 4 predicted tensors (cm plain), each its exact
+    // prediction; c0 is a plain delta whose bytes are its prediction from c1 (the invalid
+    // chain of 5 names c1 in its params).
+    let cm0 = f32_bytes(&normal(&mut rng, 1e-3));
+    let cm1 = f32_bytes(&normal(&mut rng, 1e-3));
+    let c_base: Vec<Vec<u8>> =
+        (0..5).map(|_| f32_bytes(&normal(&mut rng, 1e-3).iter().map(|x| x * x).collect::<Vec<_>>())).collect();
+    let mut c_file = vec![Vec::new(); 5];
+    let (mut m1, mut m0) = (cm1.clone(), cm0.clone());
+    for i in (0..5).rev() {
+        c_file[i] = prediction_of(&edge_moment("-"), &c_base[i], &m1, &m0);
+        (m1, m0) = (c_file[i].clone(), c_base[i].clone());
+    }
+
+    // Base contexts from the prediction (§6.2, §6.8): in each row of 64 elements of x the first
+    // moment has one scale (2^0, 2^-3 or 2^-6), so x's prediction p ≈ c × g² has about one
+    // exponent per row, unrelated to its base's (tiny values in other binades). x is p moved by
+    // a number of units in the last place whose high bytes grow as p's scale falls, so the residual's
+    // planes follow p's exponent (mode 4 records, which this file holds) and their neighbours
+    // (mode 3 records, which invalid/r25-predicted-context-mode holds).
+    let nx = 16384;
+    let xb: Vec<f32> =
+        (0..nx).map(|_| (rng.normal(1.0) * 2f64.powi(-60 - (rng.unit() * 20.0) as i32)) as f32).collect();
+    let (mut xm1, mut steps) = (vec![0f32; nx], vec![0i32; nx]);
+    for (row, step) in xm1.chunks_mut(64).zip(steps.chunks_mut(64)) {
+        let j = 3 * (rng.unit() * 3.0) as i32;
+        for (x, s) in row.iter_mut().zip(step) {
+            *x = EDGE_MOMENT.0 * (1e-3 * 2f64.powi(-j) * (1.0 + 0.1 * rng.normal(1.0))) as f32;
+            // A random low byte, so the residual's lowest plane is stored (mode 0).
+            *s = ((rng.normal(1.0) * 2f64.powi(2 * j)).round() as i32) * 256 + (rng.next() % 256) as i32;
+        }
+    }
+    let (xb, xm1, xm0) = (f32_bytes(&xb), f32_bytes(&xm1), vec![0u8; 4 * nx]);
+    let p = prediction_of(&edge_moment("xm"), &xb, &xm1, &xm0);
+    let x1: Vec<f32> = p
+        .chunks_exact(4)
+        .zip(&steps)
+        .map(|(w, &s)| f32::from_bits(u32::from_le_bytes(w.try_into().unwrap()).wrapping_add_signed(s)))
+        .collect();
+
+    let shape = [n as u64];
+    let f32t = |name: &str, data: &[u8], shape: &[u64]| T::new(name, DType::F32, shape, data.to_vec());
+    let mut base = vec![
+        f32t("sm", &sm0, &shape),
+        f32t("sv", &sv0, &shape),
+        f32t("sw", &sw0, &shape),
+        // sv's bytes as i32, for a predicted tensor that is not f32 (invalid/r30-predicted-tensor-dtype).
+        T::new("sv.bits", DType::I32, &shape, sv0.clone()),
+        f32t("cm", &cm0, &shape),
+    ];
+    base.extend((0..5).map(|i| f32t(&format!("c{i}"), &c_base[i], &shape)));
+    base.extend([f32t("x", &xb, &[nx as u64]), f32t("xm", &xm0, &[nx as u64])]);
+    g.valid(
+        Spec::new(PREDICTED_EDGE_BASE, "§6.8", "the keyframe of the predicted files of the 1.6 revision (subnormal, chain, contexts): f32 moments and weights, an i32 copy of one")
+            .encoder(Encoder::Codec(CodecTag::PlanesLanes))
+            .tensors(base),
+    );
+    let predicted = |t: T, p: Prediction| T { delta: true, predict: Some(p), ..t };
+    let plain = |t: T| T { delta: true, ..t };
+    let tags = |file: &[u8], name: &str| {
+        let d = surgery::directory(file).expect("a valid file");
+        d.tensors.iter().find(|t| t.name == name).unwrap().chunks.iter().map(|c| c.codec).collect::<Vec<_>>()
+    };
+
+    let file = g.valid(
+        Spec::new(PREDICTED_SUBNORMAL, "§6.8", "predictions whose results depend on subnormal operands (a subnormal base second moment or weight, a subnormal first moment divided by eps into a normal weight): a reader that flushes subnormals decodes other bytes; the moment sm is a raw keyframe")
+            .encoder(Encoder::Auto)
+            .minor(6)
+            .tensors([
+                f32t("sm", &sm1, &shape).with(Encoder::Raw),
+                predicted(f32t("sv", &sv1, &shape), sv_pred),
+                predicted(f32t("sw", &sw1, &shape), sw_pred),
+            ])
+            .base(PREDICTED_EDGE_BASE),
+    );
+    assert_eq!(tags(&file, "sv"), [CodecTag::DeltaPredicted], "sv is predicted");
+    assert_eq!(tags(&file, "sw"), [CodecTag::DeltaPredicted], "sw is predicted");
+
+    let mut chain = vec![plain(f32t("cm", &cm1, &shape)), plain(f32t("c0", &c_file[0], &shape))];
+    let names = ["c1", "c2", "c3", "c4", "cm"];
+    chain.extend((1..5).map(|i| predicted(f32t(names[i - 1], &c_file[i], &shape), edge_moment(names[i]))));
+    let file = g.valid(
+        Spec::new(PREDICTED_CHAIN, "§6.8", "a chain of 4 predicted tensors, the longest allowed: c1 reads c2, c2 c3, c3 c4, c4 the plain delta cm (predictor 1)")
+            .encoder(Encoder::Auto)
+            .minor(6)
+            .tensors(chain)
+            .base(PREDICTED_EDGE_BASE),
+    );
+    for name in &names[..4] {
+        assert_eq!(tags(&file, name), [CodecTag::DeltaPredicted], "{name} is predicted");
+    }
+    assert_ne!(tags(&file, "c0"), [CodecTag::DeltaPredicted], "c0 is a plain delta");
+
+    let file = g.valid(
+        Spec::new(PREDICTED_CONTEXTS, "§6.2, §6.8", "a predicted chunk with base-context records (mode 4) whose tables follow its prediction's exponents, which differ from its base's, and stored planes (mode 0)")
+            .encoder(Encoder::Auto)
+            .minor(6)
+            .chunk_bytes(1 << 20)
+            .tensors([
+                predicted(f32t("x", &f32_bytes(&x1), &[nx as u64]), edge_moment("xm")),
+                plain(f32t("xm", &xm1, &[nx as u64])),
+            ])
+            .base(PREDICTED_EDGE_BASE),
+    );
+    assert_eq!(tags(&file, "x"), [CodecTag::DeltaPredicted], "x is predicted");
+    let c = surgery::directory(&file).unwrap().tensors[0].chunks[0].clone();
+    let stored = &file[c.offset as usize..(c.offset + c.stored_length) as usize];
+    let (records, _) = tpde_codec::planes::parse(c.codec, stored, 0, 4, nx).expect("valid");
+    use tpde_codec::planes::PlaneRecord::{BaseContexts, Stored};
+    assert!(records.iter().any(|r| matches!(r, BaseContexts(..))), "x has a base-context record: {records:?}");
+    assert!(records.iter().any(|r| matches!(r, Stored(..))), "x has a stored plane: {records:?}");
 }
