@@ -169,3 +169,82 @@ impl std::fmt::Display for Displayed {
         write!(f, "{}", self.0.display())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The walk's limits and loop checks, on links that are plain numbers: what every front end
+    //! (local paths, URLs, the GPU loader) inherits.
+    use super::*;
+
+    /// A chain over numbers: `next[i]` is the base of link i (`None` at the keyframe); the
+    /// identity of link i is `id[i]`. Returns the links visited, or the error.
+    fn run(next: &[Option<usize>], id: &[usize]) -> Result<Vec<usize>, ReadError> {
+        let links =
+            walk(Link(0), (), |l: &Link| Ok::<_, ReadError>(id[l.0]), |l, _| Ok(next[l.0].map(|n| (Link(n), ()))))?;
+        Ok(links.into_iter().map(|(l, _)| l.0).collect())
+    }
+
+    struct Link(usize);
+    impl std::fmt::Display for Link {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "link {}", self.0)
+        }
+    }
+
+    fn chain_of(n: usize) -> Vec<Option<usize>> {
+        (0..n).map(|i| (i + 1 < n).then_some(i + 1)).collect()
+    }
+
+    #[test]
+    fn a_chain_is_walked_to_its_keyframe_in_order() {
+        assert_eq!(run(&[None], &[0]).unwrap(), [0]);
+        assert_eq!(run(&chain_of(5), &[0, 1, 2, 3, 4]).unwrap(), [0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn loops_are_base_chain_errors_found_before_the_next_open() {
+        let is_chain = |r: Result<Vec<usize>, ReadError>| match r {
+            Err(ReadError::BaseChain { detail }) => detail,
+            other => panic!("expected base-chain, got {other:?}"),
+        };
+        // A file naming itself, a loop of two, and a loop far down a long chain.
+        assert!(is_chain(run(&[Some(0)], &[0])).contains("link 0 refers back to itself"));
+        assert!(is_chain(run(&[Some(1), Some(0)], &[0, 1])).contains("link 0"));
+        let mut long = chain_of(100);
+        long[99] = Some(50);
+        assert!(is_chain(run(&long, &(0..100).collect::<Vec<_>>())).contains("link 50"));
+        // Two places with one identity (a link, a second name for one file) are one file.
+        assert!(is_chain(run(&[Some(1), None], &[7, 7])).contains("link 1"));
+    }
+
+    #[test]
+    fn the_chain_bound_is_exact() {
+        let ids: Vec<usize> = (0..MAX_CHAIN + 2).collect();
+        assert_eq!(run(&chain_of(MAX_CHAIN), &ids).unwrap().len(), MAX_CHAIN);
+        match run(&chain_of(MAX_CHAIN + 1), &ids) {
+            Err(ReadError::BaseChain { detail }) => assert!(detail.contains(&format!("more than {MAX_CHAIN}"))),
+            other => panic!("expected base-chain, got {:?}", other.map(|l| l.len())),
+        }
+    }
+
+    #[test]
+    fn errors_of_identity_and_next_stop_the_walk() {
+        let r = walk(Link(0), (), |_| Err::<usize, _>(ReadError::NotADelta), |_, _| Ok(None));
+        assert!(matches!(r, Err(ReadError::NotADelta)));
+        let mut calls = 0;
+        let r = walk(
+            Link(0),
+            (),
+            |l: &Link| Ok::<_, ReadError>(l.0),
+            |l, _| {
+                calls += 1;
+                match l.0 {
+                    2 => Err(ReadError::NotADelta),
+                    n => Ok(Some((Link(n + 1), ()))),
+                }
+            },
+        );
+        assert!(matches!(r, Err(ReadError::NotADelta)));
+        assert_eq!(calls, 3, "the walk stops at the first error");
+    }
+}
