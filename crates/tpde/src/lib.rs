@@ -15,6 +15,7 @@ pub mod safetensors_out;
 pub mod sharded;
 
 use std::fmt;
+use std::sync::Arc;
 
 pub use tpde_codec as codec;
 pub use tpde_format as format;
@@ -29,25 +30,40 @@ pub use tpde_read::{Base, Reader};
 pub use tpde_write::{FileWriter, WriteOptions, Writer};
 
 /// Why an operation failed: a category to match on (the spec's error categories, plus
-/// `invalid-argument` for a caller's mistake) and a message that says where and what.
+/// `invalid-argument` for a caller's mistake), a message that says where and what, and the
+/// lower-level error it came from, if any ([`std::error::Error::source`]: a
+/// [`read::ReadError`], [`write::WriteError`] or [`std::io::Error`] to match on in detail).
 #[derive(Clone, Debug)]
 pub struct Error {
     kind: ErrorKind,
     message: String,
     usage: bool,
     located: bool,
+    source: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
 impl Error {
     /// A failure of category `kind`.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Error { kind, message: message.into(), usage: false, located: false }
+        Error { kind, message: message.into(), usage: false, located: false, source: None }
+    }
+
+    /// A failure of category `kind` caused by `source`, whose text is the message.
+    pub fn caused_by(kind: ErrorKind, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Error { source: Some(Arc::new(source)), ..Error::new(kind, String::new()) }.with_source_text()
+    }
+
+    fn with_source_text(mut self) -> Self {
+        if let Some(s) = &self.source {
+            self.message = s.to_string();
+        }
+        self
     }
 
     /// The caller asked for something that cannot be done as asked (a bad option or a
     /// combination of them), before any file was read.
     pub fn usage(message: impl Into<String>) -> Self {
-        Error { kind: ErrorKind::InvalidArgument, message: message.into(), usage: true, located: false }
+        Error { usage: true, ..Error::new(ErrorKind::InvalidArgument, message) }
     }
 
     /// The input is not what it claims to be (a damaged safetensors file, a duplicate name).
@@ -96,23 +112,27 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.as_deref().map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
 
 impl From<tpde_read::ReadError> for Error {
     fn from(e: tpde_read::ReadError) -> Self {
-        Error::new(e.kind(), e.to_string())
+        Error::caused_by(e.kind(), e)
     }
 }
 
 impl From<tpde_write::WriteError> for Error {
     fn from(e: tpde_write::WriteError) -> Self {
-        Error::new(e.kind(), e.to_string())
+        Error::caused_by(e.kind(), e)
     }
 }
 
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
-        Error::new(ErrorKind::Io, e.to_string())
+        Error::caused_by(ErrorKind::Io, e)
     }
 }
 
@@ -146,5 +166,26 @@ pub fn ratio(stored: u64, logical: u64) -> f64 {
         1.0
     } else {
         stored as f64 / logical as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn errors_keep_their_cause_through_context() {
+        let e = Error::from(read::ReadError::NotADelta).context("ckpt.tpde");
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert!(e.message().starts_with("ckpt.tpde: "), "{e}");
+        let source = e.source().expect("a cause");
+        assert!(matches!(source.downcast_ref::<read::ReadError>(), Some(read::ReadError::NotADelta)));
+        let io = Error::from(std::io::Error::new(std::io::ErrorKind::StorageFull, "disk full"));
+        assert_eq!(
+            io.source().and_then(|s| s.downcast_ref::<std::io::Error>()).map(|e| e.kind()),
+            Some(std::io::ErrorKind::StorageFull)
+        );
+        assert!(Error::usage("bad option").source().is_none());
     }
 }

@@ -43,7 +43,7 @@ impl Location {
                     io::ErrorKind::InvalidInput if s.starts_with("s3") => crate::ErrorKind::InvalidArgument,
                     _ => crate::ErrorKind::UnsupportedFeature,
                 };
-                Error::new(kind, e.to_string())
+                Error::caused_by(kind, e)
             });
         }
         Ok(Location::Local(PathBuf::from(s)))
@@ -231,7 +231,7 @@ fn io_err(e: io::Error) -> Error {
         io::ErrorKind::InvalidInput => crate::ErrorKind::InvalidArgument,
         _ => crate::ErrorKind::Io,
     };
-    Error::new(kind, e.to_string())
+    Error::caused_by(kind, e)
 }
 
 /// The bytes of an open file: a local file's memory map, or a remote object.
