@@ -12,7 +12,7 @@
 mod float;
 pub mod planes;
 pub mod positions;
-pub mod predict;
+pub mod predicted;
 pub mod rans;
 mod raw;
 mod select;
@@ -23,7 +23,7 @@ use tpde_format::{CodecTag, DType, ErrorKind};
 pub use float::{trailing, Dense, DenseOp, Planes, Sparse, SparseLayout};
 pub use planes::PlaneForm;
 pub use positions::PositionCoder;
-pub use predict::Predicted;
+pub use predicted::Predicted;
 pub use raw::Raw;
 pub use zstd_codec::Zstd;
 

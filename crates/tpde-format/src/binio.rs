@@ -5,7 +5,7 @@
 use binrw::{BinRead, BinResult, Endian};
 use std::io::{Read, Seek, SeekFrom};
 
-use crate::error::{FormatError, Location};
+use crate::error::{FormatError, Position};
 
 /// Bytes left in the stream after the current position.
 fn remaining<R: Read + Seek>(reader: &mut R) -> BinResult<(u64, u64)> {
@@ -35,7 +35,7 @@ where
             pos,
             FormatError::Malformed {
                 what: "directory",
-                location: Location::at(pos),
+                location: Position::at(pos),
                 detail: format!(
                     "{what} count {count} needs at least {min_len} bytes each, but only {left} bytes remain"
                 ),
@@ -57,14 +57,14 @@ pub(crate) fn read_bytes<R: Read + Seek>(
 ) -> BinResult<Vec<u8>> {
     let (pos, left) = remaining(reader)?;
     if len > limit {
-        return Err(custom(pos, FormatError::LimitExceeded { what, found: len, limit, location: Location::at(pos) }));
+        return Err(custom(pos, FormatError::LimitExceeded { what, found: len, limit, location: Position::at(pos) }));
     }
     if len > left {
         return Err(custom(
             pos,
             FormatError::Malformed {
                 what: "directory",
-                location: Location::at(pos),
+                location: Position::at(pos),
                 detail: format!("{what} of {len} bytes runs past the end of the directory ({left} bytes remain)"),
             },
         ));
@@ -87,7 +87,7 @@ pub(crate) fn read_utf8<R: Read + Seek>(
             pos,
             FormatError::Malformed {
                 what: "directory",
-                location: Location::at(pos),
+                location: Position::at(pos),
                 detail: format!("{} is not UTF-8 ({e})", args.2),
             },
         )
@@ -114,13 +114,13 @@ pub(crate) fn into_format_error(err: binrw::Error, what: &'static str, len: u64)
                 }
                 e => e,
             },
-            Err(other) => FormatError::Malformed { what, location: Location::at(pos), detail: other.to_string() },
+            Err(other) => FormatError::Malformed { what, location: Position::at(pos), detail: other.to_string() },
         },
         binrw::Error::Io(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => FormatError::Malformed {
             what,
-            location: Location::at(len),
+            location: Position::at(len),
             detail: "a structure runs past the end of the directory".into(),
         },
-        other => FormatError::Malformed { what, location: Location::default(), detail: other.to_string() },
+        other => FormatError::Malformed { what, location: Position::default(), detail: other.to_string() },
     }
 }

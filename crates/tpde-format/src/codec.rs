@@ -2,7 +2,7 @@
 //! logical bytes. Tags are stable; a new tag is a minor version. The codecs themselves live in
 //! the `tpde-codec` crate; this is the list of names a file may use.
 
-use crate::error::{FormatError, Location};
+use crate::error::{FormatError, Position};
 
 /// A registered codec tag.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -106,7 +106,7 @@ impl CodecTag {
     }
 
     pub(crate) fn parse(tag: u16) -> Result<CodecTag, FormatError> {
-        CodecTag::from_u16(tag).ok_or(FormatError::UnknownCodec { tag, location: Location::default() })
+        CodecTag::from_u16(tag).ok_or(FormatError::UnknownCodec { tag, location: Position::default() })
     }
 
     /// The registry name.

@@ -41,7 +41,7 @@ use std::io::{Cursor, Read, Seek};
 use crate::binio::{custom, into_format_error, read_bytes, read_utf8, read_vec};
 use crate::codec::CodecTag;
 use crate::dtype::DType;
-use crate::error::{FormatError, Location};
+use crate::error::{FormatError, Position};
 use crate::limits::{MAX_CODEC_PARAMS_LEN, MAX_NAME_LEN, MAX_PATH_HINT_LEN};
 use crate::metadata::{MetadataEntry, MetadataValue};
 
@@ -172,7 +172,7 @@ pub struct Directory {
     #[br(temp)]
     #[br(assert(base_kind <= 1, custom(8, FormatError::Malformed {
         what: "directory",
-        location: Location::at(8),
+        location: Position::at(8),
         detail: format!("base_kind {base_kind} is not 0 (no base) or 1 (BLAKE3 content digest)"),
     })))]
     #[bw(calc = u8::from(base.is_some()))]
@@ -199,7 +199,7 @@ impl Directory {
         if cur.position() != len {
             return Err(FormatError::Malformed {
                 what: "directory",
-                location: Location::at(cur.position()),
+                location: Position::at(cur.position()),
                 detail: format!("{} bytes follow the last tensor entry", len - cur.position()),
             });
         }

@@ -1,6 +1,6 @@
 //! The dtype registry (spec §4). Codes are stable; a new dtype is a minor version.
 
-use crate::error::{FormatError, Location};
+use crate::error::{FormatError, Position};
 
 /// An element type. All multi-byte types are stored little-endian.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -85,7 +85,7 @@ impl DType {
     }
 
     pub(crate) fn parse(code: u8) -> Result<DType, FormatError> {
-        DType::from_code(code).ok_or(FormatError::UnknownDType { code, location: Location::default() })
+        DType::from_code(code).ok_or(FormatError::UnknownDType { code, location: Position::default() })
     }
 
     /// Bytes per element.

@@ -69,7 +69,7 @@ impl fmt::Display for ErrorKind {
 
 /// Where in a file something is: any of a byte offset, a tensor and a chunk index.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Location {
+pub struct Position {
     /// Absolute byte offset in the file.
     pub offset: Option<u64>,
     /// Tensor name.
@@ -78,18 +78,18 @@ pub struct Location {
     pub chunk: Option<u32>,
 }
 
-impl Location {
+impl Position {
     /// A location at an absolute byte offset.
     pub fn at(offset: u64) -> Self {
-        Location { offset: Some(offset), ..Default::default() }
+        Position { offset: Some(offset), ..Default::default() }
     }
     /// A location naming a tensor.
     pub fn tensor(name: &str) -> Self {
-        Location { tensor: Some(name.to_owned()), ..Default::default() }
+        Position { tensor: Some(name.to_owned()), ..Default::default() }
     }
     /// A location naming a chunk of a tensor.
     pub fn chunk(name: &str, index: u32) -> Self {
-        Location { tensor: Some(name.to_owned()), chunk: Some(index), offset: None }
+        Position { tensor: Some(name.to_owned()), chunk: Some(index), offset: None }
     }
     /// The same location with a byte offset added.
     pub fn with_offset(mut self, offset: u64) -> Self {
@@ -98,7 +98,7 @@ impl Location {
     }
 }
 
-impl fmt::Display for Location {
+impl fmt::Display for Position {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut parts = Vec::new();
         if let Some(t) = &self.tensor {
@@ -154,7 +154,7 @@ pub enum FormatError {
         /// The tag found.
         tag: u16,
         /// Where.
-        location: Location,
+        location: Position,
     },
     /// Rule R10: a dtype code not in this reader's registry.
     #[error("unknown dtype code {code:#04x} at {location}")]
@@ -162,7 +162,7 @@ pub enum FormatError {
         /// The code found.
         code: u8,
         /// Where.
-        location: Location,
+        location: Position,
     },
     /// Rule R5/R6: the file ends before a structure.
     #[error("truncated file: {what} needs bytes {start}..{end} but the file is {file_len} bytes long")]
@@ -182,7 +182,7 @@ pub enum FormatError {
         /// What the checksum covers.
         what: &'static str,
         /// Where.
-        location: Location,
+        location: Position,
         /// The stored value, in hex.
         stored: String,
         /// The computed value, in hex.
@@ -194,7 +194,7 @@ pub enum FormatError {
         /// The structure.
         what: &'static str,
         /// Where.
-        location: Location,
+        location: Position,
         /// Found vs expected.
         detail: String,
     },
@@ -208,7 +208,7 @@ pub enum FormatError {
         /// The spec's limit.
         limit: u64,
         /// Where.
-        location: Location,
+        location: Position,
     },
 }
 
@@ -228,7 +228,7 @@ impl FormatError {
         }
     }
 
-    pub(crate) fn malformed(what: &'static str, location: Location, detail: impl Into<String>) -> Self {
+    pub(crate) fn malformed(what: &'static str, location: Position, detail: impl Into<String>) -> Self {
         FormatError::Malformed { what, location, detail: detail.into() }
     }
 

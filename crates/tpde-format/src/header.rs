@@ -15,7 +15,7 @@
 use binrw::{BinRead, BinWrite};
 use std::io::Cursor;
 
-use crate::error::{hex, FormatError, Location};
+use crate::error::{hex, FormatError, Position};
 use crate::limits::{MAX_ALIGNMENT, MIN_ALIGNMENT};
 
 /// The eight magic bytes that open every TPDE file. Like PNG's, the high first byte and the
@@ -133,19 +133,19 @@ impl Header {
         if computed != h.header_crc32 {
             return Err(FormatError::ChecksumMismatch {
                 what: "header",
-                location: Location::at(60),
+                location: Position::at(60),
                 stored: hex(&h.header_crc32.to_be_bytes()),
                 computed: hex(&computed.to_be_bytes()),
             });
         }
         if h.reserved.iter().any(|&b| b != 0) {
-            return Err(FormatError::malformed("header", Location::at(32), "reserved bytes are not zero"));
+            return Err(FormatError::malformed("header", Position::at(32), "reserved bytes are not zero"));
         }
         let a = u64::from(h.alignment);
         if !a.is_power_of_two() || !(MIN_ALIGNMENT..=MAX_ALIGNMENT).contains(&a) {
             return Err(FormatError::malformed(
                 "header",
-                Location::at(12),
+                Position::at(12),
                 format!("alignment {a} is not a power of two in {MIN_ALIGNMENT}..={MAX_ALIGNMENT}"),
             ));
         }

@@ -14,7 +14,7 @@ use binrw::{binrw, BinResult, Endian};
 use std::io::{Read, Seek};
 
 use crate::binio::{custom, read_bytes, read_utf8};
-use crate::error::{FormatError, Location};
+use crate::error::{FormatError, Position};
 use crate::limits::MAX_KEY_LEN;
 
 /// Reserved key: the training step of the checkpoint (`u64`).
@@ -156,7 +156,7 @@ fn read_value(type_code: u8, len: u32) -> BinResult<MetadataValue> {
     // breaks the directory's syntax (R12), whatever its length.
     let bytes = read_bytes(reader, endian, (len.into(), u64::MAX, "metadata value"))?;
     MetadataValue::decode(type_code, bytes).map_err(|detail| {
-        custom(pos, FormatError::Malformed { what: "metadata value", location: Location::at(pos), detail })
+        custom(pos, FormatError::Malformed { what: "metadata value", location: Position::at(pos), detail })
     })
 }
 

@@ -5,13 +5,13 @@
 //! Every function takes the bytes of a well-formed file (header, payload, directory, trailer,
 //! with the trailer's `directory_offset` right) and returns new bytes.
 
-use crate::{Directory, FormatError, Header, Location, Trailer};
+use crate::{Directory, FormatError, Header, Position, Trailer};
 
 /// Where the directory of `file` begins, read from the trailer without checking it.
 pub fn directory_offset(file: &[u8]) -> Result<usize, FormatError> {
     let malformed = || FormatError::Malformed {
         what: "trailer",
-        location: Location::at(file.len() as u64),
+        location: Position::at(file.len() as u64),
         detail: "no directory offset to edit".into(),
     };
     let at = file.len().checked_sub(Trailer::LEN).ok_or_else(malformed)?;
@@ -76,7 +76,7 @@ pub fn with_chunk(file: &[u8], tensor: usize, chunk: usize, stored: &[u8]) -> Re
     let mut dir = directory(file)?;
     let missing = || FormatError::Malformed {
         what: "chunk",
-        location: Location::at(at as u64),
+        location: Position::at(at as u64),
         detail: format!("no chunk {chunk} of tensor {tensor} to replace"),
     };
     let old = dir.tensors.get(tensor).and_then(|t| t.chunks.get(chunk)).ok_or_else(missing)?.clone();

@@ -13,7 +13,7 @@
 use binrw::{BinRead, BinWrite};
 use std::io::Cursor;
 
-use crate::error::{hex, FormatError, Location};
+use crate::error::{hex, FormatError, Position};
 use crate::header::Header;
 use crate::limits::MAX_DIRECTORY_LEN;
 
@@ -89,7 +89,7 @@ impl Trailer {
         if computed != t.trailer_crc32 {
             return Err(FormatError::ChecksumMismatch {
                 what: "trailer",
-                location: Location::at(trailer_at + 20),
+                location: Position::at(trailer_at + 20),
                 stored: hex(&t.trailer_crc32.to_be_bytes()),
                 computed: hex(&computed.to_be_bytes()),
             });
@@ -99,14 +99,14 @@ impl Trailer {
                 what: "directory length",
                 found: t.directory_length,
                 limit: MAX_DIRECTORY_LEN,
-                location: Location::at(trailer_at + 8),
+                location: Position::at(trailer_at + 8),
             });
         }
         let end = t.directory_offset.checked_add(t.directory_length);
         if t.directory_offset < Header::LEN as u64 || end != Some(trailer_at) {
             return Err(FormatError::malformed(
                 "trailer",
-                Location::at(trailer_at),
+                Position::at(trailer_at),
                 format!(
                     "directory {}+{} must lie in {}..{} and end where the trailer begins",
                     t.directory_offset,

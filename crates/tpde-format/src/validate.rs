@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 
 use crate::directory::Directory;
-use crate::error::{FormatError, Location};
+use crate::error::{FormatError, Position};
 use crate::header::{Header, RequiredFeatures};
 use crate::limits::{MAX_CHUNK_DECODED_LEN, MAX_CHUNK_STORED_LEN, MAX_NAME_LEN, MAX_RANK};
 use crate::metadata::reserved_type;
@@ -18,7 +18,7 @@ pub fn validate(header: &Header, dir: &Directory, payload_end: u64) -> Result<()
     if has_base_flag != dir.base.is_some() {
         return Err(FormatError::malformed(
             "directory",
-            Location::default(),
+            Position::default(),
             format!(
                 "the BASE feature flag is {} but the directory {}",
                 if has_base_flag { "set" } else { "clear" },
@@ -31,11 +31,11 @@ pub fn validate(header: &Header, dir: &Directory, payload_end: u64) -> Result<()
     let mut names = HashSet::with_capacity(dir.tensors.len());
     let mut ranges = Vec::new();
     for (ti, t) in dir.tensors.iter().enumerate() {
-        let here = || Location::tensor(&t.name);
+        let here = || Position::tensor(&t.name);
         if t.name.is_empty() || t.name.len() as u64 > MAX_NAME_LEN {
             return Err(FormatError::malformed(
                 "tensor entry",
-                Location::default(),
+                Position::default(),
                 format!("tensor {ti} has an empty name"),
             ));
         }
@@ -69,7 +69,7 @@ pub fn validate(header: &Header, dir: &Directory, payload_end: u64) -> Result<()
 
         let mut next = 0u64;
         for (ci, c) in t.chunks.iter().enumerate() {
-            let at = || Location::chunk(&t.name, ci as u32);
+            let at = || Position::chunk(&t.name, ci as u32);
             if c.element_start != next {
                 return Err(FormatError::malformed(
                     "chunk entry",
@@ -158,7 +158,7 @@ pub fn validate(header: &Header, dir: &Directory, payload_end: u64) -> Result<()
         }
     }
 
-    crate::predict::validate_predictions(dir)?;
+    crate::prediction::validate_predictions(dir)?;
 
     // Two chunks may share a stored range exactly (a deduplicated payload); no other overlap.
     // An empty range overlaps nothing (its chunk fails R25 when read).
@@ -169,7 +169,7 @@ pub fn validate(header: &Header, dir: &Directory, payload_end: u64) -> Result<()
         if s1 < e0 && (s0, e0) != (s1, e1) {
             return Err(FormatError::malformed(
                 "chunk entry",
-                Location::chunk(&dir.tensors[t1].name, c1 as u32).with_offset(s1),
+                Position::chunk(&dir.tensors[t1].name, c1 as u32).with_offset(s1),
                 format!(
                     "stored bytes {s1}..{e1} overlap bytes {s0}..{e0} of tensor {:?} chunk {c0}",
                     dir.tensors[t0].name
@@ -183,7 +183,7 @@ pub fn validate(header: &Header, dir: &Directory, payload_end: u64) -> Result<()
 fn validate_metadata(dir: &Directory) -> Result<(), FormatError> {
     let mut keys = HashSet::with_capacity(dir.metadata.len());
     for m in &dir.metadata {
-        let here = || Location::default();
+        let here = || Position::default();
         if m.key.is_empty() {
             return Err(FormatError::malformed("metadata entry", here(), "empty key"));
         }

@@ -480,7 +480,11 @@ fn predictions_on_the_device_are_the_cpus_bit_for_bit() {
         };
         let got = gpu.read_back(&gpu.prediction_base(&t, &db, |_| Ok((&dm, &d_o))).unwrap()).unwrap();
         let mut want = vec![0u8; n * 4];
-        tpde_codec::predict::predict(p, tpde_codec::predict::Inputs { base: &b, exp_avg: &m, other: &o }, &mut want);
+        tpde_codec::predicted::predict(
+            p,
+            tpde_codec::predicted::Inputs { base: &b, exp_avg: &m, other: &o },
+            &mut want,
+        );
         let (lo, hi) = (third as usize * 4, 2 * third as usize * 4);
         want[lo..hi].copy_from_slice(&b[lo..hi]);
         let differ: Vec<_> = (0..n).filter(|&i| got[i * 4..i * 4 + 4] != want[i * 4..i * 4 + 4]).take(5).collect();

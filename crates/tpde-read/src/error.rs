@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use tpde_codec::CodecError;
-use tpde_format::{ErrorKind, FormatError, Location};
+use tpde_format::{ErrorKind, FormatError, Position};
 
 /// Why a read failed. [`ReadError::kind`] gives the category to match on.
 #[derive(Debug, thiserror::Error)]
@@ -36,7 +36,7 @@ pub enum ReadError {
     #[error("{location}: {source}")]
     Codec {
         /// The chunk.
-        location: Location,
+        location: Position,
         /// The codec's error.
         source: CodecError,
     },

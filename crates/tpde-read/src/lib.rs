@@ -52,12 +52,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 use rayon::prelude::*;
-use tpde_codec::predict::Inputs;
+use tpde_codec::predicted::Inputs;
 use tpde_codec::ChunkContext;
 use tpde_format::digest::{content_digest, tensor_digest, to_hex, Digest, DigestInput};
 use tpde_format::validate::validate;
 use tpde_format::{
-    ChunkEntry, CodecTag, DType, Directory, FormatError, Header, Location, MetadataValue, Prediction, TensorEntry,
+    ChunkEntry, CodecTag, DType, Directory, FormatError, Header, MetadataValue, Position, Prediction, TensorEntry,
     Trailer,
 };
 
@@ -190,7 +190,7 @@ impl<S: Source> Reader<S> {
         if crc != trailer.directory_crc32 {
             return Err(FormatError::ChecksumMismatch {
                 what: "directory",
-                location: Location::at(dir_at),
+                location: Position::at(dir_at),
                 stored: format!("{:08x}", trailer.directory_crc32),
                 computed: format!("{crc:08x}"),
             }
@@ -485,7 +485,7 @@ impl<S: Source> Reader<S> {
             if let Some(i) = bytes(&self.src, gap, "padding")?.iter().position(|&b| b != 0) {
                 return Err(FormatError::Malformed {
                     what: "padding",
-                    location: Location::at(start + i as u64),
+                    location: Position::at(start + i as u64),
                     detail: "a byte outside every chunk is not zero".into(),
                 }
                 .into());
@@ -819,7 +819,7 @@ impl<S: Source> Reader<S> {
             Prediction::AdamParameter { exp_avg_sq, .. } => this(exp_avg_sq)?,
         };
         let mut prediction = vec![0u8; len];
-        tpde_codec::predict::predict(&p, Inputs { base, exp_avg: &exp_avg, other: &other }, &mut prediction);
+        tpde_codec::predicted::predict(&p, Inputs { base, exp_avg: &exp_avg, other: &other }, &mut prediction);
         Ok(prediction)
     }
 
@@ -1023,7 +1023,7 @@ fn check_computed_digest(t: &TensorEntry, digest: Digest) -> Result<(), ReadErro
     if digest != t.digest {
         return Err(FormatError::ChecksumMismatch {
             what: "tensor digest",
-            location: Location::tensor(&t.name),
+            location: Position::tensor(&t.name),
             stored: to_hex(&t.digest),
             computed: to_hex(&digest),
         }
@@ -1033,6 +1033,6 @@ fn check_computed_digest(t: &TensorEntry, digest: Digest) -> Result<(), ReadErro
 }
 
 /// Where chunk `i` of `t` is, for error messages: tensor, chunk index and file offset.
-pub fn chunk_location(t: &TensorEntry, i: usize, c: &ChunkEntry) -> Location {
-    Location::chunk(&t.name, i as u32).with_offset(c.offset)
+pub fn chunk_location(t: &TensorEntry, i: usize, c: &ChunkEntry) -> Position {
+    Position::chunk(&t.name, i as u32).with_offset(c.offset)
 }

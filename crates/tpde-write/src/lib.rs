@@ -35,7 +35,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use rayon::prelude::*;
-use tpde_codec::predict::Inputs;
+use tpde_codec::predicted::Inputs;
 use tpde_codec::{ChunkContext, CodecError, Encoder, Predicted};
 use tpde_format::digest::{tensor_digest, Digest};
 use tpde_format::limits::{
@@ -500,7 +500,7 @@ impl<W: Write> Writer<W> {
     pub fn finish(mut self) -> Result<W, WriteError> {
         self.check_not_failed()?;
         // A prediction's names must be tensors of the file (R30): the reader predicts from them.
-        tpde_format::predict::validate_predictions(&self.directory)
+        tpde_format::prediction::validate_predictions(&self.directory)
             .map_err(|e| WriteError::invalid("predictions", e.to_string()))?;
         let dir = self.directory.to_bytes();
         let trailer = Trailer::new(self.pos, &dir);
@@ -713,7 +713,7 @@ fn encode_part(encoder: Encoder, p: &Part<'_>) -> Encoded {
         // Coded against the prediction where that is smaller: a wrong guess about the
         // optimizer costs the time of one more encoding, never bytes.
         let mut predicted = vec![0u8; p.data.len()];
-        tpde_codec::predict::predict(prediction, Inputs { base, exp_avg, other }, &mut predicted);
+        tpde_codec::predicted::predict(prediction, Inputs { base, exp_avg, other }, &mut predicted);
         let mut alt = Vec::with_capacity(stored.len());
         Predicted::encode_against(p.dtype, &predicted, p.data, &mut alt)?;
         let params_alt = prediction.to_bytes();

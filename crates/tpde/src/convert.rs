@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 use safetensors::Dtype as StDtype;
-use tpde_codec::predict::Inputs;
+use tpde_codec::predicted::Inputs;
 use tpde_codec::Encoder;
 use tpde_format::digest::{content_digest, tensor_digest, Digest, DigestInput};
 use tpde_format::metadata::{KEY_MAX_ABS_ERROR, KEY_MAX_REL_ERROR, KEY_PRODUCER, KEY_SOURCE_FORMAT, RESERVED_PREFIX};
@@ -346,7 +346,7 @@ pub fn choose_prediction<'a>(
         };
         let mut predicted = vec![0u8; n];
         let inputs = Inputs { base: &base[..n], exp_avg: &exp_avg[..n], other: &other[..n] };
-        tpde_codec::predict::predict(p, inputs, &mut predicted);
+        tpde_codec::predicted::predict(p, inputs, &mut predicted);
         let hits = predicted.chunks_exact(4).zip(data.chunks_exact(4)).filter(|(a, b)| a == b).count();
         let chosen = Chosen { prediction: p.clone(), exp_avg, other };
         if hits * 10 >= (n / 4) * 9 {

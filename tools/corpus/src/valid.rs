@@ -933,7 +933,7 @@ pub fn edge_moment(m: &str) -> Prediction {
 /// The prediction `p` over whole tensors (little-endian f32 bytes), as a reader computes it.
 pub fn prediction_of(p: &Prediction, base: &[u8], exp_avg: &[u8], other: &[u8]) -> Vec<u8> {
     let mut out = vec![0u8; base.len()];
-    tpde_codec::predict::predict(p, tpde_codec::predict::Inputs { base, exp_avg, other }, &mut out);
+    tpde_codec::predicted::predict(p, tpde_codec::predicted::Inputs { base, exp_avg, other }, &mut out);
     out
 }
 

@@ -250,7 +250,7 @@ pub(super) const ENCODE_WIDTH: usize = 32;
 
 /// Encodes rounds `full - 1` down to 0 of the 32 lanes `k0..k0 + 32` (their words
 /// `k0 + j + t·stride`, all whole), continuing from states `x` and the spill buffers, exactly
-/// as the scalar loop of `Encoder::lanes` does. `info`: each table's `Encoder::info`, one after
+/// as the scalar loop of `SymbolEncoder::lanes` does. `info`: each table's `SymbolEncoder::info`, one after
 /// another; symbol i is coded with table `given[i]`, or the first without `given`.
 ///
 /// # Safety

@@ -11,7 +11,7 @@
 //! context record  u8 map[256]; C = 1 + max(map) frequency tables (C ≤ 16); rANS lanes
 //! ```
 
-use super::{decode_lanes_with, Encoder, Kernel, LaneLayout, LaneRecord, Slots, Spill, Table, L};
+use super::{decode_lanes_with, Kernel, LaneLayout, LaneRecord, Slots, Spill, SymbolEncoder, Table, L};
 
 /// The most tables a context record may have.
 pub const MAX_TABLES: usize = 16;
@@ -207,7 +207,7 @@ impl Contexts {
         for t in &self.tables {
             t.write(out);
         }
-        let encoders: Vec<Encoder> = self.tables.iter().map(Encoder::new).collect();
+        let encoders: Vec<SymbolEncoder> = self.tables.iter().map(SymbolEncoder::new).collect();
         let n = symbols.len();
         let lanes = super::lane_count(n);
         let words = n.div_ceil(4);

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use crate::directory::Directory;
-use crate::error::{FormatError, Location};
+use crate::error::{FormatError, Position};
 use crate::limits::MAX_PREDICTION_DEPTH;
 use crate::{CodecTag, DType};
 
@@ -163,7 +163,7 @@ pub fn validate_predictions(dir: &Directory) -> Result<(), FormatError> {
     for (ti, t) in dir.tensors.iter().enumerate() {
         for (ci, c) in t.chunks.iter().enumerate().filter(|(_, c)| c.codec == CodecTag::DeltaPredicted) {
             let bad =
-                |detail: String| FormatError::malformed("prediction", Location::chunk(&t.name, ci as u32), detail);
+                |detail: String| FormatError::malformed("prediction", Position::chunk(&t.name, ci as u32), detail);
             let p = Prediction::parse(&c.params).map_err(bad)?;
             if t.dtype != DType::F32 {
                 return Err(bad(format!("the tensor is {}; predictions are of f32 tensors", t.dtype)));
@@ -204,7 +204,7 @@ pub fn validate_predictions(dir: &Directory) -> Result<(), FormatError> {
             let looped = path.contains(&next);
             path.push(next);
             let first = path[0];
-            let at = || Location::tensor(&dir.tensors[first].name);
+            let at = || Position::tensor(&dir.tensors[first].name);
             if looped {
                 return Err(FormatError::malformed(
                     "prediction",
