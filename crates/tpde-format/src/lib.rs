@@ -25,6 +25,7 @@ pub mod header;
 pub mod limits;
 pub mod metadata;
 pub mod prediction;
+#[cfg(feature = "surgery")]
 pub mod surgery;
 pub mod trailer;
 pub mod validate;
