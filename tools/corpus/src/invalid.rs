@@ -14,7 +14,7 @@ use crate::valid::{
 use crate::Gen;
 use tpde_codec::planes::PlaneRecord;
 use tpde_codec::ChunkContext;
-use tpde_tools::conformance::{Case, Expect};
+use tpde_conformance::{Case, Expect};
 
 use ErrorKind::*;
 

@@ -15,9 +15,9 @@ mod valid;
 use std::collections::HashMap;
 
 use tpde_codec::Encoder;
+use tpde_conformance::{Case, Expect, ExpectedMetadata, ExpectedTensor, Manifest, SCHEMA};
 use tpde_format::digest::{content_digest, tensor_digest, DigestInput};
 use tpde_format::{BaseRef, DType, MetadataValue, Prediction};
-use tpde_tools::conformance::{Case, Expect, ExpectedMetadata, ExpectedTensor, Manifest, SCHEMA};
 use tpde_write::{PredictInput, TensorInput, WriteOptions, Writer};
 
 /// The spec version the corpus is generated for.
@@ -304,7 +304,7 @@ impl std::fmt::Display for Drift {
 impl Corpus {
     /// Every file to commit, the manifest last: (path in the corpus folder, bytes).
     pub fn entries(&self) -> impl Iterator<Item = (&str, std::borrow::Cow<'_, [u8]>)> {
-        let manifest = (tpde_tools::conformance::MANIFEST, self.manifest_json().into_bytes().into());
+        let manifest = (tpde_conformance::MANIFEST, self.manifest_json().into_bytes().into());
         self.files.iter().map(|(p, b)| (p.as_str(), b.as_slice().into())).chain([manifest])
     }
 

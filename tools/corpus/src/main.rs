@@ -32,7 +32,7 @@ fn main() -> ExitCode {
     let notes = std::fs::read_to_string(dir.join("../spec/CHANGES.md")).unwrap_or_default();
     let unexplained: Vec<&Drift> = drift
         .iter()
-        .filter(|d| !matches!(d, Drift::Missing(_)) && d.path() != tpde_tools::conformance::MANIFEST)
+        .filter(|d| !matches!(d, Drift::Missing(_)) && d.path() != tpde_conformance::MANIFEST)
         .filter(|d| !notes.contains(file_name(d.path())))
         .collect();
     if !unexplained.is_empty() {

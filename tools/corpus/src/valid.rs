@@ -559,8 +559,8 @@ fn structure(g: &mut Gen) {
         "valid/metadata-all-types.tpde",
         with_unknown,
     );
-    if let tpde_tools::conformance::Expect::Valid { metadata, .. } = &mut g.cases.last_mut().unwrap().expect {
-        metadata.push(tpde_tools::conformance::ExpectedMetadata::new("future.type", &unknown));
+    if let tpde_conformance::Expect::Valid { metadata, .. } = &mut g.cases.last_mut().unwrap().expect {
+        metadata.push(tpde_conformance::ExpectedMetadata::new("future.type", &unknown));
     }
 
     // Forward compatibility: what a 1.x reader must accept.

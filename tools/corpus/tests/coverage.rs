@@ -2,9 +2,9 @@
 
 use std::collections::{BTreeSet, HashSet};
 
+use tpde_conformance::Expect;
 use tpde_format::{CodecTag, DType, RequiredFeatures};
 use tpde_read::Reader;
-use tpde_tools::conformance::Expect;
 
 #[test]
 fn the_corpus_covers_every_tag_dtype_flag_and_rule() {
