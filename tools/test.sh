@@ -39,6 +39,8 @@ for isa in avx2 avx512vbmi; do
   fi
 done
 cargo test --workspace --locked "${features[@]}"
+# The facade on its own, as a Rust program that embeds it builds it: without object storage.
+cargo test --locked -q -p tpde --lib
 
 step "conformance corpus, as another implementation would run it"
 cargo run --release --locked --bin tpde -- conformance conformance --quiet

@@ -35,16 +35,6 @@ mod error;
 mod inputs;
 mod source;
 
-/// The README's examples, compiled and run as doctests.
-#[doc = include_str!("../../../README.md")]
-#[cfg(doctest)]
-pub struct ReadmeDoctests;
-
-/// The guide's examples, likewise.
-#[doc = include_str!("../../../docs/guide.md")]
-#[cfg(doctest)]
-pub struct GuideDoctests;
-
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;

@@ -206,7 +206,7 @@ pub struct HintPolicy {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum UrlHints {
     /// When the user opted into object storage: the chain starts at a URL the user opened, or
-    /// object storage is configured in the environment ([`tpde_object::configured`]).
+    /// object storage is configured in the environment (`tpde::object::configured`).
     #[default]
     WhenOptedIn,
     /// Always.
@@ -233,6 +233,7 @@ impl HintPolicy {
     fn ignores(&self, base_at: &Location) -> bool {
         match base_at {
             Location::Local(_) => self.paths == PathHints::Ignore,
+            #[cfg(feature = "object")]
             Location::Object(_) => self.urls == UrlHints::Never,
         }
     }
@@ -240,8 +241,10 @@ impl HintPolicy {
     /// Checks that hint `hint`, resolved to `base_at`, may be followed on a chain that started
     /// at `start`; a refusal is `base-missing`, saying why.
     fn permit(&self, start: &Location, hint: &str, base_at: &Location) -> Result<(), Error> {
+        let _ = start; // what a URL hint's permission depends on (the `object` feature)
         match base_at {
             Location::Local(p) => self.paths.check(hint, p)?,
+            #[cfg(feature = "object")]
             Location::Object(_) => {
                 let opted_in = matches!(start, Location::Object(_)) || tpde_object::configured();
                 let follow = match self.urls {
@@ -330,6 +333,7 @@ pub fn chain_readers_with(at: &Location, opts: &OpenOptions) -> Result<Vec<(Loca
 fn open_present(at: &Location, read: ReadOptions) -> Result<Option<FileReader>, Error> {
     match at {
         Location::Local(p) if !p.is_file() => Ok(None),
+        #[cfg(feature = "object")]
         Location::Object(_) => match open_reader_with(at, read) {
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
             opened => opened.map(Some),
@@ -379,7 +383,7 @@ pub fn open_tpde_with(at: &Location, base: Option<&Location>, opts: &OpenOptions
     match base_at {
         Location::Local(p) if !p.is_file() => Ok(reader),
         base_at => match open_base_with(&base_at, opts) {
-            Err(e) if e.kind() == ErrorKind::NotFound && matches!(base_at, Location::Object(_)) => Ok(reader),
+            Err(e) if e.kind() == ErrorKind::NotFound && base_at.as_path().is_none() => Ok(reader),
             opened => {
                 reader.with_base(opened?).map_err(|e| Error::from(e).context(format_args!("{at}: base {base_at}")))
             }

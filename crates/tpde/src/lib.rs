@@ -8,6 +8,16 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+/// The README's examples, compiled and run as doctests.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
+/// The guide's examples, likewise.
+#[doc = include_str!("../../../docs/guide.md")]
+#[cfg(doctest)]
+pub struct GuideDoctests;
+
 pub mod checkpoint;
 pub mod convert;
 pub mod location;
@@ -19,6 +29,8 @@ use std::sync::Arc;
 
 pub use tpde_codec as codec;
 pub use tpde_format as format;
+/// Object storage (`s3://` URLs): the `object` feature.
+#[cfg(feature = "object")]
 pub use tpde_object as object;
 pub use tpde_read as read;
 pub use tpde_write as write;

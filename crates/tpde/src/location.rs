@@ -12,6 +12,7 @@ use std::io::{self, BufWriter, Write};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+#[cfg(feature = "object")]
 use tpde_object::{ObjectSource, ObjectUrl, ObjectWriter};
 use tpde_read::{Reader, Source};
 use tpde_write::atomic::AtomicFile;
@@ -23,7 +24,8 @@ use crate::Error;
 pub enum Location {
     /// A path on this machine (`file://` URLs become paths).
     Local(PathBuf),
-    /// An object in S3 or a store that speaks its API.
+    /// An object in S3 or a store that speaks its API (the `object` feature).
+    #[cfg(feature = "object")]
     Object(ObjectUrl),
 }
 
@@ -37,6 +39,14 @@ impl Location {
         if let Some(path) = s.strip_prefix("file://") {
             return Ok(Location::Local(PathBuf::from(path)));
         }
+        #[cfg(not(feature = "object"))]
+        if s.contains("://") {
+            return Err(Error::new(
+                crate::ErrorKind::UnsupportedFeature,
+                format!("{s}: a URL, and this build of tpde reads no object storage (its `object` feature)"),
+            ));
+        }
+        #[cfg(feature = "object")]
         if ObjectUrl::is_url(s) {
             return ObjectUrl::parse(s).map(Location::Object).map_err(|e| {
                 let kind = match e.kind() {
@@ -53,6 +63,7 @@ impl Location {
     pub fn as_path(&self) -> Option<&Path> {
         match self {
             Location::Local(p) => Some(p),
+            #[cfg(feature = "object")]
             Location::Object(_) => None,
         }
     }
@@ -61,6 +72,7 @@ impl Location {
     pub fn join(&self, name: &str) -> Result<Location, Error> {
         Ok(match self {
             Location::Local(p) => Location::Local(p.join(name)),
+            #[cfg(feature = "object")]
             Location::Object(u) => Location::Object(u.join(name).map_err(io_err)?),
         })
     }
@@ -69,6 +81,7 @@ impl Location {
     pub fn file_name(&self) -> String {
         match self {
             Location::Local(p) => p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+            #[cfg(feature = "object")]
             Location::Object(u) => u.file_name().to_owned(),
         }
     }
@@ -76,12 +89,13 @@ impl Location {
     /// The base a file here names by path hint `hint` (spec §7.3): a URL as it is, an
     /// absolute path as it is, a relative one from this file's folder.
     pub fn resolve_hint(&self, hint: &str) -> Result<Location, Error> {
-        if ObjectUrl::is_url(hint) || Path::new(hint).is_absolute() {
+        if hint.contains("://") || Path::new(hint).is_absolute() {
             return Location::parse(hint);
         }
         Ok(match self {
             Location::Local(p) => Location::Local(p.parent().unwrap_or(Path::new("")).join(hint)),
             // A hint that climbs out of the bucket leads nowhere (spec §7.3).
+            #[cfg(feature = "object")]
             Location::Object(u) => Location::Object(u.parent().join(hint).map_err(|e| {
                 Error::new(crate::ErrorKind::BaseMissing, format!("base path hint {hint:?} not followed: {e}"))
             })?),
@@ -94,10 +108,13 @@ impl Location {
     pub fn hint_to(&self, base: &Location) -> String {
         match (self, base) {
             (Location::Local(out), Location::Local(b)) => crate::convert::path_hint(b, out),
+            #[cfg(feature = "object")]
             (Location::Object(out), Location::Object(b)) => out.relative_hint(b).unwrap_or_else(|| b.to_string()),
+            #[cfg(feature = "object")]
             (Location::Object(_), Location::Local(b)) => {
                 b.canonicalize().unwrap_or_else(|_| b.clone()).display().to_string()
             }
+            #[cfg(feature = "object")]
             (Location::Local(_), Location::Object(b)) => b.to_string(),
         }
     }
@@ -106,6 +123,7 @@ impl Location {
     pub fn is_file(&self) -> Result<bool, Error> {
         match self {
             Location::Local(p) => Ok(p.is_file()),
+            #[cfg(feature = "object")]
             Location::Object(u) => Ok(tpde_object::size(u).map_err(io_err)?.is_some()),
         }
     }
@@ -116,6 +134,7 @@ impl Location {
             Location::Local(p) => {
                 tpde_read::map_file(p).map(Stored::Map).map_err(|e| Error::from(e).context(p.display()))
             }
+            #[cfg(feature = "object")]
             Location::Object(u) => ObjectSource::open(u).map(|o| Stored::Object(Box::new(o))).map_err(io_err),
         }
     }
@@ -126,6 +145,7 @@ impl Location {
             Location::Local(p) => AtomicFile::create(p)
                 .map(|f| Sink::File(BufWriter::with_capacity(1 << 20, f)))
                 .map_err(|e| Error::from(e).context(p.display())),
+            #[cfg(feature = "object")]
             Location::Object(u) => ObjectWriter::create(u).map(Sink::Object).map_err(io_err),
         }
     }
@@ -134,6 +154,7 @@ impl Location {
     pub fn create_dir_all(&self) -> Result<(), Error> {
         match self {
             Location::Local(p) => std::fs::create_dir_all(p).map_err(|e| Error::from(e).context(p.display())),
+            #[cfg(feature = "object")]
             Location::Object(_) => Ok(()),
         }
     }
@@ -152,6 +173,7 @@ impl Location {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
                 Err(e) => Err(Error::from(e).context(p.display())),
             },
+            #[cfg(feature = "object")]
             Location::Object(u) => Ok(tpde_object::list(u).map_err(io_err)?.into_iter().map(|(k, _)| k).collect()),
         }
     }
@@ -163,6 +185,7 @@ impl Location {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => Err(Error::from(e).context(p.display())),
                 _ => Ok(()),
             },
+            #[cfg(feature = "object")]
             Location::Object(u) => tpde_object::delete(u).map_err(io_err),
         }
     }
@@ -174,6 +197,7 @@ impl Location {
                 let canonical = p.canonicalize().map_err(|e| Error::from(e).context(p.display()))?;
                 Ok(canonical.display().to_string())
             }
+            #[cfg(feature = "object")]
             Location::Object(u) => Ok(u.to_string()),
         }
     }
@@ -183,6 +207,7 @@ impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Location::Local(p) => write!(f, "{}", p.display()),
+            #[cfg(feature = "object")]
             Location::Object(u) => write!(f, "{u}"),
         }
     }
@@ -210,6 +235,7 @@ pub fn copy(from: &Location, to: &Location) -> Result<u64, Error> {
     // An object's errors name its URL already; a local file's get its path here.
     let named = |e: io::Error, at: &Location| match at {
         Location::Local(p) => Error::from(e).context(p.display()),
+        #[cfg(feature = "object")]
         Location::Object(_) => io_err(e),
     };
     let src = from.open()?;
@@ -225,6 +251,7 @@ pub fn copy(from: &Location, to: &Location) -> Result<u64, Error> {
 }
 
 /// An object-store error (its message names the URL) as the facade's error.
+#[cfg(feature = "object")]
 fn io_err(e: io::Error) -> Error {
     let kind = match e.kind() {
         io::ErrorKind::NotFound => crate::ErrorKind::NotFound,
@@ -239,14 +266,17 @@ pub enum Stored {
     /// A mapped local file.
     Map(memmap2::Mmap),
     /// An object read by ranged GETs (boxed: it holds its cache and counters).
+    #[cfg(feature = "object")]
     Object(Box<ObjectSource>),
 }
 
 impl Stored {
     /// The remote object's request counts, `None` for a local file.
+    #[cfg(feature = "object")]
     pub fn object_stats(&self) -> Option<tpde_object::Stats> {
         match self {
             Stored::Map(_) => None,
+            #[cfg(feature = "object")]
             Stored::Object(o) => Some(o.stats()),
         }
     }
@@ -256,24 +286,29 @@ impl Source for Stored {
     fn len(&self) -> u64 {
         match self {
             Stored::Map(m) => Source::len(m),
+            #[cfg(feature = "object")]
             Stored::Object(o) => o.len(),
         }
     }
     fn get(&self, range: Range<u64>) -> io::Result<Cow<'_, [u8]>> {
         match self {
             Stored::Map(m) => m.get(range),
+            #[cfg(feature = "object")]
             Stored::Object(o) => o.get(range),
         }
     }
     fn prefetch_window(&self) -> Option<u64> {
         match self {
             Stored::Map(_) => None,
+            #[cfg(feature = "object")]
             Stored::Object(o) => o.prefetch_window(),
         }
     }
     fn prefetch(&self, ranges: &[Range<u64>]) -> io::Result<()> {
+        let _ = ranges; // a mapped file needs no prefetch
         match self {
             Stored::Map(_) => Ok(()),
+            #[cfg(feature = "object")]
             Stored::Object(o) => o.prefetch(ranges),
         }
     }
@@ -285,6 +320,7 @@ pub enum Sink {
     /// A local file.
     File(BufWriter<AtomicFile>),
     /// An object being uploaded.
+    #[cfg(feature = "object")]
     Object(ObjectWriter),
 }
 
@@ -298,6 +334,7 @@ impl Sink {
                 let file = file.commit().map_err(|e| Error::from(e).context(path.display()))?;
                 Ok(file.metadata()?.len())
             }
+            #[cfg(feature = "object")]
             Sink::Object(o) => o.commit().map_err(io_err),
         }
     }
@@ -307,13 +344,36 @@ impl Write for Sink {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Sink::File(w) => w.write(buf),
+            #[cfg(feature = "object")]
             Sink::Object(o) => o.write(buf),
         }
     }
     fn flush(&mut self) -> io::Result<()> {
         match self {
             Sink::File(w) => w.flush(),
+            #[cfg(feature = "object")]
             Sink::Object(o) => o.flush(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_and_urls_parse_by_feature() {
+        assert_eq!(Location::parse("a/b.tpde").unwrap(), Location::Local(PathBuf::from("a/b.tpde")));
+        assert_eq!(Location::parse("file:///x/y.tpde").unwrap(), Location::Local(PathBuf::from("/x/y.tpde")));
+        let url = Location::parse("s3://bucket/run/step-1.tpde");
+        #[cfg(feature = "object")]
+        assert_eq!(url.unwrap().to_string(), "s3://bucket/run/step-1.tpde");
+        // Without object storage a URL is refused by name, never taken for a relative path.
+        #[cfg(not(feature = "object"))]
+        {
+            let e = url.unwrap_err();
+            assert_eq!(e.kind(), crate::ErrorKind::UnsupportedFeature);
+            assert!(e.message().contains("`object` feature"), "{e}");
         }
     }
 }

@@ -17,9 +17,9 @@ use std::process::Command;
 use std::time::Instant;
 
 use safetensors::SafeTensors;
-use tpde_codec::Encoder;
-use tpde_read::Reader;
-use tpde_write::WriteOptions;
+use tpde::codec::Encoder;
+use tpde::read::Reader;
+use tpde::write::WriteOptions;
 
 use crate::convert::PackJob;
 use crate::{convert, mb_per_s, ratio, CliError};
@@ -114,7 +114,7 @@ fn each(
 
 /// Reads every tensor of `r` into buffers allocated for it (as a restore does), in one
 /// parallel pass ([`Reader::read_many_into`]), and touches the result.
-fn read_all<S: tpde_read::Source + Send>(r: &Reader<S>) -> Result<(), CliError> {
+fn read_all<S: tpde::read::Source + Send>(r: &Reader<S>) -> Result<(), CliError> {
     let mut bufs = buffers(r);
     read_all_into(r, &mut bufs)?;
     bufs.iter().for_each(|b| touch(b));
@@ -122,12 +122,12 @@ fn read_all<S: tpde_read::Source + Send>(r: &Reader<S>) -> Result<(), CliError> 
 }
 
 /// A zeroed buffer for every tensor of `r`.
-fn buffers<S: tpde_read::Source>(r: &Reader<S>) -> Vec<Vec<u8>> {
+fn buffers<S: tpde::read::Source>(r: &Reader<S>) -> Vec<Vec<u8>> {
     r.tensors().iter().map(|t| vec![0u8; t.byte_length as usize]).collect()
 }
 
 /// Reads every tensor of `r` into `bufs` (from [`buffers`]) in one parallel pass.
-fn read_all_into<S: tpde_read::Source + Send>(r: &Reader<S>, bufs: &mut [Vec<u8>]) -> Result<(), CliError> {
+fn read_all_into<S: tpde::read::Source + Send>(r: &Reader<S>, bufs: &mut [Vec<u8>]) -> Result<(), CliError> {
     Ok(r.read_many_into(r.tensors().iter().zip(bufs.iter_mut().map(|b| &mut b[..])).collect())?)
 }
 
@@ -238,7 +238,7 @@ pub fn run(inputs: &[PathBuf], workdir: &Path, runs: usize) -> Result<Vec<Row>, 
 
     let secs = pinned(1, || {
         time(runs, || {
-            let map = tpde_read::map_file(input)?;
+            let map = tpde::read::map_file(input)?;
             let st = SafeTensors::deserialize(&map).map_err(|e| CliError::failed(e.to_string()))?;
             for (_, t) in st.tensors() {
                 // The copy is the point: it is what a loader does to get an owned tensor.
@@ -471,7 +471,7 @@ pub fn render(input: &Path, rows: &[Row], runs: usize) -> String {
         input.display(),
         std::fs::metadata(input).map(|m| m.len()).unwrap_or(0),
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
-        tpde_codec::rans::lane_loop()
+        tpde::codec::rans::lane_loop()
     );
     for r in rows {
         let ratio = r.ratio.map(|x| format!("{x:.3}")).unwrap_or_else(|| "-".into());

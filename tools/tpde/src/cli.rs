@@ -13,8 +13,8 @@ use crate::{
 };
 use clap::{Parser, Subcommand};
 use indicatif::HumanBytes;
+use tpde::write::{WriteOptions, DEFAULT_CHUNK_BYTES};
 use tpde::Location;
-use tpde_write::{WriteOptions, DEFAULT_CHUNK_BYTES};
 
 /// TPDE: checkpoints as keyframes and bit-exact deltas.
 #[derive(Parser)]
@@ -538,7 +538,7 @@ fn verify(file: &Location, base: Option<&Location>, opts: &checkpoint::OpenOptio
         report.chunks,
         HumanBytes(report.logical_bytes),
         HumanBytes(report.stored_bytes),
-        tpde_format::digest::to_hex(&r.content_digest())
+        tpde::format::digest::to_hex(&r.content_digest())
     )?;
     Ok(())
 }

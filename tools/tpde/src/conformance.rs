@@ -13,7 +13,7 @@ use tpde_gpu::{DeviceCheckpoint, Gpu, GpuError};
 /// Stands for the GPU in a build without the GPU decoder: there is none to run on.
 #[cfg(not(feature = "gpu"))]
 pub enum Gpu {}
-use tpde_read::{open_chain, ReadError, Reader};
+use tpde::read::{open_chain, ReadError, Reader};
 
 pub use tpde_conformance::*;
 
@@ -167,7 +167,7 @@ fn open_case(dir: &Path, case: &Case, cases: &HashMap<&str, &Case>, depth: usize
 
 /// The manifest entry of the base `base` named by a case `depth` links down a chain.
 fn manifest_base<'a>(cases: &HashMap<&str, &'a Case>, base: &str, depth: usize) -> Result<&'a Case, ReadError> {
-    cases.get(base).copied().filter(|_| depth < tpde_read::MAX_CHAIN).ok_or_else(|| ReadError::Io {
+    cases.get(base).copied().filter(|_| depth < tpde::read::MAX_CHAIN).ok_or_else(|| ReadError::Io {
         path: PathBuf::from(base),
         source: std::io::Error::other("the manifest lists no such base, or its bases loop"),
     })

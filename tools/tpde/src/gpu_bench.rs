@@ -12,11 +12,11 @@
 use std::path::Path;
 use std::time::Instant;
 
-use tpde_codec::Encoder;
-use tpde_format::CodecTag;
+use tpde::codec::Encoder;
+use tpde::format::CodecTag;
+use tpde::read::{Base, Reader};
+use tpde::write::{WriteOptions, Writer, DEFAULT_CHUNK_BYTES};
 use tpde_gpu::{DeviceCheckpoint, Gpu, LayerLoader};
-use tpde_read::{Base, Reader};
-use tpde_write::{WriteOptions, Writer, DEFAULT_CHUNK_BYTES};
 
 use crate::checkpoint::SafetensorsFile;
 use crate::{ratio, CliError};
@@ -48,7 +48,7 @@ fn median_secs(runs: usize, mut f: impl FnMut() -> Result<(), CliError>) -> Resu
 
 fn pack(st: &SafetensorsFile, base: Option<&SafetensorsFile>, encoder: Encoder) -> Result<Vec<u8>, CliError> {
     let base_ref = match base {
-        Some(b) => Some(tpde_format::BaseRef { digest: b.content_digest()?, path_hint: String::new() }),
+        Some(b) => Some(tpde::format::BaseRef { digest: b.content_digest()?, path_hint: String::new() }),
         None => None,
     };
     let opts = WriteOptions { encoder, chunk_bytes: DEFAULT_CHUNK_BYTES, base: base_ref, ..WriteOptions::default() };

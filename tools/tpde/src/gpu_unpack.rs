@@ -39,7 +39,7 @@ pub fn unpack_gpu(
                 .tensors()
                 .map(|(name, dtype, shape, data)| gpu.upload(name, dtype, shape, data))
                 .collect::<Result<Vec<_>, _>>()?;
-            Some(tpde_gpu::DeviceCheckpoint::new(tpde_read::Base::content_digest(&st)?, tensors))
+            Some(tpde_gpu::DeviceCheckpoint::new(tpde::read::Base::content_digest(&st)?, tensors))
         }
         // The chain decoded on the device from its keyframe up, each base resident while the
         // file after it decodes.

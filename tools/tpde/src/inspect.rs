@@ -7,9 +7,9 @@ use std::fmt::Write as _;
 
 use indicatif::HumanBytes;
 use serde::Serialize;
-use tpde_format::digest::to_hex;
-use tpde_format::TensorEntry;
-use tpde_read::{Reader, Source};
+use tpde::format::digest::to_hex;
+use tpde::format::TensorEntry;
+use tpde::read::{Reader, Source};
 
 use crate::ratio;
 

@@ -28,7 +28,7 @@ pub struct CliError {
     /// What to print on stderr.
     pub message: String,
     /// The error category, when it came from the format layer.
-    pub kind: Option<tpde_format::ErrorKind>,
+    pub kind: Option<tpde::format::ErrorKind>,
 }
 
 impl CliError {
@@ -90,8 +90,8 @@ impl From<tpde::Error> for CliError {
     }
 }
 
-impl From<tpde_read::ReadError> for CliError {
-    fn from(e: tpde_read::ReadError) -> Self {
+impl From<tpde::read::ReadError> for CliError {
+    fn from(e: tpde::read::ReadError) -> Self {
         tpde::Error::from(e).into()
     }
 }
@@ -103,8 +103,8 @@ impl From<tpde_gpu::GpuError> for CliError {
     }
 }
 
-impl From<tpde_write::WriteError> for CliError {
-    fn from(e: tpde_write::WriteError) -> Self {
+impl From<tpde::write::WriteError> for CliError {
+    fn from(e: tpde::write::WriteError) -> Self {
         tpde::Error::from(e).into()
     }
 }
@@ -149,7 +149,7 @@ pub fn mb_per_s(bytes: u64, seconds: f64) -> f64 {
 
 /// Runs `tpde-inspect` (also `tpde inspect`): prints the report of `path` as text or JSON.
 pub fn run_inspect(at: &tpde::Location, json: bool, chunks: bool, full: bool) -> Result<(), CliError> {
-    let opened = at.open().map_err(CliError::from).and_then(|src| Ok(tpde_read::Reader::from_source(src)?));
+    let opened = at.open().map_err(CliError::from).and_then(|src| Ok(tpde::read::Reader::from_source(src)?));
     match opened {
         Ok(r) => {
             let rep = inspect::report(&at.to_string(), &r, chunks);

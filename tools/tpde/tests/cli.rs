@@ -123,7 +123,7 @@ fn exit_codes_and_messages() {
 
     // A corrupted chunk: open succeeds, verify fails with exit 1 and says where.
     let mut bytes = std::fs::read(&packed).unwrap();
-    let at = tpde_read::Reader::open(&packed).unwrap().tensor("lm_head.weight").unwrap().chunks[0].offset as usize;
+    let at = tpde::read::Reader::open(&packed).unwrap().tensor("lm_head.weight").unwrap().chunks[0].offset as usize;
     bytes[at + 10] ^= 0x40;
     let bad = dir.path().join("bad.tpde");
     std::fs::write(&bad, &bytes).unwrap();
@@ -151,8 +151,8 @@ fn a_failed_pack_leaves_nothing_under_the_final_name() {
 
 #[test]
 fn file_writer_is_atomic() {
+    use tpde::write::{FileWriter, WriteOptions};
     use tpde_format::DType;
-    use tpde_write::{FileWriter, WriteOptions};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("x.tpde");
     {
@@ -165,7 +165,7 @@ fn file_writer_is_atomic() {
     let mut w = FileWriter::create(&path, WriteOptions::default()).unwrap();
     w.add_tensor("t", DType::U8, &[3], &[1, 2, 3]).unwrap();
     w.finish().unwrap();
-    assert_eq!(&*tpde_read::Reader::open(&path).unwrap().read("t").unwrap(), &[1, 2, 3]);
+    assert_eq!(&*tpde::read::Reader::open(&path).unwrap().read("t").unwrap(), &[1, 2, 3]);
 }
 
 #[test]
@@ -538,7 +538,7 @@ fn the_codec_help_matches_the_registry_and_what_auto_writes() {
     tpde().args(["pack", "b.safetensors", "--base", "a.tpde", "-o", "b.tpde"]).current_dir(d).assert().success();
     // The codec of most stored bytes in each file.
     let main_codec = |file: &str| {
-        let r = tpde_read::Reader::open(d.join(file)).unwrap();
+        let r = tpde::read::Reader::open(d.join(file)).unwrap();
         let mut bytes = std::collections::HashMap::<tpde_format::CodecTag, u64>::new();
         for c in r.tensors().iter().flat_map(|t| &t.chunks) {
             *bytes.entry(c.codec).or_default() += c.stored_length;
@@ -682,7 +682,7 @@ fn relative_bounds_are_recorded_and_checked() {
         .arg(&packed)
         .assert()
         .success();
-    let r = tpde_read::Reader::open(&packed).unwrap();
+    let r = tpde::read::Reader::open(&packed).unwrap();
     assert_eq!(r.header().minor_version, 5);
     assert_eq!(r.metadata("tpde.max_rel_error"), Some(&tpde_format::MetadataValue::F64(0.01)));
     assert_eq!(r.metadata("tpde.max_abs_error"), None);

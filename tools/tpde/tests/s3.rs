@@ -8,8 +8,8 @@ use std::io::{Seek, SeekFrom, Write};
 
 use assert_cmd::Command;
 use s3::S3;
+use tpde::write::{WriteOptions, Writer};
 use tpde_format::DType;
-use tpde_write::{WriteOptions, Writer};
 
 fn tpde(s3: &S3) -> Command {
     let mut c = Command::cargo_bin("tpde").unwrap();
@@ -48,7 +48,7 @@ fn cat_of_a_small_tensor_from_a_multi_gb_object_needs_at_most_four_gets() {
     let small: Vec<u8> = (0..1000u32).flat_map(|i| (i as f32).to_le_bytes()).collect();
     let file = std::fs::File::create(&path).unwrap();
     let mut w =
-        Writer::new(Sparse(file), WriteOptions { encoder: tpde_codec::Encoder::Raw, ..WriteOptions::default() })
+        Writer::new(Sparse(file), WriteOptions { encoder: tpde::codec::Encoder::Raw, ..WriteOptions::default() })
             .unwrap();
     for i in 0..32u8 {
         layer[0] = i + 1;
