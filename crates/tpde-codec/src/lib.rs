@@ -220,12 +220,92 @@ impl Encoder {
             Encoder::Auto => 3,
         }
     }
+    /// Whether a GPU decodes every chunk this encoder writes in parallel (spec §6.7): `raw`,
+    /// [`Encoder::Auto`] (lane forms only) and the lane-form tags.
+    pub fn gpu_parallel(self) -> bool {
+        match self {
+            Encoder::Raw | Encoder::Auto => true,
+            Encoder::Codec(tag) => tag.gpu_parallel(),
+            Encoder::Zstd { .. } | Encoder::AutoSerial => false,
+        }
+    }
+
+    /// Zstandard's level when a name does not give one.
+    pub const DEFAULT_ZSTD_LEVEL: i32 = 3;
 }
+
+/// Parses an encoder's name: `auto`, `auto-serial`, `raw`, `zstd` (at
+/// [`Encoder::DEFAULT_ZSTD_LEVEL`]) or any codec tag's name (spec §6). Front ends add their own
+/// words for levels and profiles.
+impl std::str::FromStr for Encoder {
+    type Err = UnknownEncoder;
+
+    fn from_str(name: &str) -> Result<Encoder, UnknownEncoder> {
+        Ok(match name {
+            "auto" => Encoder::Auto,
+            "auto-serial" => Encoder::AutoSerial,
+            "raw" => Encoder::Raw,
+            "zstd" => Encoder::Zstd { level: Encoder::DEFAULT_ZSTD_LEVEL },
+            _ => match CodecTag::from_name(name) {
+                Some(tag) if tag != CodecTag::DeltaPredicted => Encoder::Codec(tag),
+                _ => return Err(UnknownEncoder { name: name.to_owned() }),
+            },
+        })
+    }
+}
+
+/// A name that is no encoder: unknown, or `delta-predicted`, which codes a tensor against a
+/// prediction its writer is given per tensor (spec §6.8), never a file's codec of choice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownEncoder {
+    /// The name given.
+    pub name: String,
+}
+
+impl std::fmt::Display for UnknownEncoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.name == CodecTag::DeltaPredicted.name() {
+            return write!(
+                f,
+                "delta-predicted codes a tensor against an optimizer's prediction (spec §6.8), which the writer is \
+                 given per tensor; it is not a codec to choose for a file"
+            );
+        }
+        let names: Vec<&str> =
+            CodecTag::ALL.iter().filter(|&&t| t != CodecTag::DeltaPredicted).map(|t| t.name()).collect();
+        write!(f, "unknown codec {:?}: expected auto, auto-serial, {}", self.name, names.join(", "))
+    }
+}
+
+impl std::error::Error for UnknownEncoder {}
 
 fn no_params(codec: CodecTag, params: &[u8]) -> Result<(), CodecError> {
     if params.is_empty() {
         Ok(())
     } else {
         Err(CodecError::BadParams { codec, detail: format!("expected no parameters, found {} bytes", params.len()) })
+    }
+}
+
+#[cfg(test)]
+mod encoder_names {
+    use super::*;
+
+    #[test]
+    fn every_tag_name_parses_but_delta_predicted() {
+        for tag in CodecTag::ALL {
+            let parsed = tag.name().parse::<Encoder>();
+            match tag {
+                CodecTag::DeltaPredicted => assert!(parsed.unwrap_err().to_string().contains("§6.8")),
+                CodecTag::Raw => assert_eq!(parsed.unwrap(), Encoder::Raw),
+                CodecTag::Zstd => assert_eq!(parsed.unwrap(), Encoder::Zstd { level: Encoder::DEFAULT_ZSTD_LEVEL }),
+                _ => assert_eq!(parsed.unwrap(), Encoder::Codec(tag)),
+            }
+        }
+        assert_eq!("zstd".parse::<Encoder>().unwrap(), Encoder::Zstd { level: Encoder::DEFAULT_ZSTD_LEVEL });
+        assert_eq!("auto".parse::<Encoder>().unwrap(), Encoder::Auto);
+        let e = "lz4".parse::<Encoder>().unwrap_err().to_string();
+        assert!(e.starts_with("unknown codec \"lz4\": expected auto, auto-serial, raw, zstd"), "{e}");
+        assert!(Encoder::Auto.gpu_parallel() && !Encoder::AutoSerial.gpu_parallel());
     }
 }

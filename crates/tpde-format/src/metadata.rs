@@ -33,6 +33,15 @@ pub const KEY_MAX_REL_ERROR: &str = "tpde.max_rel_error";
 /// The reserved key prefix.
 pub const RESERVED_PREFIX: &str = "tpde.";
 
+/// The minor version of format 1 that defines reserved key `key` (spec §11): a file that holds
+/// it declares at least this one. 0 for every other key.
+pub fn since_minor(key: &str) -> u16 {
+    match key {
+        KEY_MAX_REL_ERROR => 5,
+        _ => 0,
+    }
+}
+
 /// The type the spec gives a reserved key, if the key is one this version defines.
 pub fn reserved_type(key: &str) -> Option<&'static str> {
     match key {

@@ -17,14 +17,15 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
-use tpde::checkpoint::{self, open_base, open_tpde_with, read_range, MemoryCheckpoint};
-use tpde::convert::{self, PackJob, PackReport, TensorRef};
 use tpde::format::digest::to_hex;
 use tpde::format::digest::Digest;
 use tpde::format::metadata::RESERVED_PREFIX;
 use tpde::format::TensorEntry;
-use tpde::sharded;
+use tpde::memory::MemoryCheckpoint;
+use tpde::open::{self, open_base, open_tpde_with, read_range};
+use tpde::pack::TensorRef;
 use tpde::{DType, ErrorKind, FileReader, Location, WriteOptions};
+use tpde::{PackJob, PackReport, PackSource, Packed};
 
 create_exception!(tpde, TpdeError, PyException, "A TPDE operation failed; `kind` is the error's category.");
 
@@ -36,6 +37,14 @@ fn py_err(e: tpde::Error) -> PyErr {
         // Setting an attribute on a fresh exception instance cannot fail.
         let _ = value.setattr("kind", e.kind().as_str());
         err
+    })
+}
+
+/// The encoder a `codec=` name asks for (`auto`, `raw`, `zstd`, a codec tag's name).
+fn encoder(codec: &str) -> PyResult<tpde::Encoder> {
+    codec.parse().map_err(|e: tpde::codec::UnknownEncoder| match codec {
+        "delta-predicted" => invalid(format!("{e}: the Checkpointer gives predictions (predict=True)")),
+        _ => invalid(e.to_string()),
     })
 }
 
@@ -102,9 +111,9 @@ impl File {
         max_tensor_bytes: Option<u64>,
     ) -> PyResult<Self> {
         let (path, base) = (location(path)?, base.map(location).transpose()?);
-        let mut opts = checkpoint::OpenOptions::default();
+        let mut opts = open::OpenOptions::default();
         if !follow_hints {
-            opts.hints = checkpoint::HintPolicy::none();
+            opts.hints = open::HintPolicy::none();
         } else if let Some(roots) = hint_roots {
             opts.hints.paths = tpde::read::PathHints::Within(roots);
         }
@@ -128,7 +137,7 @@ impl File {
 
     /// The user's metadata: every entry outside the reserved `tpde.` namespace, as strings.
     fn metadata(&self) -> BTreeMap<String, String> {
-        convert::safetensors_metadata(&self.reader)
+        tpde::unpack::safetensors_metadata(&self.reader)
     }
 
     /// Every metadata entry, reserved ones included, as strings.
@@ -312,10 +321,10 @@ impl Snapshot {
 fn base_of(at: &Location, snapshot: Option<&Snapshot>) -> Result<Arc<dyn tpde::Base>, tpde::Error> {
     if let Some(s) = snapshot {
         let tpde_file = match at {
-            Location::Local(p) => checkpoint::is_tpde(p)?,
+            Location::Local(p) => open::is_tpde(p)?,
             Location::Object(_) => true,
         };
-        if tpde_file && checkpoint::open_reader(at)?.content_digest() == s.digest {
+        if tpde_file && open::open_reader(at)?.content_digest() == s.digest {
             return Ok(s.tensors.clone());
         }
     }
@@ -346,7 +355,7 @@ fn save<'py>(
     max_rel_error: Option<f64>,
     predictions: Option<Vec<PredictionArg>>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let encoder = convert::encoder(codec, None, convert::Profile::Cpu).map_err(py_err)?;
+    let encoder = encoder(codec)?;
     let predictions = prediction_candidates(predictions.unwrap_or_default())?;
     let (path, base) = (location(path)?, base.map(location).transpose()?);
     check_bounds(max_abs_error, max_rel_error)?;
@@ -367,7 +376,7 @@ fn save<'py>(
     let metadata: Vec<(String, String)> = metadata.unwrap_or_default().into_iter().collect();
     let snapshot = base_snapshot.as_deref();
     // Ctrl-C stops a long save between batches, leaving nothing behind.
-    let (report, kept) = interrupt::interruptible(py, |cancel| {
+    let Packed { report, reconstruction: kept } = interrupt::interruptible(py, |cancel| {
         let base_ck = base.as_ref().map(|b| base_of(b, snapshot)).transpose()?;
         let list: Vec<TensorRef<'_>> =
             refs.iter().zip(&slices).map(|((n, d, s), data)| (n.as_str(), *d, s.as_slice(), *data)).collect();
@@ -380,7 +389,8 @@ fn save<'py>(
             keep_reconstruction: keep,
             predictions,
         };
-        convert::pack_tensors(&list, &metadata, "python", &path, job, cancel).map(|(r, k, _)| (r, k))
+        let source = PackSource::Tensors { tensors: &list, metadata: &metadata, format: "python" };
+        tpde::pack(source, &path, job, cancel)
     })?
     .map_err(py_err)?;
     let d = pack_report(py, &report)?;
@@ -462,7 +472,7 @@ fn pack<'py>(
     max_abs_error: Option<f64>,
     max_rel_error: Option<f64>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let encoder = convert::encoder(codec, None, convert::Profile::Cpu).map_err(py_err)?;
+    let encoder = encoder(codec)?;
     let (output, base) = (location(output)?, base.map(location).transpose()?);
     check_bounds(max_abs_error, max_rel_error)?;
     let report = interrupt::interruptible(py, |cancel| {
@@ -476,7 +486,7 @@ fn pack<'py>(
             keep_reconstruction: false,
             predictions: Default::default(),
         };
-        sharded::pack_file_or_folder(&input, &output, job, cancel)
+        tpde::pack(PackSource::Path(&input), &output, job, cancel).map(|p| p.report)
     })?
     .map_err(py_err)?;
     pack_report(py, &report)
@@ -488,7 +498,7 @@ fn pack<'py>(
 #[pyo3(signature = (input, output, base=None))]
 fn unpack(py: Python<'_>, input: &str, output: PathBuf, base: Option<&str>) -> PyResult<(u64, u64)> {
     let (input, base) = (location(input)?, base.map(location).transpose()?);
-    let r = py.detach(|| sharded::unpack_file_or_folder(&input, base.as_ref(), &output, &())).map_err(py_err)?;
+    let r = py.detach(|| tpde::unpack(&input, base.as_ref(), &output, &())).map_err(py_err)?;
     Ok((r.tensors, r.logical_bytes))
 }
 

@@ -184,6 +184,17 @@ impl<W: Write> Writer<W> {
         if value.payload().len() as u64 > u64::from(u32::MAX) {
             return Err(WriteError::invalid(format!("metadata key {key:?}"), "the value is over 4 GiB"));
         }
+        // Spec §11: the header, written first, declares every minor version the file uses.
+        let since = tpde_format::metadata::since_minor(&key);
+        if since > self.header.minor_version {
+            return Err(WriteError::invalid(
+                format!("metadata key {key:?}"),
+                format!(
+                    "it needs format 1.{since}; the file was started as 1.{} (set WriteOptions::min_minor_version)",
+                    self.header.minor_version
+                ),
+            ));
+        }
         self.directory.metadata.push(MetadataEntry::new(key, value));
         Ok(())
     }

@@ -137,3 +137,20 @@ fn a_batch_written_from_inside_a_one_thread_pool_finishes() {
     let in_pool = finished.recv_timeout(std::time::Duration::from_secs(120)).expect("deadlocked in the pool");
     assert_eq!(in_pool, write(&data));
 }
+
+/// Spec §11: a reserved key defined in a later minor version needs a header that declares it;
+/// the writer refuses it otherwise, rather than write a file that breaks the writer rule.
+#[test]
+fn metadata_of_a_later_minor_version_needs_the_header_to_declare_it() {
+    use tpde_format::metadata::{since_minor, KEY_MAX_REL_ERROR};
+    use tpde_format::MetadataValue;
+    let raw = WriteOptions { encoder: tpde_codec::Encoder::Raw, ..WriteOptions::default() };
+    let mut w = Writer::new(Vec::new(), raw.clone()).unwrap();
+    let e = w.add_metadata(KEY_MAX_REL_ERROR, MetadataValue::F64(1e-3)).unwrap_err().to_string();
+    assert!(e.contains("needs format 1.5"), "{e}");
+    let at_5 = WriteOptions { min_minor_version: since_minor(KEY_MAX_REL_ERROR), ..raw };
+    let mut w = Writer::new(Vec::new(), at_5).unwrap();
+    w.add_metadata(KEY_MAX_REL_ERROR, MetadataValue::F64(1e-3)).unwrap();
+    let file = w.finish().unwrap();
+    assert_eq!(u16::from_le_bytes([file[10], file[11]]), 5, "the header declares 1.5");
+}

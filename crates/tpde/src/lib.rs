@@ -18,11 +18,15 @@ pub struct ReadmeDoctests;
 #[cfg(doctest)]
 pub struct GuideDoctests;
 
-pub mod checkpoint;
-pub mod convert;
 pub mod location;
-pub mod safetensors_out;
+pub mod memory;
+pub mod open;
+pub mod pack;
+pub mod safetensors;
+pub mod series;
 pub mod sharded;
+pub mod unpack;
+pub mod verify;
 
 use std::fmt;
 use std::sync::Arc;
@@ -36,10 +40,12 @@ pub use tpde_read as read;
 pub use tpde_write as write;
 
 pub use location::{FileReader, Location};
+pub use pack::{pack, PackJob, PackReport, PackSource, Packed};
 pub use tpde_codec::Encoder;
 pub use tpde_format::{DType, ErrorKind, MetadataValue, Prediction};
 pub use tpde_read::{Base, Reader};
 pub use tpde_write::{FileWriter, WriteOptions, Writer};
+pub use unpack::{unpack, UnpackReport};
 
 /// Why an operation failed: a category to match on (the spec's error categories, plus
 /// `invalid-argument` for a caller's mistake), a message that says where and what, and the

@@ -107,7 +107,7 @@ impl Location {
     /// else the base's URL or absolute path.
     pub fn hint_to(&self, base: &Location) -> String {
         match (self, base) {
-            (Location::Local(out), Location::Local(b)) => crate::convert::path_hint(b, out),
+            (Location::Local(out), Location::Local(b)) => path_hint(b, out),
             #[cfg(feature = "object")]
             (Location::Object(out), Location::Object(b)) => out.relative_hint(b).unwrap_or_else(|| b.to_string()),
             #[cfg(feature = "object")]
@@ -357,9 +357,38 @@ impl Write for Sink {
     }
 }
 
+/// The path hint to record for `base` in a file written at `output`: the base's path relative
+/// to the output's folder (`base.tpde`, `../step-100/rank-0.tpde`), so that a folder of
+/// checkpoints copied elsewhere keeps its chains; the absolute path when there is no relative
+/// one (another drive), or when either folder cannot be resolved.
+pub fn path_hint(base: &Path, output: &Path) -> String {
+    let dir_of = |p: &Path| {
+        let d = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        d.canonicalize().ok()
+    };
+    let absolute = || base.canonicalize().unwrap_or_else(|_| base.to_path_buf()).display().to_string();
+    let (Some(from), Some(to), Some(name)) = (dir_of(output), dir_of(base), base.file_name()) else {
+        return absolute();
+    };
+    let (mut a, mut b) = (from.components().peekable(), to.components().peekable());
+    if a.peek() != b.peek() {
+        return absolute(); // no common root
+    }
+    while a.peek().is_some() && a.peek() == b.peek() {
+        a.next();
+        b.next();
+    }
+    // Spec §7.3: components separated by `/` whatever the platform's separator.
+    let mut rel: Vec<String> = a.map(|_| "..".to_string()).collect();
+    rel.extend(b.map(|c| c.as_os_str().to_string_lossy().into_owned()));
+    rel.push(name.to_string_lossy().into_owned());
+    rel.join("/")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     #[test]
     fn paths_and_urls_parse_by_feature() {
@@ -375,5 +404,22 @@ mod tests {
             assert_eq!(e.kind(), crate::ErrorKind::UnsupportedFeature);
             assert!(e.message().contains("`object` feature"), "{e}");
         }
+    }
+
+    #[test]
+    fn path_hints_are_relative_to_the_output_folder() {
+        let root = tempfile::tempdir().unwrap();
+        let (a, b) = (root.path().join("step-1"), root.path().join("step-2/deep"));
+        fs::create_dir_all(&a).unwrap();
+        fs::create_dir_all(&b).unwrap();
+        let base = a.join("rank-0.tpde");
+        fs::write(&base, b"").unwrap();
+        assert_eq!(path_hint(&base, &a.join("next.tpde")), "rank-0.tpde");
+        let up = path_hint(&base, &b.join("rank-0.tpde"));
+        assert_eq!(std::path::Path::new(&up), std::path::Path::new("../../step-1/rank-0.tpde"));
+        // A hint resolves from the output's folder to the base.
+        assert_eq!(b.join(&up).canonicalize().unwrap(), base.canonicalize().unwrap());
+        let down = path_hint(&b.join("x.tpde"), &root.path().join("y.tpde"));
+        assert_eq!(std::path::Path::new(&down), std::path::Path::new("step-2/deep/x.tpde"));
     }
 }

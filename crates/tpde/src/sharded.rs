@@ -1,7 +1,7 @@
 //! Hugging Face sharded folders: `model-0000k-of-0000n.safetensors` files and the
 //! `model.safetensors.index.json` that maps each tensor to its shard.
 //!
-//! [`pack_folder`] packs every tensor of such a folder into one TPDE file (a delta with a base,
+//! [`crate::pack::pack`] packs every tensor of such a folder into one TPDE file (a delta with a base,
 //! as for one file) and records the layout in two metadata entries (strings, outside the
 //! reserved `tpde.` namespace, so any reader sees them as user metadata):
 //!
@@ -9,21 +9,22 @@
 //! - `safetensors.shards`: `[{"file": SHARD, "tensors": [NAMES IN FILE ORDER], "metadata":
 //!   THE SHARD'S __metadata__ OR null}, ...]`.
 //!
-//! [`unpack_folder`] writes the same shards back (same names, the same tensors in each, the
+//! [`crate::unpack::unpack`] writes the same shards back (same names, the same tensors in each, the
 //! same metadata) and then the index, so that a folder with its index is complete.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use serde_json::{json, Map, Value};
 use tpde_format::ErrorKind;
 
-use crate::checkpoint::{open_reader, open_tpde, SafetensorsFile};
-use crate::convert::{pack_tensors, unpack_report, unpack_tensors, PackJob, PackReport, UnpackReport};
 use crate::location::{FileReader, Location};
+use crate::open::open_reader;
+use crate::pack::{pack_tensors, PackJob, Packed};
+use crate::safetensors::SafetensorsFile;
+use crate::unpack::unpack_tensors;
 use crate::{Error, Progress};
 
 /// The metadata key of the index's name and metadata.
@@ -102,7 +103,12 @@ fn check_file_name(name: &str, what: &str, suffix: &str) -> Result<(), Error> {
 
 /// Packs every tensor of the sharded folder `dir` into `output` (a delta if `job` has a base),
 /// recording its layout; tensors go in shard order, each shard's in its file order.
-pub fn pack_folder(dir: &Path, output: &Location, job: PackJob<'_>, bar: &dyn Progress) -> Result<PackReport, Error> {
+pub(crate) fn pack_folder(
+    dir: &Path,
+    output: &Location,
+    job: PackJob<'_>,
+    bar: &dyn Progress,
+) -> Result<Packed, Error> {
     let index_path = index_file(dir)?.expect("index_file of a folder");
     let malformed = |msg: String| Error::malformed(format!("{}: {msg}", index_path.display()));
     let text = fs::read_to_string(&index_path).map_err(|e| Error::from(e).context(index_path.display()))?;
@@ -152,9 +158,14 @@ pub fn pack_folder(dir: &Path, output: &Location, job: PackJob<'_>, bar: &dyn Pr
         index_metadata,
         shards,
     };
-    let (report, _, _) = pack_tensors(&tensors, &layout.to_metadata(), SOURCE_FORMAT, output, job, bar)
-        .map_err(|e| if e.is_usage() { e } else { e.context(dir.display()) })?;
-    Ok(report)
+    let (packed, _) = pack_tensors(&tensors, &layout.to_metadata(), SOURCE_FORMAT, output, job, bar).map_err(|e| {
+        if e.is_usage() {
+            e
+        } else {
+            e.context(dir.display())
+        }
+    })?;
+    Ok(packed)
 }
 
 impl Layout {
@@ -209,27 +220,8 @@ impl Layout {
     }
 }
 
-/// Unpacks a file packed by [`pack_folder`] into the folder `output`: every shard (atomically),
-/// then the index (atomically), so that a folder whose index exists is complete.
-pub fn unpack_folder(
-    input: &Location,
-    base: Option<&Location>,
-    output: &Path,
-    bar: &dyn Progress,
-) -> Result<UnpackReport, Error> {
-    let start = Instant::now();
-    let r = open_tpde(input, base)?;
-    let layout = Layout::of(&r).map_err(|e| e.context(input))?.ok_or_else(|| {
-        Error::usage(format!(
-            "{input}: not packed from a sharded folder (no {KEY_SHARDS} metadata); unpack it to a .safetensors file"
-        ))
-    })?;
-    write_folder(&r, &layout, output, bar)?;
-    Ok(unpack_report(&r, start))
-}
-
 /// Writes the shards of `layout` from the open file `r` into `output`, then the index.
-fn write_folder(r: &FileReader, layout: &Layout, output: &Path, bar: &dyn Progress) -> Result<(), Error> {
+pub(crate) fn write_folder(r: &FileReader, layout: &Layout, output: &Path, bar: &dyn Progress) -> Result<(), Error> {
     fs::create_dir_all(output).map_err(|e| Error::from(e).context(output.display()))?;
     let index_of: HashMap<&str, usize> = r.tensors().iter().enumerate().map(|(i, t)| (t.name.as_str(), i)).collect();
     bar.set_length(r.tensors().iter().map(|t| t.byte_length).sum());
@@ -257,27 +249,10 @@ pub fn is_sharded(at: &Location) -> Result<bool, Error> {
     Ok(r.directory().metadata.iter().any(|m| m.key == KEY_SHARDS))
 }
 
-/// `tpde pack`: a sharded folder with [`pack_folder`], a safetensors file with
-/// [`crate::convert::pack`].
-pub fn pack_file_or_folder(
-    input: &Path,
-    output: &Location,
-    job: PackJob<'_>,
-    bar: &dyn Progress,
-) -> Result<PackReport, Error> {
-    match input.is_dir() {
-        true => match lone_safetensors(input)? {
-            Some(file) => crate::convert::pack(&file, output, job, bar),
-            None => pack_folder(input, output, job, bar),
-        },
-        false => crate::convert::pack(input, output, job, bar),
-    }
-}
-
 /// The one `.safetensors` file of a model folder that has no index (a model small enough for
 /// one file, as the Hub stores it: `model.safetensors` beside its config), if that is what
 /// `dir` is.
-fn lone_safetensors(dir: &Path) -> Result<Option<PathBuf>, Error> {
+pub(crate) fn lone_safetensors(dir: &Path) -> Result<Option<PathBuf>, Error> {
     let io = |e: std::io::Error| Error::from(e).context(dir.display());
     let (mut files, mut index) = (Vec::new(), false);
     for entry in fs::read_dir(dir).map_err(io)? {
@@ -300,26 +275,6 @@ pub fn unpacks_to_folder(input: &Location, output: &Path) -> Result<bool, Error>
     Ok(folder_output(output) && is_sharded(input)?)
 }
 
-fn folder_output(output: &Path) -> bool {
+pub(crate) fn folder_output(output: &Path) -> bool {
     output.extension().is_none_or(|e| e != "safetensors")
-}
-
-/// `tpde unpack`: into a folder or one safetensors file, as [`unpacks_to_folder`] says.
-pub fn unpack_file_or_folder(
-    input: &Location,
-    base: Option<&Location>,
-    output: &Path,
-    bar: &dyn Progress,
-) -> Result<UnpackReport, Error> {
-    let start = Instant::now();
-    let r = open_tpde(input, base)?;
-    let layout = match folder_output(output) {
-        true => Layout::of(&r).map_err(|e| e.context(input))?,
-        false => None,
-    };
-    match layout {
-        Some(layout) => write_folder(&r, &layout, output, bar)?,
-        None => crate::convert::unpack_open(&r, output, bar)?,
-    }
-    Ok(unpack_report(&r, start))
 }

@@ -9,10 +9,11 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use support::s3::{Fault, S3};
-use tpde::checkpoint::{open_base, open_reader, open_tpde};
-use tpde::convert::{pack_tensors, PackJob, PackReport, TensorRef};
 use tpde::location::Stored;
+use tpde::open::{open_base, open_reader, open_tpde};
+use tpde::pack::TensorRef;
 use tpde::{DType, ErrorKind, Location, WriteOptions};
+use tpde::{PackJob, PackReport, PackSource};
 
 fn s3() -> &'static S3 {
     static SERVER: OnceLock<S3> = OnceLock::new();
@@ -57,7 +58,8 @@ fn write(out: &Location, tensors: &Tensors, base: Option<&Location>) -> Result<P
     };
     let refs: Vec<TensorRef<'_>> =
         tensors.iter().map(|(n, d, s, b)| (n.as_str(), *d, s.as_slice(), b.as_slice())).collect();
-    pack_tensors(&refs, &[], "test", out, job, &()).map(|(r, _, _)| r)
+    let source = PackSource::Tensors { tensors: &refs, metadata: &[], format: "test" };
+    tpde::pack(source, out, job, &()).map(|p| p.report)
 }
 
 fn read_all(file: &Location) -> HashMap<String, Vec<u8>> {
@@ -96,7 +98,7 @@ fn keyframes_and_deltas_round_trip_and_find_their_base_by_key() {
     let r = open_tpde(&k2, None).unwrap();
     let t = r.tensor("layer.weight").unwrap().clone();
     let mut out = vec![0u8; 400];
-    tpde::checkpoint::read_range(&r, &t, 4000, &mut out).unwrap();
+    tpde::open::read_range(&r, &t, 4000, &mut out).unwrap();
     assert_eq!(out, steps[2][0].3[4000..4400]);
 }
 
@@ -215,7 +217,7 @@ fn missing_objects_and_persistent_failures_are_typed_errors_that_name_the_url() 
     let t = r.tensors().iter().find(|t| r.tensor_uses_base(t)).expect("a tensor coded against the base");
     let err = tpde::Error::from(r.read_tensor(t).unwrap_err());
     assert_eq!(err.kind(), ErrorKind::BaseMissing, "{err}");
-    let err = tpde::checkpoint::open_chain(&delta).err().unwrap();
+    let err = tpde::open::open_chain(&delta).err().unwrap();
     assert!(err.message().contains(&base.to_string()), "{err}");
 }
 

@@ -21,8 +21,9 @@ use tpde::codec::Encoder;
 use tpde::read::Reader;
 use tpde::write::WriteOptions;
 
-use crate::convert::PackJob;
-use crate::{convert, mb_per_s, ratio, CliError};
+use tpde::{PackJob, PackReport, PackSource};
+
+use crate::{mb_per_s, ratio, CliError};
 
 /// One row of the results table.
 #[derive(Debug, Clone)]
@@ -149,16 +150,18 @@ pub fn run(inputs: &[PathBuf], workdir: &Path, runs: usize) -> Result<Vec<Row>, 
     for (label, encoder) in [("raw", Encoder::Raw), ("zstd -3", Encoder::Zstd { level: 3 }), ("auto", Encoder::Auto)] {
         let packed = out("bench.tpde");
         each(&threads_list, |threads, p| {
-            let mut report = convert::PackReport::default();
+            let mut report = PackReport::default();
             let secs = time(runs, || {
-                report = p.install(|| {
-                    convert::pack(
-                        input,
-                        &packed.clone().into(),
-                        PackJob::keyframe(WriteOptions { encoder, ..WriteOptions::default() }),
-                        &(),
-                    )
-                })?;
+                report = p
+                    .install(|| {
+                        tpde::pack(
+                            PackSource::Path(input),
+                            &packed.clone().into(),
+                            PackJob::keyframe(WriteOptions { encoder, ..WriteOptions::default() }),
+                            &(),
+                        )
+                    })?
+                    .report;
                 Ok(())
             })?;
             logical = report.logical_bytes;
@@ -171,7 +174,7 @@ pub fn run(inputs: &[PathBuf], workdir: &Path, runs: usize) -> Result<Vec<Row>, 
             let unpacked = out("bench.unpacked.safetensors");
             let secs = time(runs, || {
                 p.install(|| {
-                    convert::unpack(&packed.clone().into(), None, &unpacked, &()).map(|_| ()).map_err(CliError::from)
+                    tpde::unpack(&packed.clone().into(), None, &unpacked, &()).map(|_| ()).map_err(CliError::from)
                 })
             })?;
             rows.push(Row {
@@ -301,12 +304,12 @@ fn chain(inputs: &[PathBuf], workdir: &Path, runs: usize, threads_list: &[usize]
     for (k, input) in inputs.iter().enumerate().skip(1) {
         let output = workdir.join(format!("bench.delta-{k}.tpde"));
         let base_path = &files[k - 1];
-        let pack = || -> Result<convert::PackReport, CliError> {
-            let base = tpde::checkpoint::open_base(&base_path.clone().into())?;
+        let pack = || -> Result<PackReport, CliError> {
+            let base = tpde::open::open_base(&base_path.clone().into())?;
             let hint = base_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             let options = WriteOptions { encoder: Encoder::Auto, ..WriteOptions::default() };
             let job = PackJob { base: Some((&*base, hint)), ..PackJob::keyframe(options) };
-            Ok(convert::pack(input, &output.clone().into(), job, &())?)
+            Ok(tpde::pack(PackSource::Path(input), &output.clone().into(), job, &())?.report)
         };
         if k > 1 {
             // Only the first delta is timed; the rest of the chain is packed once.
@@ -314,7 +317,7 @@ fn chain(inputs: &[PathBuf], workdir: &Path, runs: usize, threads_list: &[usize]
         } else {
             let file_bytes = std::fs::metadata(input)?.len();
             each(threads_list, |threads, p| {
-                let mut report = convert::PackReport::default();
+                let mut report = PackReport::default();
                 let secs = time(runs, || {
                     report = p.install(pack)?;
                     Ok(())
@@ -338,7 +341,7 @@ fn chain(inputs: &[PathBuf], workdir: &Path, runs: usize, threads_list: &[usize]
         let restore = |file: &PathBuf| -> Result<(f64, u64), CliError> {
             p.install(|| {
                 let s = Instant::now();
-                let r = tpde::checkpoint::open_chain(&file.clone().into())?;
+                let r = tpde::open::open_chain(&file.clone().into())?;
                 read_all(&r)?;
                 Ok((s.elapsed().as_secs_f64(), r.tensors().iter().map(|t| t.byte_length).sum()))
             })

@@ -7,14 +7,12 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use crate::convert::PackJob;
-use crate::{
-    bench, checkpoint, conformance, convert, demo, mb_per_s, out, outln, progress_bar, ratio, sharded, CliError,
-};
+use crate::{bench, conformance, demo, mb_per_s, out, outln, progress_bar, ratio, CliError};
 use clap::{Parser, Subcommand};
 use indicatif::HumanBytes;
+use tpde::codec::Encoder;
 use tpde::write::{WriteOptions, DEFAULT_CHUNK_BYTES};
-use tpde::Location;
+use tpde::{open, series, sharded, verify as against, Location, PackJob, PackReport, PackSource};
 
 /// TPDE: checkpoints as keyframes and bit-exact deltas.
 #[derive(Parser)]
@@ -190,11 +188,11 @@ struct ReadArgs {
 }
 
 impl ReadArgs {
-    fn options(&self) -> checkpoint::OpenOptions {
-        let mut o = checkpoint::OpenOptions::default();
+    fn options(&self) -> open::OpenOptions {
+        let mut o = open::OpenOptions::default();
         o.read.max_tensor_bytes = self.max_bytes;
         if self.no_hints {
-            o.hints = checkpoint::HintPolicy::none();
+            o.hints = open::HintPolicy::none();
         } else if !self.hint_root.is_empty() {
             o.hints.paths = tpde::read::PathHints::Within(self.hint_root.clone());
         }
@@ -246,13 +244,35 @@ enum ProfileArg {
     Gpu,
 }
 
+/// The encoder `--codec NAME [--level L] [--profile P]` asks for, in the command line's words.
+fn encoder(codec: &str, level: Option<i32>, profile: ProfileArg) -> Result<Encoder, CliError> {
+    let mut encoder: Encoder =
+        codec.parse().map_err(|e: tpde::codec::UnknownEncoder| CliError::usage(e.to_string()))?;
+    match (&mut encoder, level) {
+        (Encoder::Zstd { level }, Some(l)) => {
+            let range = zstd::compression_level_range();
+            if !range.contains(&l) {
+                return Err(CliError::usage(format!("--level {l} is outside zstd's {range:?}")));
+            }
+            *level = l;
+        }
+        (_, Some(_)) => return Err(CliError::usage("--level applies to --codec zstd only")),
+        _ => {}
+    }
+    if matches!(profile, ProfileArg::Gpu) && !encoder.gpu_parallel() {
+        let names: Vec<&str> =
+            tpde::format::CodecTag::ALL.iter().filter(|t| t.gpu_parallel()).map(|t| t.name()).collect();
+        return Err(CliError::usage(format!(
+            "--profile gpu writes only codecs a GPU decodes in parallel: auto, {}; not {codec}",
+            names.join(", ")
+        )));
+    }
+    Ok(encoder)
+}
+
 impl CodecArgs {
     fn options(&self) -> Result<WriteOptions, CliError> {
-        let profile = match self.profile {
-            ProfileArg::Cpu => convert::Profile::Cpu,
-            ProfileArg::Gpu => convert::Profile::Gpu,
-        };
-        let encoder = convert::encoder(&self.codec, self.level, profile)?;
+        let encoder = encoder(&self.codec, self.level, self.profile)?;
         if self.chunk_size == 0 {
             return Err(CliError::usage("--chunk-size must be positive"));
         }
@@ -341,7 +361,7 @@ fn run(command: Command) -> Result<(), CliError> {
     match command {
         Command::Pack { input, output, base, codec } => {
             let options = codec.options()?;
-            let base_ck = base.as_ref().map(checkpoint::open_base).transpose()?;
+            let base_ck = base.as_ref().map(open::open_base).transpose()?;
             let job = PackJob {
                 options,
                 base: base_ck.as_deref().zip(base.as_ref()).map(|(b, at)| (b, output.hint_to(at))),
@@ -352,7 +372,7 @@ fn run(command: Command) -> Result<(), CliError> {
                 predictions: Default::default(),
             };
             let bar = progress_bar(0, "packing");
-            let r = sharded::pack_file_or_folder(&input, &output, job, &bar)?;
+            let r = tpde::pack(PackSource::Path(&input), &output, job, &bar)?.report;
             eprintln!("{}", pack_line(&r));
             Ok(())
         }
@@ -360,7 +380,7 @@ fn run(command: Command) -> Result<(), CliError> {
             let options = codec.options()?;
             let bar = progress_bar(0, "packing");
             let (abs, rel) = (codec.max_abs_error, codec.max_rel_error);
-            let done = convert::pack_series(&dir, &output, keyframe_every, options, abs, rel, &bar)?;
+            let done = series::pack_series(&dir, &output, keyframe_every, options, abs, rel, &bar)?;
             for e in &done {
                 let kind = if e.keyframe { "keyframe" } else { "delta" };
                 outln!("{} -> {} ({kind}): {}", e.input.display(), e.output, pack_line(&e.report))?;
@@ -377,7 +397,7 @@ fn run(command: Command) -> Result<(), CliError> {
                 true => crate::gpu_unpack::unpack_gpu(&input, base.as_ref(), &output, &bar)?,
                 #[cfg(not(feature = "gpu"))]
                 true => return Err(no_gpu()),
-                false => sharded::unpack_file_or_folder(&input, base.as_ref(), &output, &bar)?,
+                false => tpde::unpack(&input, base.as_ref(), &output, &bar)?,
             };
             eprintln!(
                 "unpacked {} tensors ({}) in {:.2} s, {:.0} MB/s",
@@ -391,7 +411,7 @@ fn run(command: Command) -> Result<(), CliError> {
         Command::Verify { file, base, against, read } => {
             verify(&file, base.as_ref(), &read.options())?;
             if let Some(orig) = against {
-                let rep = convert::verify_against(&file, base.as_ref(), &orig)?;
+                let rep = against::verify_against(&file, base.as_ref(), &orig)?;
                 match rep.bound {
                     None => outln!("ok: all {} tensors bit-exact against {}", rep.tensors, orig.display())?,
                     Some(b) => outln!(
@@ -415,7 +435,7 @@ fn run(command: Command) -> Result<(), CliError> {
         }
         Command::Cat { file, tensor, read } => {
             // Streamed a window of chunks at a time: memory stays bounded whatever the tensor's size.
-            let r = checkpoint::open_tpde_with(&file, None, &read.options())?;
+            let r = open::open_tpde_with(&file, None, &read.options())?;
             let t = r.tensor(&tensor).map_err(|e| tpde::Error::from(e).context(&file))?;
             let mut out = std::io::stdout().lock();
             let written = r.stream_tensor(t, |bytes| out.write_all(bytes).map_err(CatError::Write));
@@ -502,7 +522,7 @@ fn location(s: &str) -> Result<Location, String> {
     Location::parse(s).map_err(|e| e.to_string())
 }
 
-fn pack_line(r: &convert::PackReport) -> String {
+fn pack_line(r: &PackReport) -> String {
     format!(
         "packed {} tensors ({} as deltas): {} -> {} (ratio {:.3}) in {:.2} s, {:.0} MB/s",
         r.tensors,
@@ -527,8 +547,8 @@ impl From<tpde::read::ReadError> for CatError {
     }
 }
 
-fn verify(file: &Location, base: Option<&Location>, opts: &checkpoint::OpenOptions) -> Result<(), CliError> {
-    let r = checkpoint::open_tpde_with(file, base, opts)?;
+fn verify(file: &Location, base: Option<&Location>, opts: &open::OpenOptions) -> Result<(), CliError> {
+    let r = open::open_tpde_with(file, base, opts)?;
     let bar = progress_bar(r.tensors().iter().map(|t| t.byte_length).sum(), "verifying");
     let report = r.verify_with(|t| bar.0.inc(t.byte_length)).map_err(|e| tpde::Error::from(e).context(file))?;
     bar.0.finish_and_clear();
@@ -556,10 +576,9 @@ fn run_demo(dir: Option<PathBuf>) -> Result<(), CliError> {
         t.elapsed().as_secs_f64()
     )?;
 
-    let opts =
-        WriteOptions { encoder: convert::encoder("auto", None, convert::Profile::Cpu)?, ..WriteOptions::default() };
+    let opts = WriteOptions { encoder: Encoder::Auto, ..WriteOptions::default() };
     let bar = progress_bar(0, "packing");
-    let series = convert::pack_series(&train, &packed.clone().into(), 10, opts, None, None, &bar)?;
+    let series = series::pack_series(&train, &packed.clone().into(), 10, opts, None, None, &bar)?;
     outln!("| step | loss | safetensors | zstd -3 | tpde | stored as |\n|---:|---:|---:|---:|---:|---|")?;
     let (mut st_total, mut zstd_total, mut tpde_total) = (0, 0, 0);
     for ((step, loss, path, _), e) in ckpts.iter().zip(&series) {
@@ -594,11 +613,11 @@ fn run_demo(dir: Option<PathBuf>) -> Result<(), CliError> {
     out!("{}", summary.lines().take(6).map(|l| format!("  {l}\n")).collect::<String>())?;
     outln!("$ tpde verify {last_tpde}")?;
     out!("  ")?;
-    verify(last_tpde, None, &checkpoint::OpenOptions::default())?;
+    verify(last_tpde, None, &open::OpenOptions::default())?;
     let back = work.join("restored.safetensors");
     let bar = progress_bar(0, "unpacking");
-    let u = convert::unpack(last_tpde, None, &back, &bar)?;
-    let diff = convert::compare_safetensors(last_src, &back)?;
+    let u = tpde::unpack(last_tpde, None, &back, &bar)?;
+    let diff = against::compare_safetensors(last_src, &back)?;
     match &diff {
         None => outln!(
             "Restored step {last} from its keyframe and {} deltas in {:.3} s: all {} tensors bit-exact.",

@@ -18,8 +18,8 @@ use tpde::read::{Base, Reader};
 use tpde::write::{WriteOptions, Writer, DEFAULT_CHUNK_BYTES};
 use tpde_gpu::{DeviceCheckpoint, Gpu, LayerLoader};
 
-use crate::checkpoint::SafetensorsFile;
 use crate::{ratio, CliError};
+use tpde::safetensors::SafetensorsFile;
 
 /// One row of the results.
 #[derive(Debug, Clone)]

@@ -5,13 +5,14 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Instant;
 
-use tpde::checkpoint::{self, SafetensorsFile};
-use tpde::convert::{safetensors_metadata, unpack_report, write_unpacked, UnpackReport};
+use tpde::open;
+use tpde::safetensors::SafetensorsFile;
+use tpde::unpack::{safetensors_metadata, unpack_report, write_unpacked, UnpackReport};
 use tpde::{Location, Progress};
 
 use crate::CliError;
 
-/// [`tpde::convert::unpack`] through the GPU decoder: the file (and, for a delta, its chain of bases, or a
+/// [`tpde::unpack`] through the GPU decoder: the file (and, for a delta, its chain of bases, or a
 /// `.safetensors` base uploaded as it is) decoded on the device, read back, and each tensor
 /// checked against its digest before it is written.
 pub fn unpack_gpu(
@@ -22,7 +23,7 @@ pub fn unpack_gpu(
 ) -> Result<UnpackReport, CliError> {
     let start = Instant::now();
     let gpu = tpde_gpu::Gpu::new()?;
-    let r = checkpoint::open_reader(input)?;
+    let r = open::open_reader(input)?;
     let hinted = match r.directory().base.as_ref() {
         Some(b) if !b.path_hint.is_empty() && r.uses_base() => input.resolve_hint(&b.path_hint).ok(),
         _ => None,
@@ -33,7 +34,7 @@ pub fn unpack_gpu(
     };
     let base_ck = match base_at {
         None => None,
-        Some(Location::Local(p)) if !checkpoint::is_tpde(&p)? => {
+        Some(Location::Local(p)) if !open::is_tpde(&p)? => {
             let st = SafetensorsFile::open(&p)?;
             let tensors = st
                 .tensors()
@@ -45,7 +46,7 @@ pub fn unpack_gpu(
         // file after it decodes.
         Some(b) => {
             let mut ck = None;
-            for (_, link) in checkpoint::chain_readers(&b)?.iter().rev() {
+            for (_, link) in open::chain_readers(&b)?.iter().rev() {
                 ck = Some(gpu.load(link, ck.as_ref())?);
             }
             ck

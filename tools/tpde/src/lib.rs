@@ -13,7 +13,7 @@ pub mod gpu_unpack;
 pub mod inspect;
 
 // The conversions live in the `tpde` library crate; the tools are a layer over it.
-pub use tpde::{checkpoint, convert, ratio, sharded};
+pub use tpde::{open, pack, ratio, series, unpack, verify};
 
 use std::fmt;
 

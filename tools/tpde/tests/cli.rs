@@ -3,7 +3,7 @@
 
 use assert_cmd::Command;
 use std::path::Path;
-use tpde_tools::{convert, demo};
+use tpde_tools::{demo, verify};
 
 fn tpde() -> Command {
     Command::cargo_bin("tpde").unwrap()
@@ -35,7 +35,7 @@ fn pack_unpack_round_trip_with_both_codecs() {
             .success();
         tpde().arg("verify").arg(&packed).assert().success().stdout(predicates::str::contains("ok: "));
         tpde().arg("unpack").arg(&packed).arg("-o").arg(&back).assert().success();
-        assert_eq!(convert::compare_safetensors(&src, &back).unwrap(), None, "{codec} round trip");
+        assert_eq!(verify::compare_safetensors(&src, &back).unwrap(), None, "{codec} round trip");
     }
     // The same bytes whether the tensors were borrowed from the file (raw) or decoded (zstd),
     // metadata included: the unpacked header does not depend on a hash map's order.
@@ -210,7 +210,7 @@ fn deltas_through_the_command_line() {
             cmd.args(["--base", base]);
         }
         cmd.assert().success();
-        assert_eq!(convert::compare_safetensors(&b, &d.join("b.back.safetensors")).unwrap(), None, "{base:?}");
+        assert_eq!(verify::compare_safetensors(&b, &d.join("b.back.safetensors")).unwrap(), None, "{base:?}");
     }
     tpde().args(["verify", "b.tpde", "--against", "b.safetensors"]).current_dir(d).assert().success();
     // A wrong base: exit 1, both digests named.
@@ -353,7 +353,7 @@ fn pack_series_chains_with_keyframes() {
         let back = d.join(format!("back{step}.safetensors"));
         tpde().arg("unpack").arg(d.join(format!("packed/step{step}.tpde"))).arg("-o").arg(&back).assert().success();
         let orig = ckpts.join(format!("step{step}.safetensors"));
-        assert_eq!(convert::compare_safetensors(&orig, &back).unwrap(), None, "step {step}");
+        assert_eq!(verify::compare_safetensors(&orig, &back).unwrap(), None, "step {step}");
     }
 }
 
@@ -396,12 +396,12 @@ fn gpu_profile_and_gpu_unpack() {
             cmd.args(["--base", base]);
         }
         cmd.assert().success();
-        assert_eq!(convert::compare_safetensors(&b, &d.join("b.gpu.safetensors")).unwrap(), None, "{base:?}");
+        assert_eq!(verify::compare_safetensors(&b, &d.join("b.gpu.safetensors")).unwrap(), None, "{base:?}");
     }
     // A CPU-profile file decodes on the GPU too (zstd and serial rANS on the CPU, finished there).
     tpde().args(["pack", "--codec", "zstd"]).arg(&a).arg("-o").arg(d.join("a.zstd.tpde")).assert().success();
     tpde().args(["unpack", "--gpu", "a.zstd.tpde", "-o", "a.gpu.safetensors"]).current_dir(d).assert().success();
-    assert_eq!(convert::compare_safetensors(&a, &d.join("a.gpu.safetensors")).unwrap(), None);
+    assert_eq!(verify::compare_safetensors(&a, &d.join("a.gpu.safetensors")).unwrap(), None);
     tpde()
         .args(["unpack", "--gpu", "b.tpde", "--base", "other.safetensors", "-o", "x.safetensors"])
         .current_dir(d)
@@ -457,7 +457,7 @@ fn auto_writes_lane_forms_and_auto_serial_the_1_1_codecs() {
             assert_eq!(lane_tags, lanes, "{f}: {text}");
         }
         tpde().args(["unpack", &delta, "--base", &key, "-o", "b.out.safetensors"]).current_dir(d).assert().success();
-        assert_eq!(convert::compare_safetensors(&b, &d.join("b.out.safetensors")).unwrap(), None, "{suffix}");
+        assert_eq!(verify::compare_safetensors(&b, &d.join("b.out.safetensors")).unwrap(), None, "{suffix}");
     }
 }
 
@@ -498,7 +498,7 @@ fn sharded_folders_pack_to_one_file_and_unpack_to_the_same_folder() {
     tpde().arg("pack").arg(&b).arg("--base").arg(d.join("a.tpde")).arg("-o").arg(d.join("b.tpde")).assert().success();
     tpde().arg("unpack").arg(d.join("b.tpde")).arg("-o").arg(d.join("out")).assert().success();
     for shard in ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"] {
-        assert_eq!(convert::compare_safetensors(&b.join(shard), &d.join("out").join(shard)).unwrap(), None, "{shard}");
+        assert_eq!(verify::compare_safetensors(&b.join(shard), &d.join("out").join(shard)).unwrap(), None, "{shard}");
     }
     let index = |p: &Path| -> serde_json::Value {
         serde_json::from_slice(&std::fs::read(p.join("model.safetensors.index.json")).unwrap()).unwrap()

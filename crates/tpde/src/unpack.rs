@@ -1,0 +1,172 @@
+//! Unpacking: a `.tpde` file decoded back into safetensors. One way out, [`unpack`]: one file,
+//! or the folder of shards a sharded folder was packed from. The pieces below it write any
+//! selection of tensors, decoded chunk by chunk (the Python binding and the GPU unpack use
+//! them).
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Instant;
+
+use tpde_format::metadata::RESERVED_PREFIX;
+use tpde_format::{ErrorKind, TensorEntry};
+use tpde_read::TensorChunks;
+
+use crate::location::{FileReader, Location, Stored};
+use crate::open::open_tpde;
+use crate::safetensors::{dtype_to_safetensors, write as safetensors_out};
+use crate::sharded::{folder_output, write_folder, Layout};
+use crate::{Error, Progress};
+
+/// What an unpack did.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UnpackReport {
+    /// Tensors written.
+    pub tensors: u64,
+    /// Logical tensor bytes.
+    pub logical_bytes: u64,
+    /// Wall time.
+    pub seconds: f64,
+}
+
+/// The safetensors `__metadata__` map a TPDE file carries: every non-reserved entry, strings
+/// as they are and other types in their text form.
+pub fn safetensors_metadata<S: tpde_read::Source>(r: &tpde_read::Reader<S>) -> BTreeMap<String, String> {
+    r.directory()
+        .metadata
+        .iter()
+        .filter(|m| !m.key.starts_with(RESERVED_PREFIX))
+        .map(|m| (m.key.clone(), m.value.to_string()))
+        .collect()
+}
+
+/// Decodes every tensor of the TPDE file at `source` (CRCs checked) and writes it to `target`,
+/// chunk by chunk: one safetensors file, written atomically (see [`safetensors_out`]); or, for a
+/// file packed from a sharded folder and a `target` that does not end in `.safetensors`, that
+/// folder again ([`crate::sharded`]: every shard, then the index). A delta decodes against
+/// `base` if given, else against the chain its path hints name. The one way out, for every
+/// front end.
+pub fn unpack(
+    source: &Location,
+    base: Option<&Location>,
+    target: &Path,
+    bar: &dyn Progress,
+) -> Result<UnpackReport, Error> {
+    let start = Instant::now();
+    let r = open_tpde(source, base)?;
+    let layout = match folder_output(target) {
+        true => Layout::of(&r).map_err(|e| e.context(source))?,
+        false => None,
+    };
+    match layout {
+        Some(layout) => write_folder(&r, &layout, target, bar)?,
+        None => unpack_open(&r, target, bar)?,
+    }
+    Ok(unpack_report(&r, start))
+}
+
+/// Writes every tensor of a file already open to the safetensors file `output`.
+pub(crate) fn unpack_open(r: &FileReader, output: &Path, bar: &dyn Progress) -> Result<(), Error> {
+    let all: Vec<usize> = (0..r.tensors().len()).collect();
+    bar.set_length(r.tensors().iter().map(|t| t.byte_length).sum());
+    unpack_tensors(r, &all, &safetensors_metadata(r), output, bar)?;
+    bar.finish();
+    Ok(())
+}
+
+/// Writes the tensors `select` (indices into `r.tensors()`) of an open file, with `metadata`,
+/// to the safetensors file `output`, decoding chunk by chunk.
+pub fn unpack_tensors(
+    r: &FileReader,
+    select: &[usize],
+    metadata: &BTreeMap<String, String>,
+    output: &Path,
+    bar: &dyn Progress,
+) -> Result<(), Error> {
+    // A tensor stored `raw` in one run is written straight from the map, in one piece.
+    enum Opened<'r> {
+        Whole(Cow<'r, [u8]>),
+        Chunks(TensorChunks<'r, Stored>),
+    }
+    let pieces = |t: &TensorEntry| match r.is_zero_copy(t) {
+        true => vec![t.byte_length],
+        false => t.chunks.iter().map(|c| c.decoded_length).collect(),
+    };
+    write_unpacked(
+        r,
+        select,
+        metadata,
+        output,
+        bar,
+        pieces,
+        |t| Ok(if r.is_zero_copy(t) { Opened::Whole(r.read_tensor(t)?) } else { Opened::Chunks(r.tensor_chunks(t)?) }),
+        |opened, i, buf| match opened {
+            Opened::Whole(bytes) => Ok(bytes),
+            Opened::Chunks(chunks) => {
+                // Validation bounds a chunk's decoded length (MAX_CHUNK_DECODED_LEN, 1 GiB).
+                buf.resize(chunks.tensor().chunks[i].decoded_length as usize, 0);
+                chunks.decode_into(i, buf)?;
+                Ok(buf)
+            }
+        },
+    )
+}
+
+/// Writes the tensors `select` of `r` to a safetensors file with `metadata`, as
+/// [`safetensors_out::write`] does: each tensor in the pieces of `pieces(t)`, readied by `open`
+/// and produced by `piece`. Progress goes to `bar` (whose length the caller sets).
+#[allow(clippy::too_many_arguments)]
+pub fn write_unpacked<'r, T: Send + Sync>(
+    r: &'r FileReader,
+    select: &[usize],
+    metadata: &BTreeMap<String, String>,
+    output: &Path,
+    bar: &dyn Progress,
+    pieces: impl Fn(&TensorEntry) -> Vec<u64>,
+    open: impl Fn(&'r TensorEntry) -> Result<T, Error> + Sync,
+    piece: impl for<'p> Fn(&'p T, usize, &'p mut Vec<u8>) -> Result<&'p [u8], Error> + Sync,
+) -> Result<(), Error> {
+    let too_large = |t: &TensorEntry| {
+        Error::new(ErrorKind::LimitExceeded, format!("tensor {:?}: too large for this platform", t.name))
+    };
+    let entries = select
+        .iter()
+        .map(|&i| {
+            let t = &r.tensors()[i];
+            let shape = t.shape.iter().map(|&d| usize::try_from(d)).collect::<Result<Vec<_>, _>>();
+            let shape = shape.map_err(|_| {
+                Error::new(ErrorKind::LimitExceeded, format!("tensor {:?}: shape does not fit this platform", t.name))
+            })?;
+            let len = usize::try_from(t.byte_length).map_err(|_| too_large(t))?;
+            let pieces =
+                pieces(t).into_iter().map(usize::try_from).collect::<Result<_, _>>().map_err(|_| too_large(t))?;
+            Ok(safetensors_out::Entry {
+                name: t.name.clone(),
+                dtype: dtype_to_safetensors(t.dtype),
+                shape,
+                len,
+                pieces,
+            })
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    safetensors_out::write(
+        output,
+        &entries,
+        metadata,
+        |i| open(&r.tensors()[select[i]]),
+        |opened, j, buf| {
+            let bytes = piece(opened, j, buf)?;
+            bar.inc(bytes.len() as u64);
+            Ok(bytes)
+        },
+    )
+}
+
+/// The report of an unpack of `r` that started at `start`.
+pub fn unpack_report(r: &FileReader, start: Instant) -> UnpackReport {
+    UnpackReport {
+        tensors: r.tensors().len() as u64,
+        logical_bytes: r.tensors().iter().map(|t| t.byte_length).sum(),
+        seconds: start.elapsed().as_secs_f64(),
+    }
+}

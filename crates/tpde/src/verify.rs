@@ -1,0 +1,117 @@
+//! Checking a packed file against what it was packed from: bit-exact, or within the lossy
+//! bound it records; and two safetensors files against each other.
+
+use std::path::Path;
+
+use tpde_format::metadata::{KEY_MAX_ABS_ERROR, KEY_MAX_REL_ERROR};
+use tpde_format::MetadataValue;
+use tpde_write::lossy::{self, Bound};
+
+use crate::location::Location;
+use crate::open::open_tpde;
+use crate::safetensors::SafetensorsFile;
+use crate::{Error, ErrorKind};
+
+/// How far a decoded file is from the checkpoint it was packed from.
+#[derive(Clone, Debug, Default)]
+pub struct AgainstReport {
+    /// Tensors compared.
+    pub tensors: u64,
+    /// Tensors that are bit-identical.
+    pub identical: u64,
+    /// The largest absolute difference of any float element.
+    pub max_abs_error: f64,
+    /// The bound the file records, if lossy.
+    pub bound: Option<Bound>,
+}
+
+/// Decodes `file` and compares it with `original`: bit-exact for a lossless file; for a lossy
+/// one every float element within the recorded τ (non-finite values and integers exact).
+pub fn verify_against(file: &Location, base: Option<&Location>, original: &Path) -> Result<AgainstReport, Error> {
+    let r = open_tpde(file, base)?;
+    let orig = SafetensorsFile::open(original)?;
+    let recorded = |key| match r.metadata(key) {
+        Some(MetadataValue::F64(t)) => Some(*t),
+        _ => None,
+    };
+    let (abs, rel) = (recorded(KEY_MAX_ABS_ERROR), recorded(KEY_MAX_REL_ERROR));
+    let bound = (abs.is_some() || rel.is_some()).then(|| Bound { abs: abs.unwrap_or(0.0), rel: rel.unwrap_or(0.0) });
+    let mut rep = AgainstReport { bound, ..AgainstReport::default() };
+    let names: std::collections::HashSet<&str> = orig.tensors().map(|t| t.0).collect();
+    if let Some(extra) = r.tensors().iter().find(|t| !names.contains(t.name.as_str())) {
+        return Err(Error::new(
+            ErrorKind::ChecksumMismatch,
+            format!("tensor {:?} is not in {}", extra.name, original.display()),
+        ));
+    }
+    for (name, dtype, shape, want) in orig.tensors() {
+        let t = r.tensor(name).map_err(|_| {
+            Error::new(ErrorKind::ChecksumMismatch, format!("tensor {name:?} is missing from the file"))
+        })?;
+        if t.dtype != dtype || t.shape != shape {
+            return Err(Error::new(
+                ErrorKind::ChecksumMismatch,
+                format!("tensor {name:?}: dtype or shape differs from the original"),
+            ));
+        }
+        let got = r.read_tensor(t)?;
+        rep.tensors += 1;
+        if *got == *want {
+            rep.identical += 1;
+            continue;
+        }
+        let w = dtype.size() as usize;
+        for (i, (a, b)) in got.chunks_exact(w).zip(want.chunks_exact(w)).enumerate() {
+            if a == b {
+                continue;
+            }
+            let (Some(x), Some(y), Some(bound)) =
+                (lossy::element_value(dtype, a), lossy::element_value(dtype, b), bound)
+            else {
+                let why = match bound {
+                    None => "the file is lossless",
+                    Some(_) => "it is not a float, and a lossy file keeps every integer exactly",
+                };
+                return Err(Error::new(
+                    ErrorKind::ChecksumMismatch,
+                    format!("tensor {name:?} element {i} differs, and {why}"),
+                ));
+            };
+            let err = (x - y).abs();
+            if !(x.is_finite() && y.is_finite() && bound.allows(y, x)) {
+                let limit = match bound.rel {
+                    0.0 => format!("{}", bound.abs),
+                    rel => format!("{} + {rel}·|x| = {}", bound.abs, bound.abs + rel * y.abs()),
+                };
+                return Err(Error::new(
+                    ErrorKind::ChecksumMismatch,
+                    format!(
+                        "tensor {name:?} element {i}: {x} decoded, {y} original, error {err} over the bound {limit}"
+                    ),
+                ));
+            }
+            rep.max_abs_error = rep.max_abs_error.max(err);
+        }
+    }
+    Ok(rep)
+}
+
+/// Compares every tensor (name, dtype, shape, bytes) and the metadata map of two safetensors
+/// files; returns a description of the first difference.
+pub fn compare_safetensors(a: &Path, b: &Path) -> Result<Option<String>, Error> {
+    let (fa, fb) = (SafetensorsFile::open(a)?, SafetensorsFile::open(b)?);
+    let mut ta: Vec<_> = fa.tensors().collect();
+    let mut tb: Vec<_> = fb.tensors().collect();
+    ta.sort_by_key(|t| t.0);
+    tb.sort_by_key(|t| t.0);
+    if ta.len() != tb.len() {
+        return Ok(Some(format!("tensor counts differ: {} vs {}", ta.len(), tb.len())));
+    }
+    if let Some((x, _)) = ta.iter().zip(&tb).find(|(x, y)| x != y) {
+        return Ok(Some(format!("tensor {:?} differs", x.0)));
+    }
+    if fa.metadata().cloned().unwrap_or_default() != fb.metadata().cloned().unwrap_or_default() {
+        return Ok(Some("metadata differs".into()));
+    }
+    Ok(None)
+}
