@@ -14,6 +14,7 @@ pub mod planes;
 pub mod positions;
 pub mod predicted;
 pub mod rans;
+mod shuffle;
 mod raw;
 mod select;
 mod zstd_codec;
