@@ -14,9 +14,9 @@ pub mod planes;
 pub mod positions;
 pub mod predicted;
 pub mod rans;
-mod shuffle;
 mod raw;
 mod select;
+mod shuffle;
 mod zstd_codec;
 
 use tpde_format::{CodecTag, DType, ErrorKind};

@@ -18,11 +18,11 @@ use std::ops::Range;
 use tpde_format::{CodecTag, DType};
 
 use crate::rans::{self, context, Contexts, LaneLayout, Table};
-pub(crate) use crate::shuffle::with_word;
-pub use crate::shuffle::{rotate, rotated_into, rotates};
-use crate::shuffle::{merge, split_into};
 #[cfg(test)]
 use crate::shuffle::split;
+pub(crate) use crate::shuffle::with_word;
+use crate::shuffle::{merge, split_into};
+pub use crate::shuffle::{rotate, rotated_into, rotates};
 use crate::CodecError;
 
 const STORED: u8 = 0;

@@ -227,8 +227,10 @@ impl Contexts {
         // (a real bf16 delta's pack, one core: 1.27 s with every lane scalar, 0.91 s). Each
         // lane's words past the rounds all 32 have in full go first, one lane at a time.
         #[cfg(target_arch = "x86_64")]
-        if let Some(given) = given.filter(|_| super::avx2::available() && lanes >= super::avx2::ENCODE_WIDTH) {
-            use super::avx2::ENCODE_WIDTH;
+        if let Some(given) =
+            given.filter(|_| super::simd::avx2::available() && lanes >= super::simd::avx2::ENCODE_WIDTH)
+        {
+            use super::simd::avx2::ENCODE_WIDTH;
             let info: Vec<u32> = encoders.iter().flat_map(|e| e.info).collect();
             let mut spills: [Spill; ENCODE_WIDTH] = std::array::from_fn(|_| spill());
             let whole = n / 4;
@@ -240,11 +242,7 @@ impl Contexts {
                     *xj = encode_lane(k0 + j, full, L, spill);
                 }
                 if full > 0 {
-                    // SAFETY: the CPU has AVX2 (checked above).
-                    #[allow(unsafe_code)]
-                    unsafe {
-                        super::avx2::encode_rounds(&info, Some(given), symbols, k0, lanes, full, &mut x, &mut spills)
-                    };
+                    super::simd::avx2::encode_rounds(&info, Some(given), symbols, k0, lanes, full, &mut x, &mut spills);
                 }
                 for (&xj, spill) in x.iter().zip(&spills) {
                     record.push(out, xj, spill);

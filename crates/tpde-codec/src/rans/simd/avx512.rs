@@ -12,20 +12,38 @@
 
 use std::arch::x86_64::*;
 
-use super::{Lane, LaneStates, Slots, L, SCALE_BITS};
+use crate::rans::{Lane, LaneStates, Slots, L, SCALE_BITS};
 
 /// Lanes per register.
 const REG: usize = 16;
 /// Registers run side by side: a group is `REG · REGS` lanes.
 const REGS: usize = 2;
 /// The lanes [`rounds`] decodes at once.
-pub(super) const WIDTH: usize = REG * REGS;
+pub(in crate::rans) const WIDTH: usize = REG * REGS;
 
 /// Whether this CPU runs [`rounds`].
-pub(super) fn available() -> bool {
+pub(in crate::rans) fn available() -> bool {
     is_x86_feature_detected!("avx512f")
         && is_x86_feature_detected!("avx512bw")
         && is_x86_feature_detected!("avx512vbmi")
+}
+
+/// [`rounds_unchecked`] as a safe function: the CPU's features are checked (callers choose
+/// this loop only where [`available`] says so, so the check never fails in use).
+#[allow(clippy::too_many_arguments)]
+pub(in crate::rans) fn rounds(
+    tables: &Slots,
+    bytes: &[u8],
+    group: &mut [Lane<'_>],
+    k0: usize,
+    stride: usize,
+    rounds: usize,
+    given: Option<&[u8]>,
+    out: &mut [u8],
+) -> usize {
+    assert!(available(), "the AVX-512 loop on a CPU without AVX-512");
+    // SAFETY: the CPU has the features the loop is compiled for (asserted above).
+    unsafe { rounds_unchecked(tables, bytes, group, k0, stride, rounds, given, out) }
 }
 
 /// Decodes whole words for the [`WIDTH`] lanes `group`, as `super::avx2::rounds::<4>` does
@@ -36,7 +54,7 @@ pub(super) fn available() -> bool {
 /// The CPU must have AVX-512 F, BW and VBMI ([`available`]).
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn rounds(
+unsafe fn rounds_unchecked(
     tables: &Slots,
     bytes: &[u8],
     group: &mut [Lane<'_>],

@@ -10,10 +10,10 @@
 
 use std::arch::x86_64::*;
 
-use super::{Lane, LaneStates, Slots, Spill, L, SCALE_BITS};
+use crate::rans::{Lane, LaneStates, Slots, Spill, L, SCALE_BITS};
 
 /// Lanes per register.
-pub(super) const REG: usize = 8;
+pub(in crate::rans) const REG: usize = 8;
 
 /// The shuffle taking bytes b0 b1 of each 32-bit element to b1 | b0 << 8: the two bytes a
 /// state takes or spills, in the order the decoder reads them.
@@ -26,8 +26,26 @@ fn swap_low_pair() -> __m256i {
 }
 
 /// Whether this CPU runs [`rounds`].
-pub(super) fn available() -> bool {
+pub(in crate::rans) fn available() -> bool {
     is_x86_feature_detected!("avx2")
+}
+
+/// [`rounds_unchecked`] as a safe function: the CPU's features are checked (callers choose
+/// this loop only where [`available`] says so, so the check never fails in use).
+#[allow(clippy::too_many_arguments)]
+pub(in crate::rans) fn rounds<const REGS: usize>(
+    tables: &Slots,
+    bytes: &[u8],
+    group: &mut [Lane<'_>],
+    k0: usize,
+    stride: usize,
+    rounds: usize,
+    given: Option<&[u8]>,
+    out: &mut [u8],
+) -> usize {
+    assert!(available(), "the AVX2 loop on a CPU without AVX2");
+    // SAFETY: the CPU has the features the loop is compiled for (asserted above).
+    unsafe { rounds_unchecked::<REGS>(tables, bytes, group, k0, stride, rounds, given, out) }
 }
 
 /// Decodes whole words for the `REG·REGS` lanes `group` (or, with one register, for its 1 to 8
@@ -46,7 +64,7 @@ pub(super) fn available() -> bool {
 /// The CPU must have AVX2 ([`available`]).
 #[target_feature(enable = "avx2")]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn rounds<const REGS: usize>(
+unsafe fn rounds_unchecked<const REGS: usize>(
     tables: &Slots,
     bytes: &[u8],
     group: &mut [Lane<'_>],
@@ -246,7 +264,25 @@ fn divide(x: __m256i, f: __m256i) -> (__m256i, __m256i) {
 }
 
 /// Lanes the vector encoder runs side by side: four registers of eight.
-pub(super) const ENCODE_WIDTH: usize = 32;
+pub(in crate::rans) const ENCODE_WIDTH: usize = 32;
+
+/// [`encode_rounds_unchecked`] as a safe function: the CPU's features are checked (callers choose
+/// this loop only where [`available`] says so, so the check never fails in use).
+#[allow(clippy::too_many_arguments)]
+pub(in crate::rans) fn encode_rounds(
+    info: &[u32],
+    given: Option<&[u8]>,
+    symbols: &[u8],
+    k0: usize,
+    stride: usize,
+    full: usize,
+    x: &mut [u32; ENCODE_WIDTH],
+    spills: &mut [Spill; ENCODE_WIDTH],
+) {
+    assert!(available(), "the AVX2 loop on a CPU without AVX2");
+    // SAFETY: the CPU has the features the loop is compiled for (asserted above).
+    unsafe { encode_rounds_unchecked(info, given, symbols, k0, stride, full, x, spills) }
+}
 
 /// Encodes rounds `full - 1` down to 0 of the 32 lanes `k0..k0 + 32` (their words
 /// `k0 + j + t·stride`, all whole), continuing from states `x` and the spill buffers, exactly
@@ -257,7 +293,7 @@ pub(super) const ENCODE_WIDTH: usize = 32;
 /// The CPU must have AVX2 ([`available`]).
 #[target_feature(enable = "avx2")]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn encode_rounds(
+unsafe fn encode_rounds_unchecked(
     info: &[u32],
     given: Option<&[u8]>,
     symbols: &[u8],
