@@ -6,14 +6,13 @@
 //! `cargo test --features skip-gpu-tests` reports these tests as ignored (never as passed).
 
 use std::sync::OnceLock;
+use tpde_testkit::{write, Checkpoint};
 
 use proptest::prelude::*;
 use tpde_codec::Encoder;
-use tpde_format::digest::{content_digest, tensor_digest, DigestInput};
-use tpde_format::{BaseRef, CodecTag, DType, ErrorKind};
+use tpde_format::{CodecTag, DType, ErrorKind};
 use tpde_gpu::{layer_key, Gpu, LayerLoader};
 use tpde_read::{open_chain, Reader};
-use tpde_write::{WriteOptions, Writer};
 
 fn gpu() -> &'static Gpu {
     static GPU: OnceLock<Gpu> = OnceLock::new();
@@ -27,27 +26,6 @@ fn gpu() -> &'static Gpu {
 /// A `Gpu` of the test's own, for tests that count its uploads while other tests run.
 fn own_gpu() -> Gpu {
     Gpu::new().unwrap_or_else(|e| panic!("{e}: install a Vulkan driver, or test with --features skip-gpu-tests"))
-}
-
-type Checkpoint = Vec<(String, DType, Vec<u64>, Vec<u8>)>;
-
-fn digest_of(ck: &Checkpoint) -> [u8; 32] {
-    let d: Vec<[u8; 32]> = ck.iter().map(|t| tensor_digest(&t.3)).collect();
-    content_digest(ck.iter().zip(&d).map(|(t, d)| DigestInput { name: &t.0, dtype: t.1, shape: &t.2, digest: d }))
-}
-
-fn write(ck: &Checkpoint, base: Option<(&Checkpoint, &str)>, encoder: Encoder, chunk: u64) -> Vec<u8> {
-    let base_ref = base.map(|(b, hint)| BaseRef { digest: digest_of(b), path_hint: hint.into() });
-    let opts = WriteOptions { encoder, chunk_bytes: chunk, base: base_ref, ..WriteOptions::default() };
-    let mut w = Writer::new(Vec::new(), opts).unwrap();
-    for (name, dtype, shape, data) in ck {
-        match base.and_then(|(b, _)| b.iter().find(|t| &t.0 == name)) {
-            Some(bt) if bt.1 == *dtype && bt.2 == *shape => w.add_tensor_delta(name, *dtype, shape, data, &bt.3),
-            _ => w.add_tensor(name, *dtype, shape, data),
-        }
-        .unwrap();
-    }
-    w.finish().unwrap()
 }
 
 /// Every tensor decoded on the device and read back equals `want`, and the CPU reader's.

@@ -3,6 +3,7 @@
 //! hints; tied tensors stored once; the writer's per-chunk choice on checkpoint-like data.
 
 use std::sync::Arc;
+use tpde_testkit::{digest_of, f32s, write, Checkpoint};
 
 use proptest::prelude::*;
 use tpde_codec::Encoder;
@@ -10,13 +11,6 @@ use tpde_format::digest::to_hex;
 use tpde_format::{BaseRef, CodecTag, DType, ErrorKind};
 use tpde_read::{open_chain, Reader};
 use tpde_write::{FileWriter, WriteOptions, Writer};
-
-/// A checkpoint: (name, dtype, shape, bytes).
-type Checkpoint = Vec<(String, DType, Vec<u64>, Vec<u8>)>;
-
-fn f32s(v: impl IntoIterator<Item = f32>) -> Vec<u8> {
-    v.into_iter().flat_map(|x| x.to_le_bytes()).collect()
-}
 
 /// A step of "training": weights nudged by a small step, the step counter incremented.
 fn step(ck: &Checkpoint, k: u32) -> Checkpoint {
@@ -45,26 +39,6 @@ fn first() -> Checkpoint {
         ("step".into(), DType::I64, vec![], 0i64.to_le_bytes().to_vec()),
         ("mask".into(), DType::U8, vec![64], (0..64).collect()),
     ]
-}
-
-fn digest_of(ck: &Checkpoint) -> [u8; 32] {
-    use tpde_format::digest::{content_digest, tensor_digest, DigestInput};
-    let d: Vec<[u8; 32]> = ck.iter().map(|t| tensor_digest(&t.3)).collect();
-    content_digest(ck.iter().zip(&d).map(|(t, d)| DigestInput { name: &t.0, dtype: t.1, shape: &t.2, digest: d }))
-}
-
-/// Writes `ck` as a delta against `base` (a keyframe if `None`) with `encoder`.
-fn write(ck: &Checkpoint, base: Option<(&Checkpoint, &str)>, encoder: Encoder, chunk: u64) -> Vec<u8> {
-    let base_ref = base.map(|(b, hint)| BaseRef { digest: digest_of(b), path_hint: hint.into() });
-    let opts = WriteOptions { encoder, chunk_bytes: chunk, base: base_ref, ..WriteOptions::default() };
-    let mut w = Writer::new(Vec::new(), opts).unwrap();
-    for (name, dtype, shape, bytes) in ck {
-        match base.and_then(|(b, _)| b.iter().find(|t| &t.0 == name && t.1 == *dtype && &t.2 == shape)) {
-            Some(bt) => w.add_tensor_delta(name, *dtype, shape, bytes, &bt.3).unwrap(),
-            None => w.add_tensor(name, *dtype, shape, bytes).unwrap(),
-        };
-    }
-    w.finish().unwrap()
 }
 
 fn assert_decodes_to<S: tpde_read::Source + Send>(r: &Reader<S>, ck: &Checkpoint) {

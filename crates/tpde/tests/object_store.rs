@@ -1,19 +1,17 @@
 //! `.tpde` files in object storage, against a real S3 server process (`s3s-fs`) behind a proxy
-//! that counts requests and injects faults (`support/s3.rs`). One server serves the whole test
+//! that counts requests and injects faults (`tpde_testkit::s3`). One server serves the whole test
 //! binary (the client is configured once per process, from the environment); each test keeps
 //! to its own key prefix.
-
-mod support;
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use support::s3::{Fault, S3};
 use tpde::location::Stored;
 use tpde::open::{open_base, open_reader, open_tpde};
 use tpde::pack::TensorRef;
 use tpde::{DType, ErrorKind, Location, WriteOptions};
 use tpde::{PackJob, PackReport, PackSource};
+use tpde_testkit::s3::{Fault, S3};
 
 fn s3() -> &'static S3 {
     static SERVER: OnceLock<S3> = OnceLock::new();

@@ -1,15 +1,12 @@
 //! The command-line tools on `s3://` URLs, against a real S3 server process (`s3s-fs`) behind a
-//! request-counting proxy (`crates/tpde/tests/support/s3.rs`).
-
-#[path = "../../../crates/tpde/tests/support/s3.rs"]
-mod s3;
+//! request-counting proxy (`tpde_testkit::s3`).
 
 use std::io::{Seek, SeekFrom, Write};
 
 use assert_cmd::Command;
-use s3::S3;
 use tpde::write::{WriteOptions, Writer};
 use tpde_format::DType;
+use tpde_testkit::s3::{self, S3};
 
 fn tpde(s3: &S3) -> Command {
     let mut c = Command::cargo_bin("tpde").unwrap();

@@ -7,8 +7,6 @@
 //! (`http://BUCKET.localhost/key`) without resolving that name: the server is started with
 //! `--domain localhost:PROXY_PORT` and takes the bucket from the `Host` header.
 
-#![allow(dead_code)]
-
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
