@@ -222,7 +222,7 @@ impl Sparse {
     pub fn positions(input: &[u8], base: &[u8], w: usize) -> Vec<u32> {
         // A mask of which of 64 elements changed, then one push per set bit: the fixed-size
         // compare vectorises, and the work follows the changes (bf16 weights: an eighth of
-        // the elements), where a slot written for every element was 5% of a bf16 delta pack.
+        // the elements), where a slot written for every element cost a share of a delta pack.
         const BLOCK: usize = 64;
         let mut positions = Vec::new();
         with_word!(w, T => {

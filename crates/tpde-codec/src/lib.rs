@@ -188,7 +188,7 @@ pub enum Encoder {
     Auto,
     /// The smallest lossless form per chunk among the 1.1 codecs (one serial rANS stream per
     /// plane): `planes` without a base; with one, whichever of `delta-xor`, `delta-sub`, the
-    /// four sparse forms and `planes` is estimated smallest. Files are 0.1-0.7% smaller than
+    /// four sparse forms and `planes` is estimated smallest. Files are slightly smaller than
     /// [`Encoder::Auto`]'s and readable by a 1.1 reader, but each plane decodes as one chain.
     AutoSerial,
 }

@@ -97,8 +97,7 @@ pub enum PlaneRecord {
 
 thread_local! {
     /// This thread's buffer for a chunk's planes, split to encode or decoded to merge, reused
-    /// from chunk to chunk: a buffer allocated per chunk faults in and zeroes fresh pages
-    /// (f32 delta chunk decode 1707 -> 1613 MB/s on one core with one zeroed per chunk).
+    /// from chunk to chunk: a buffer allocated per chunk faults in and zeroes fresh pages.
     static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -253,7 +252,7 @@ pub fn base_contexts(dtype: DType, base: &[u8], out: &mut Vec<u8>) {
 
 /// The table index `map` gives every element of `base` by its base context: the decoder's one
 /// pass over the base per chunk (the contexts alone, then the map over them, were two passes,
-/// which measured a quarter of an f32 delta's rANS time).
+/// which measured slow).
 fn base_tables(dtype: DType, base: &[u8], map: &[u8; 256], out: &mut Vec<u8>) {
     map_base_contexts(dtype, base, |c| map[usize::from(c)], out);
 }
@@ -265,7 +264,7 @@ fn map_base_contexts(dtype: DType, base: &[u8], f: impl Fn(u8) -> u8, out: &mut 
     out.resize(base.len() / w, 0);
     // The top byte of rotl1(x) is bits 8w−9 … 8w−2 of x (for one byte, its low bits then its
     // top bit). Indexed stores into a sized buffer, which the compiler vectorises (extending
-    // the buffer through an iterator measured a tenth of a bf16 delta's unpack).
+    // the buffer through an iterator measured slow).
     let float = rotates(dtype);
     with_word!(w, T => {
         let shift = (T::BITS - 8).saturating_sub(u32::from(float && w > 1));

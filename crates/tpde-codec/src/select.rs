@@ -64,11 +64,10 @@ fn estimate_all(ctx: ChunkContext, input: &[u8], base: &[u8], form: PlaneForm) -
     }
     // Subtraction is estimated however few elements changed: on real bf16 weights where 80–86%
     // are unchanged, a changed one moves by a unit or two in its last place, which subtraction
-    // keeps in the low plane where XOR carries it into the next (word embeddings, 4 MiB chunks:
-    // 0.26 against 0.35 MB with base contexts, numpy).
+    // keeps in the low plane where XOR carries it into the next.
     choices.push(Choice { tag: Dense(DenseOp::Sub, dense).tag(), bytes: planes::estimate(&hists_of(DenseOp::Sub)) });
     // A fresh keyframe, only when the delta saves little (a re-initialised tensor, or Adam's
-    // first moment many steps apart, where planes measured 0.844 against delta-sub's 0.853).
+    // first moment many steps apart, where a keyframe measured smaller than delta-sub).
     if xor_cost > input.len() as f64 * 0.75 {
         let key = planes::sampled_histograms(n, w, |r| {
             let mut elements = input[r].to_vec();

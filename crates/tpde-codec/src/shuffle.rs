@@ -48,8 +48,7 @@ pub fn rotate(bytes: &mut [u8], w: usize, left: bool) {
 }
 
 /// `bytes` with every element rotated left by one bit, into `out` (whose contents are all
-/// overwritten): one pass, where a copy and then [`rotate`] in place were two (5% and 2% of a
-/// one-core keyframe pack).
+/// overwritten): one pass, where a copy and then [`rotate`] in place were two.
 pub fn rotated_into(bytes: &[u8], w: usize, out: &mut Vec<u8>) {
     // Only growth is zeroed: every byte is written below.
     out.resize(bytes.len(), 0);
@@ -100,10 +99,8 @@ fn split_fixed<const W: usize>(elements: &[u8], planes: &mut [u8]) {
     split_blocks::<W>(elements, planes)
 }
 
-/// [`split_blocks`] compiled for AVX2, whose byte shuffles the compiler's deinterleaving uses.
-/// (Measured on a 4 MiB chunk of real f32 elements, one Zen 3 core: 2-, 4- and 8-byte
-/// elements split at 6.9, 6.8 and 5.1 GB/s, against 1.9, 3.6 and 5.6 for the W×W transpose
-/// that [`merge`] uses, and 3.1, 3.1, 3.0 for this loop without AVX2.)
+/// [`split_blocks`] compiled for AVX2, whose byte shuffles the compiler's deinterleaving uses
+/// (measured faster than the W×W transpose [`merge`] uses, and than this loop without AVX2).
 ///
 /// # Safety
 /// The CPU must have AVX2.
@@ -182,9 +179,7 @@ fn merge_fixed<T: Word, const W: usize, const UNROTATE: bool>(planes: [&[u8]; W]
 /// Transposes the W×W bytes of `rows`, each a little-endian word of W bytes: byte j of row i
 /// becomes byte i of row j, so W bytes of each of W planes become W elements. Done in log2(W)
 /// rounds of swapping half-blocks between rows with masks, which the compiler vectorises
-/// across blocks when merging (measured on a 4 MiB chunk of real f32 elements, one core: 14.4,
-/// 12.7 and 5.4 GB/s merging and unrotating 4-, 2- and 8-byte elements), but not when
-/// splitting, where [`split_blocks`] is faster.
+/// across blocks when merging, but not when splitting, where [`split_blocks`] is faster.
 #[inline(always)]
 fn transpose<T: Word, const W: usize>(rows: &mut [T; W]) {
     // The low `s` bytes of every 2·s-byte block, for s = 1, 2, 4.

@@ -15,7 +15,7 @@ pub const DEFAULT_LEVEL: i32 = 3;
 pub const MAX_EXPANSION: u64 = (128 << 10) / 4;
 
 // One compression and one decompression context per thread, reused across chunks: creating a
-// context per chunk cost about 10% of encode time (measured with `tpde bench`).
+// context per chunk cost a measurable share of encode time.
 thread_local! {
     static COMPRESSOR: RefCell<Option<(i32, zstd::bulk::Compressor<'static>)>> = const { RefCell::new(None) };
     static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };

@@ -30,8 +30,7 @@ impl<S: Source> Reader<S> {
 
     /// Decodes several tensors, each into its buffer (exactly its logical length), in one
     /// parallel pass over all their chunks. Reading a checkpoint tensor by tensor leaves cores
-    /// idle: most tensors are one chunk (on a 2-core machine, MiniLM's 319 tensors decoded
-    /// 1.09x as fast on 2 cores as on 1 that way, 1.8x this way). A remote source still reads
+    /// idle, since most tensors are one chunk. A remote source still reads
     /// tensor by tensor, a window at a time. The error returned is the first in the order given.
     pub fn read_many_into(&self, tensors: Vec<(&TensorEntry, &mut [u8])>) -> Result<(), ReadError> {
         for (t, out) in &tensors {
@@ -453,7 +452,7 @@ pub(crate) fn covering<'t>(
 thread_local! {
     /// This thread's spare buffers for a delta chunk's base bytes (one per link of a chain being
     /// decoded): a buffer allocated per chunk and link was faulted in and zeroed by the kernel
-    /// every time (a chain of 6 on one core spent 16% of its time there).
+    /// every time, a large share of a chain's decode.
     static SPARE: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 

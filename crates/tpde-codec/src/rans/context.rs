@@ -51,8 +51,7 @@ fn before(symbols: &[u8], i: usize, lanes: usize) -> u8 {
 /// The table index under `map` of every symbol of a plane in lanes: `map` of the symbol
 /// before it, as [`before`] gives it, a word at a time. Every symbol's context is known before
 /// encoding, so the indices are given as for a base-context record and the lanes run side by
-/// side in vector registers: the same bytes as lane by lane (an f32 keyframe's pack on one core
-/// spent 23% of its time in the lane-by-lane loop).
+/// side in vector registers: the same bytes as lane by lane, which measured slow.
 fn neighbour_tables(map: &[u8; 256], symbols: &[u8], tables: &mut Vec<u8>) {
     let lanes = super::lane_count(symbols.len());
     // Only growth is zeroed: every index is written below.
@@ -145,7 +144,7 @@ impl Contexts {
     /// The tables for `map`, counted from `symbols` and each symbol's table, `tables[i]`
     /// (`map` of its base context). Four histograms per table, one per symbol of a word, so
     /// that a run of one (table, symbol), as a delta plane's zeros, does not wait on its own
-    /// stores: an f32 delta's pack spent 8% here counting one symbol at a time.
+    /// stores, as counting one symbol at a time did (measured).
     pub fn count_tables(map: [u8; 256], symbols: &[u8], tables: &[u8]) -> Contexts {
         assert_eq!(symbols.len(), tables.len());
         let count = usize::from(map.iter().copied().max().expect("256 entries")) + 1;
@@ -180,7 +179,7 @@ impl Contexts {
     /// Codes `symbols` with neighbour contexts grouped by `map`, as [`Contexts::encode_lanes`]
     /// does, with the tables of `pairs` where those are the plane's full pair counts, else
     /// counted here from each symbol's table index, which the encoder needs anyway (counting
-    /// by the symbol before, a second pass, was 6% of a one-core f32 keyframe pack).
+    /// by the symbol before, a second pass, measured slower).
     pub fn encode_neighbours(map: [u8; 256], full: Option<&Pairs>, symbols: &[u8], out: &mut Vec<u8>) {
         TABLES.with_borrow_mut(|tables| {
             neighbour_tables(&map, symbols, tables);
@@ -253,8 +252,8 @@ impl Contexts {
         #[cfg(not(target_arch = "x86_64"))]
         let _ = given;
         // The rest one lane at a time. (For a neighbour-context record, two or four lanes side
-        // by side, as the order-0 loop runs them, measured 8% and 5% slower on an f32 Adam
-        // keyframe's pack: the states and spill positions no longer fit in registers.)
+        // by side, as the order-0 loop runs them, measured slower: the states and spill
+        // positions no longer fit in registers.)
         let mut spill = spill();
         for k in k0..lanes {
             spill.at = spill.buf.len();

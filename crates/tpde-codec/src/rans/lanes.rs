@@ -29,9 +29,8 @@ pub(crate) fn encode_lanes_with(table: &Table, symbols: &[u8], out: &mut Vec<u8>
     };
     let mut k0 = 0;
     // Groups of 32 lanes in vector registers where the CPU has AVX2, the rest four at a time.
-    // Every table: measured on one Zen 3 core, the vector loop is as fast as the scalar one's
-    // branches on planes under a bit per symbol (real delta planes at 0.16-0.18 bits:
-    // 607-638 MB/s scalar, 723-727 vector; sparse ones at 0.02-0.07 bits: 680-690 and 691-695).
+    // Every table: the vector loop measured at least as fast as the scalar one's branches, even
+    // on planes under a bit per symbol.
     #[cfg(target_arch = "x86_64")]
     if vectors && avx2::available() && lanes >= avx2::ENCODE_WIDTH {
         let mut spills: [Spill; avx2::ENCODE_WIDTH] = std::array::from_fn(|_| spill());

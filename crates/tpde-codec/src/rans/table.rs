@@ -148,10 +148,7 @@ impl Table {
 
 /// Whether renormalisation should be branchless for symbols coded with `freq`: a symbol's
 /// byte count is data, and a branch on it mispredicts unless nearly every symbol takes none,
-/// as in a plane of under a bit per symbol. (Measured on 0.6-1 MiB planes, real fp32 delta
-/// planes and geometric ones, one core, best of 15: from 2 to 6 bits per symbol branchless
-/// encodes 1.6-1.7x and decodes 1.6-2.0x as fast as with branches; at 0.1 bits branches are
-/// 1.4x faster.)
+/// as in a plane of under a bit per symbol, where branches measured faster.
 pub(crate) fn branchless(freq: &[u16; 256]) -> bool {
     let bits: f64 =
         freq.iter().filter(|&&f| f > 0).map(|&f| f64::from(f) * (f64::from(SCALE) / f64::from(f)).log2()).sum();
@@ -170,8 +167,7 @@ pub(crate) const GROUP: usize = 16;
 
 /// Adds byte k of every 16 bytes of `bytes` to table k: many tables break the store-to-load
 /// dependency on runs of one byte value (an exponent plane's), and for elements of 1, 2, 4 or
-/// 8 bytes table k counts plane k mod w. (Measured on a real 1 MiB delta plane of 0.16 bits
-/// per symbol, one core: 1740 MB/s with four tables read byte by byte, 2420 with these.)
+/// 8 bytes table k counts plane k mod w (measured faster than four tables read byte by byte).
 pub(crate) fn count(bytes: &[u8], counts: &mut [[u32; 256]; GROUP]) {
     let mut groups = bytes.chunks_exact(GROUP);
     for g in &mut groups {

@@ -9,8 +9,8 @@ fn main() -> ExitCode {
 
 /// Keeps glibc from handing every large buffer back to the kernel when it is freed. The codecs
 /// allocate a few MiB per chunk; above glibc's default threshold each such buffer is a fresh
-/// `mmap` whose pages fault in and are zeroed again, chunk after chunk. (Measured on a 273 MB
-/// fp32 delta, one thread: pack 1.96 s → 1.41 s, system time 0.58 s → 0.15 s.)
+/// `mmap` whose pages fault in and are zeroed again, chunk after chunk (measured: a large share
+/// of a pack's time).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn keep_freed_memory() {
     // SAFETY: mallopt only sets allocator parameters; it is called before any other thread

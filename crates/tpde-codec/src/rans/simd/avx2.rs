@@ -1,11 +1,9 @@
 //! The lane form's decode and encode loops on AVX2: eight lanes per register, four registers
 //! interleaved so one's table lookups overlap the others' arithmetic.
 //!
-//! Written by hand because they are the format's hot loops: on one Zen 3 core the decoder runs
-//! about three times as fast as the scalar loop (see `decode_lanes`), which is instruction-bound
-//! at about seven cycles per symbol, and the encoder about 2.3 times (real delta planes of 4 and
-//! 8 bits per symbol: 293 against 660-690 MB/s). Both produce exactly what
-//! the scalar loops do, which finish every lane (and, decoding, check how it ends).
+//! Written by hand because they are the format's hot loops, measured several times as fast as
+//! the scalar loops (which are instruction-bound). Both produce exactly what the scalar loops
+//! do, which finish every lane (and, decoding, check how it ends).
 #![allow(unsafe_code)]
 
 use std::arch::x86_64::*;
@@ -250,7 +248,7 @@ unsafe fn rounds_of<const REGS: usize, const FOLLOW: bool, const GIVEN: bool>(
 /// after renormalisation), so `x / f < 2^19`. The single-precision quotient is within
 /// `2^19·2^-23 = 1/16` of the true one (two roundings of 2^-24 each), so its truncation is
 /// q - 1, q or q + 1, which the remainder's sign and size correct. (Two gathers of 1/f as
-/// doubles, the earlier way, measured a third slower.)
+/// doubles, the earlier way, measured slower.)
 #[target_feature(enable = "avx2")]
 #[inline]
 fn divide(x: __m256i, f: __m256i) -> (__m256i, __m256i) {
