@@ -1,10 +1,13 @@
 //! TPDE checkpoints in one dependency.
 //!
-//! This crate re-exports the format ([`format`]), the reader ([`read`]) and the writer
-//! ([`write`]), and holds what every front end needs on top of them: safetensors files in and out
-//! ([`convert`], [`safetensors_out`]), bases and chains of deltas ([`checkpoint`]), codec names
-//! ([`convert::encoder`]), and files in object storage as well as on disk ([`location`]). The `tpde` command-line tools and the Python package are thin layers
-//! over it; a Rust program that embeds TPDE adds this crate alone.
+//! This crate re-exports the format ([`format`]), the codecs ([`codec`]), the reader ([`read`])
+//! and the writer ([`write`]), and holds what every front end needs on top of them. One way in,
+//! [`pack()`] (a safetensors file, a model folder or tensors in memory; [`series`] for a folder of
+//! checkpoints as a chain), and one way out, [`unpack()`]; [`verify`] against the original;
+//! [`open`] for a file with its chain of bases under a hint policy; [`safetensors`] and
+//! [`sharded`] for the containers it converts; [`location`] for paths and, with the `object`
+//! feature, `s3://` URLs alike. The `tpde` command-line tools and the Python package are thin
+//! layers over it; a Rust program that embeds TPDE adds this crate alone.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -3,7 +3,7 @@
 //!
 //! A local file is read through its memory map and written through an
 //! [`AtomicFile`](tpde_write::atomic::AtomicFile); an object through ranged GETs
-//! ([`ObjectSource`]) and a multipart upload ([`ObjectWriter`]). Both appear under their name
+//! (`ObjectSource`) and a multipart upload (`ObjectWriter`). Both appear under their name
 //! only when complete.
 
 use std::borrow::Cow;

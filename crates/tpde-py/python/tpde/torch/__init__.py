@@ -10,7 +10,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import _dtypes, _files, safe_open
-from .._checkpointer import Checkpointer
+from .checkpointer import Checkpointer
 from .._errors import error
 
 __all__ = ["save_file", "load_file", "load_into", "Checkpointer"]

@@ -23,8 +23,8 @@ import uuid
 import warnings
 from typing import Any, Dict, Optional
 
-from . import _tpde
-from ._errors import error
+from .. import _tpde
+from .._errors import error
 
 LOCK_NAME = ".tpde-writer.lock"
 # How long an object-store lease lasts without renewal.

@@ -11,7 +11,7 @@ Each file holds the state's tensors under names that are their paths in the stat
 (``model/encoder.weight``, ``optim/state/3/exp_avg``), so that a tensor's name is the same at
 every step and a delta finds its base tensor. The rest of the state (nesting, ints, floats,
 strings, lists, tuples, ``None``, the optimizer's ``param_groups``) is stored as JSON in the
-file's metadata under ``checkpoint.state`` (schema ``tpde-state/1``, below), never as pickle.
+file's metadata under ``checkpoint.state`` (schema ``tpde-state/1``, see ``_state``), never as pickle.
 
 The folder may be an object-store prefix, ``s3://bucket/prefix`` (not under
 torch.distributed): the files are then objects, written by multipart upload, each appearing
@@ -27,7 +27,7 @@ kill during ``keep_last`` pruning never leaves a delta whose base is gone.
 
 One writer per folder: the first ``save`` takes the folder's writer lock (``flock`` on
 ``.tpde-writer.lock`` in a local folder, a lease object under an object-store prefix; see
-``_writer_lock``), held until ``close``; a second writer is refused with an error naming the
+``tpde.torch._writer_lock``), held until ``close``; a second writer is refused with an error naming the
 holder. Loading takes no lock.
 
 Every file in the folder is treated as hostile: a name that looks like a step but is not a
@@ -35,10 +35,8 @@ regular file, or a file that is not a readable ``Checkpointer`` file, is skipped
 warning when choosing the next base and the newest checkpoint to load; a chain of
 ``checkpoint.base_step`` references is followed with a loop and length check.
 
-``tpde-state/1``: a value is a JSON scalar (str, int, float, bool, null) or an object with one
-key: ``{"tensor": NAME}`` (a tensor stored under NAME; ``"device"`` may follow),
-``{"list": [...]}``, ``{"tuple": [...]}``, ``{"dict": [[KEY, VALUE], ...]}`` (KEY a JSON scalar:
-optimizer states are keyed by int), ``{"float": "nan" | "inf" | "-inf"}``.
+The state's layout (``tpde-state/1``) is ``_state``'s; the optimizer predictions ``_adam``'s;
+deleting old checkpoints ``_prune``'s; the distributed path ``_distributed``'s.
 """
 from __future__ import annotations
 
@@ -48,7 +46,6 @@ import math
 import os
 import pickle
 import re
-import shutil
 import threading
 import time
 import warnings
@@ -57,174 +54,26 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 
 import torch
 
-from . import _dtypes, _tpde, _writer_lock
-from ._errors import error
+from .. import _dtypes, _tpde
+from .._errors import error
+from . import _distributed, _prune, _writer_lock
+from ._adam import _adam_predictions, _learning_rates
+from ._state import SCHEMA, SCHEMA_DCP, _Flattener, _unflatten
 
-SCHEMA = "tpde-state/1"
 # An async save queued behind others: its write finds the newest checkpoint when it runs.
 _FIND_NEWEST = object()
-SCHEMA_DCP = "tpde-dcp-state/1"  # a step saved through DCP: the state's layout is DCP's metadata
 _NAME = re.compile(r"^step-(\d{10})(\.tpde)?$")
 
 
 def _dcp():
     """tpde.torch.dcp, imported only when used (it imports torch.distributed.checkpoint)."""
-    from .torch import dcp
+    from . import dcp
 
     return dcp
 
 
 def _file_name(step: int, distributed: bool = False) -> str:
     return f"step-{step:010d}" if distributed else f"step-{step:010d}.tpde"
-
-
-class _Flattener:
-    """Turns a nested state into (JSON tree, tensors by name)."""
-
-    def __init__(self) -> None:
-        self.tensors: Dict[str, torch.Tensor] = {}
-        self.exact: List[str] = []
-        # Tensors already seen, by storage and view: a tensor met twice (tied weights) is
-        # stored once and restored as one tensor.
-        self._seen: Dict[Tuple, str] = {}
-        # Optimizer state dicts met (``state`` and ``param_groups``), by path.
-        self.optimizers: List[Tuple[str, Dict[str, Any]]] = []
-
-    def value(self, v: Any, path: str) -> Any:
-        if isinstance(v, torch.Tensor):
-            return self._tensor(v, path)
-        if v is None or isinstance(v, (bool, str)):
-            return v
-        if isinstance(v, int):
-            return int(v)
-        if isinstance(v, float):
-            return v if math.isfinite(v) else {"float": repr(v)}
-        if isinstance(v, dict):
-            if isinstance(v.get("state"), dict) and isinstance(v.get("param_groups"), list):
-                self.optimizers.append((path, v))
-            items = []
-            for k, x in v.items():
-                if not (k is None or isinstance(k, (bool, int, float, str))):
-                    raise error(
-                        "invalid-argument",
-                        f"{path or 'state'}: dict key {k!r} of type {type(k).__name__} cannot be saved",
-                    )
-                items.append([k, self.value(x, f"{path}/{k}" if path else str(k))])
-            return {"dict": items}
-        if isinstance(v, (list, tuple)):
-            out = [self.value(x, f"{path}/{i}") for i, x in enumerate(v)]
-            return {"tuple": out} if isinstance(v, tuple) else {"list": out}
-        raise error(
-            "invalid-argument",
-            f"{path or 'state'}: a {type(v).__name__} cannot be saved (tensors, dicts, lists, tuples, "
-            "str, int, float, bool and None can; never a pickle)",
-        )
-
-    def _tensor(self, t: torch.Tensor, path: str) -> Dict[str, Any]:
-        key = (t.device, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
-        name = self._seen.get(key) if t.numel() > 0 else None
-        if name is None:
-            name = path
-            n = 1
-            while name in self.tensors:  # a key with a "/" in it could repeat a path
-                n += 1
-                name = f"{path}#{n}"
-            self.tensors[name] = t
-            self._seen[key] = name
-            # An optimizer's step counter stays exact in a lossy checkpoint.
-            if path.rsplit("/", 1)[-1] == "step" or not (t.is_floating_point()):
-                self.exact.append(name)
-        node: Dict[str, Any] = {"tensor": name}
-        if t.device.type != "cpu":
-            node["device"] = str(t.device)
-        return node
-
-
-def _learning_rates(flat: _Flattener) -> Dict[Tuple[str, int], float]:
-    return {
-        (path, i): float(g["lr"])
-        for path, opt in flat.optimizers
-        for i, g in enumerate(opt["param_groups"])
-        if isinstance(g, dict) and isinstance(g.get("lr"), (int, float))
-    }
-
-
-def _adam_predictions(flat: _Flattener, last_lrs: Dict[Tuple[str, int], float]) -> List[Tuple]:
-    """Predictions (spec §6.8) for ``_tpde.save``: for each Adam/AdamW parameter of an optimizer
-    state in ``flat``, its second moment from its first (predictor 1), and candidate weights
-    (predictor 2) with the moments' shape, the one at the same place among tensors of that shape
-    first. Constants are computed in binary64 as torch's single-tensor step computes them."""
-    out: List[Tuple] = []
-    prefixes = tuple(f"{path}/" for path, _ in flat.optimizers)
-    weights: Dict[Tuple, List[str]] = {}
-    for name, t in flat.tensors.items():
-        if t.dtype == torch.float32 and not name.startswith(prefixes) and t.numel() > 0:
-            weights.setdefault(tuple(t.shape), []).append(name)
-    for path, opt in flat.optimizers:
-        rank: Dict[Tuple, int] = {}
-        for gi, g in enumerate(opt["param_groups"]):
-            if not isinstance(g, dict) or not {"betas", "eps", "lr", "weight_decay", "params"} <= set(g):
-                continue
-            try:
-                beta1, beta2 = (float(b) for b in g["betas"])
-                eps, wd = float(g["eps"]), float(g["weight_decay"])
-                lrs = [float(g["lr"])]
-            except (TypeError, ValueError):
-                continue  # tensor hyperparameters (capturable, compiled): not predicted
-            if (path, gi) in last_lrs and last_lrs[(path, gi)] != lrs[0]:
-                lrs.insert(0, last_lrs[(path, gi)])
-            decoupled = bool(g.get("decoupled_weight_decay", False))
-            for pid in g["params"]:
-                st = opt["state"].get(pid)
-                base = f"{path}/state/{pid}/" if path else f"state/{pid}/"
-                m, v, vmax = base + "exp_avg", base + "exp_avg_sq", base + "max_exp_avg_sq"
-                if not isinstance(st, dict) or flat.tensors.get(m) is not st.get("exp_avg"):
-                    continue
-                if flat.tensors.get(v) is not st.get("exp_avg_sq") or st["exp_avg"].dtype != torch.float32:
-                    continue
-                out.append((v, 1, [1 - beta1, beta2, 1 - beta2], [m]))
-                t = float(st["step"]) if "step" in st else 0.0
-                if t < 1:
-                    continue
-                denom = vmax if g.get("amsgrad") and vmax in flat.tensors else v
-                shape = tuple(st["exp_avg"].shape)
-                same = weights.get(shape, [])
-                k = rank.get(shape, 0)
-                rank[shape] = k + 1
-                # The weight at the same place among tensors of its shape first, then its
-                # neighbours: optimizers list parameters in the model's order.
-                order = sorted(range(len(same)), key=lambda i: abs(i - k))[:8]
-                for i in order:
-                    for lr in lrs:
-                        constants = [
-                            1 - lr * wd if decoupled else 1.0,
-                            (1 - beta2**t) ** 0.5,
-                            eps,
-                            -(lr / (1 - beta1**t)),
-                        ]
-                        out.append((same[i], 2, constants, [m, denom]))
-    return out
-
-
-def _unflatten(node: Any, tensors: Dict[str, torch.Tensor], map_location: Any) -> Any:
-    if not isinstance(node, dict):
-        return node
-    (kind, v), *rest = node.items()
-    if kind == "tensor":
-        t = tensors[v]
-        if map_location is None:
-            device = node.get("device", "cpu")
-            return t if device == "cpu" else t.to(device)
-        return t if str(map_location) == "cpu" else t.to(map_location)
-    if kind == "dict":
-        return {k: _unflatten(x, tensors, map_location) for k, x in v}
-    if kind == "list":
-        return [_unflatten(x, tensors, map_location) for x in v]
-    if kind == "tuple":
-        return tuple(_unflatten(x, tensors, map_location) for x in v)
-    if kind == "float":
-        return float(v)
-    raise _tpde.TpdeError(f"checkpoint state: unknown node {kind!r} (schema {SCHEMA})")
 
 
 class Checkpointer:
@@ -581,88 +430,18 @@ class Checkpointer:
             self._prune()
 
     def _prune(self) -> None:
-        """Deletes what ``keep_last`` no longer keeps. The checkpoint just saved is complete
-        whatever happens here: a failure is a warning, never the save's error."""
-        if self.keep_last is None:
-            return
-        try:
-            self._prune_now()
-        except Exception as e:
-            warnings.warn(f"{self.directory}: pruning old checkpoints failed; they stay until the next save: {e}", stacklevel=3)
+        _prune.prune(self)
 
-    def _prune_now(self) -> None:
-        steps = self.steps()
-        keep = set(steps[-self.keep_last :])
-        # Every kept checkpoint needs its chain of bases; a chain that does not check out keeps
-        # every older file (nothing is deleted on the word of a file that is not ours).
-        for s in list(keep):
-            try:
-                keep.update(self._chain(s))
-            except (_tpde.TpdeError, OSError, ValueError) as e:
-                warnings.warn(f"{self.path(s)}: its chain of bases does not check out ({e}); keeping every older checkpoint", stacklevel=3)
-                keep.update(x for x in steps if x < s)
-        # Newest first: a delta goes before its base, so no remaining file loses its base.
-        for s in sorted(set(steps) - keep, reverse=True):
-            path = self.path(s)
-            try:
-                if self.distributed:
-                    # Uncommitted first: a folder being deleted is no longer a checkpoint.
-                    os.remove(os.path.join(path, _dcp().METADATA_FILE))
-                    shutil.rmtree(path)
-                else:
-                    _tpde.remove(path)
-            except FileNotFoundError:
-                pass
-
-    # -- under torch.distributed -------------------------------------------------------------
+    # -- under torch.distributed: tpde/torch/_distributed.py -----------------------------------
 
     def _rank(self) -> int:
-        return torch.distributed.get_rank(self._group)
+        return _distributed.rank(self)
 
     def _save_distributed(self, step: int, state: Any) -> None:
-        import torch.distributed.checkpoint as dcp
-
-        # Rank 0 decides the chain; every rank must use the same base.
-        plan: List[Any] = [None]
-        if self._rank() == 0:
-            latest = self.latest()
-            try:
-                self._take_lock()
-            except _tpde.TpdeError as e:
-                plan[0] = ("error", str(e))
-            else:
-                if latest is not None and step <= latest:
-                    plan[0] = ("error", f"step {step} is not after the latest checkpoint, step {latest}")
-                else:
-                    plan[0] = ("ok",) + self._base_of_next(self._newest_usable(self.steps()))
-        src = torch.distributed.get_global_rank(self._group, 0) if self._group is not None else 0
-        torch.distributed.broadcast_object_list(plan, src=src, group=self._group)
-        if plan[0][0] == "error":
-            raise _tpde.TpdeError(plan[0][1])
-        _, base, depth = plan[0]
-        metadata = {"checkpoint.format": SCHEMA_DCP, "checkpoint.step": str(step), "checkpoint.depth": str(depth)}
-        if base is not None:
-            metadata["checkpoint.base_step"] = str(base)
-        writer = _dcp().TpdeStorageWriter(
-            self.path(step),
-            base=None if base is None else self.path(base),
-            codec=self.codec,
-            max_abs_error=self.max_abs_error if base is not None else None,
-            max_rel_error=self.max_rel_error if base is not None else None,
-            metadata=metadata,
-            base_in_memory=self.base_in_memory,
-        )
-        if self.async_save:
-            self._pending.append(dcp.async_save(state, storage_writer=writer, process_group=self._group))
-            self._distributed_pending = True
-        else:
-            dcp.save(state, storage_writer=writer, process_group=self._group)
-            self._prune_distributed()
+        _distributed.save(self, step, state)
 
     def _prune_distributed(self) -> None:
-        if self._rank() == 0:
-            self._prune()
-        torch.distributed.barrier(group=self._group)
+        _distributed.prune(self)
 
     # -- loading -----------------------------------------------------------------------------
 

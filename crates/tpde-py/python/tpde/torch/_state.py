@@ -1,0 +1,103 @@
+"""The state a ``Checkpointer`` saves, flattened: tensors by their path in the state, the rest as
+JSON (never pickle), and back.
+
+``tpde-state/1``: a value is a JSON scalar (str, int, float, bool, null) or an object with one
+key: ``{"tensor": NAME}`` (a tensor stored under NAME; ``"device"`` may follow),
+``{"list": [...]}``, ``{"tuple": [...]}``, ``{"dict": [[KEY, VALUE], ...]}`` (KEY a JSON scalar:
+optimizer states are keyed by int), ``{"float": "nan" | "inf" | "-inf"}``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Tuple
+
+import torch
+
+from .. import _tpde
+from .._errors import error
+
+SCHEMA = "tpde-state/1"
+SCHEMA_DCP = "tpde-dcp-state/1"  # a step saved through DCP: the state's layout is DCP's metadata
+
+
+class _Flattener:
+    """Turns a nested state into (JSON tree, tensors by name)."""
+
+    def __init__(self) -> None:
+        self.tensors: Dict[str, torch.Tensor] = {}
+        self.exact: List[str] = []
+        # Tensors already seen, by storage and view: a tensor met twice (tied weights) is
+        # stored once and restored as one tensor.
+        self._seen: Dict[Tuple, str] = {}
+        # Optimizer state dicts met (``state`` and ``param_groups``), by path.
+        self.optimizers: List[Tuple[str, Dict[str, Any]]] = []
+
+    def value(self, v: Any, path: str) -> Any:
+        if isinstance(v, torch.Tensor):
+            return self._tensor(v, path)
+        if v is None or isinstance(v, (bool, str)):
+            return v
+        if isinstance(v, int):
+            return int(v)
+        if isinstance(v, float):
+            return v if math.isfinite(v) else {"float": repr(v)}
+        if isinstance(v, dict):
+            if isinstance(v.get("state"), dict) and isinstance(v.get("param_groups"), list):
+                self.optimizers.append((path, v))
+            items = []
+            for k, x in v.items():
+                if not (k is None or isinstance(k, (bool, int, float, str))):
+                    raise error(
+                        "invalid-argument",
+                        f"{path or 'state'}: dict key {k!r} of type {type(k).__name__} cannot be saved",
+                    )
+                items.append([k, self.value(x, f"{path}/{k}" if path else str(k))])
+            return {"dict": items}
+        if isinstance(v, (list, tuple)):
+            out = [self.value(x, f"{path}/{i}") for i, x in enumerate(v)]
+            return {"tuple": out} if isinstance(v, tuple) else {"list": out}
+        raise error(
+            "invalid-argument",
+            f"{path or 'state'}: a {type(v).__name__} cannot be saved (tensors, dicts, lists, tuples, "
+            "str, int, float, bool and None can; never a pickle)",
+        )
+
+    def _tensor(self, t: torch.Tensor, path: str) -> Dict[str, Any]:
+        key = (t.device, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+        name = self._seen.get(key) if t.numel() > 0 else None
+        if name is None:
+            name = path
+            n = 1
+            while name in self.tensors:  # a key with a "/" in it could repeat a path
+                n += 1
+                name = f"{path}#{n}"
+            self.tensors[name] = t
+            self._seen[key] = name
+            # An optimizer's step counter stays exact in a lossy checkpoint.
+            if path.rsplit("/", 1)[-1] == "step" or not (t.is_floating_point()):
+                self.exact.append(name)
+        node: Dict[str, Any] = {"tensor": name}
+        if t.device.type != "cpu":
+            node["device"] = str(t.device)
+        return node
+
+
+def _unflatten(node: Any, tensors: Dict[str, torch.Tensor], map_location: Any) -> Any:
+    if not isinstance(node, dict):
+        return node
+    (kind, v), *rest = node.items()
+    if kind == "tensor":
+        t = tensors[v]
+        if map_location is None:
+            device = node.get("device", "cpu")
+            return t if device == "cpu" else t.to(device)
+        return t if str(map_location) == "cpu" else t.to(map_location)
+    if kind == "dict":
+        return {k: _unflatten(x, tensors, map_location) for k, x in v}
+    if kind == "list":
+        return [_unflatten(x, tensors, map_location) for x in v]
+    if kind == "tuple":
+        return tuple(_unflatten(x, tensors, map_location) for x in v)
+    if kind == "float":
+        return float(v)
+    raise _tpde.TpdeError(f"checkpoint state: unknown node {kind!r} (schema {SCHEMA})")
