@@ -130,7 +130,14 @@ pub fn pack(
         }
         PackSource::Path(dir) if dir.is_dir() => match crate::sharded::lone_safetensors(dir)? {
             Some(file) => pack_file(&SafetensorsFile::open(&file)?, &file, destination, job, bar),
-            None => crate::sharded::pack_folder(dir, destination, job, bar),
+            None => {
+                let folder = crate::sharded::open_folder(dir)?;
+                let tensors: Vec<TensorRef<'_>> = folder.tensors().collect();
+                let metadata = folder.layout.to_metadata();
+                pack_tensors(&tensors, &metadata, crate::sharded::SOURCE_FORMAT, destination, job, bar)
+                    .map(|(packed, _)| packed)
+                    .map_err(|e| if e.is_usage() { e } else { e.context(dir.display()) })
+            }
         },
         PackSource::Path(file) => pack_file(&SafetensorsFile::open(file)?, file, destination, job, bar),
     }

@@ -14,7 +14,6 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Map, Value};
@@ -22,10 +21,8 @@ use tpde_format::ErrorKind;
 
 use crate::location::{FileReader, Location};
 use crate::open::open_reader;
-use crate::pack::{pack_tensors, PackJob, Packed};
 use crate::safetensors::SafetensorsFile;
-use crate::unpack::unpack_tensors;
-use crate::{Error, Progress};
+use crate::Error;
 
 /// The metadata key of the index's name and metadata.
 pub const KEY_INDEX: &str = "safetensors.index";
@@ -101,14 +98,24 @@ fn check_file_name(name: &str, what: &str, suffix: &str) -> Result<(), Error> {
     }
 }
 
-/// Packs every tensor of the sharded folder `dir` into `output` (a delta if `job` has a base),
-/// recording its layout; tensors go in shard order, each shard's in its file order.
-pub(crate) fn pack_folder(
-    dir: &Path,
-    output: &Location,
-    job: PackJob<'_>,
-    bar: &dyn Progress,
-) -> Result<Packed, Error> {
+/// A sharded folder opened: its shards, in name order, and its layout.
+pub struct Folder {
+    /// The shards, mapped, in the layout's order.
+    pub shards: Vec<SafetensorsFile>,
+    /// What a packed file records to write the folder back.
+    pub layout: Layout,
+}
+
+impl Folder {
+    /// Every tensor, in shard order and each shard's in its file order: what a pack writes.
+    pub fn tensors(&self) -> impl Iterator<Item = (&str, tpde_format::DType, &[u64], &[u8])> {
+        self.shards.iter().flat_map(|s| s.tensors())
+    }
+}
+
+/// Opens the sharded folder `dir` (its index and every shard it names), checking that the index
+/// and the shards agree.
+pub fn open_folder(dir: &Path) -> Result<Folder, Error> {
     let index_path = index_file(dir)?.expect("index_file of a folder");
     let malformed = |msg: String| Error::malformed(format!("{}: {msg}", index_path.display()));
     let text = fs::read_to_string(&index_path).map_err(|e| Error::from(e).context(index_path.display()))?;
@@ -158,14 +165,7 @@ pub(crate) fn pack_folder(
         index_metadata,
         shards,
     };
-    let (packed, _) = pack_tensors(&tensors, &layout.to_metadata(), SOURCE_FORMAT, output, job, bar).map_err(|e| {
-        if e.is_usage() {
-            e
-        } else {
-            e.context(dir.display())
-        }
-    })?;
-    Ok(packed)
+    Ok(Folder { shards: opened.into_iter().map(|(_, st)| st).collect(), layout })
 }
 
 impl Layout {
@@ -220,27 +220,17 @@ impl Layout {
     }
 }
 
-/// Writes the shards of `layout` from the open file `r` into `output`, then the index.
-pub(crate) fn write_folder(r: &FileReader, layout: &Layout, output: &Path, bar: &dyn Progress) -> Result<(), Error> {
-    fs::create_dir_all(output).map_err(|e| Error::from(e).context(output.display()))?;
-    let index_of: HashMap<&str, usize> = r.tensors().iter().enumerate().map(|(i, t)| (t.name.as_str(), i)).collect();
-    bar.set_length(r.tensors().iter().map(|t| t.byte_length).sum());
-    let mut weight_map = BTreeMap::new();
-    for shard in &layout.shards {
-        let select: Vec<usize> = shard.tensors.iter().map(|t| index_of[t.as_str()]).collect();
-        unpack_tensors(r, &select, &shard.metadata.clone().unwrap_or_default(), &output.join(&shard.file), bar)?;
-        weight_map.extend(shard.tensors.iter().map(|t| (t.clone(), shard.file.clone())));
+/// The index file's text for this layout (a tensor-to-shard map and the index's metadata).
+impl Layout {
+    /// The `*.safetensors.index.json` that names every tensor's shard, as the folder had it.
+    pub fn index_text(&self) -> Result<String, Error> {
+        let weight_map: BTreeMap<&str, &str> =
+            self.shards.iter().flat_map(|s| s.tensors.iter().map(|t| (t.as_str(), s.file.as_str()))).collect();
+        let index = json!({"metadata": self.index_metadata, "weight_map": weight_map});
+        let text =
+            serde_json::to_string_pretty(&index).map_err(|e| Error::new(ErrorKind::InvalidArgument, e.to_string()))?;
+        Ok(text + "\n")
     }
-    let index = json!({"metadata": layout.index_metadata, "weight_map": weight_map});
-    let text =
-        serde_json::to_string_pretty(&index).map_err(|e| Error::new(ErrorKind::InvalidArgument, e.to_string()))?;
-    let path = output.join(&layout.index_name);
-    let io = |e: std::io::Error| Error::from(e).context(path.display());
-    let mut f = tpde_write::AtomicFile::create(&path).map_err(io)?;
-    f.write_all(text.as_bytes()).and_then(|_| f.write_all(b"\n")).map_err(io)?;
-    f.commit().map_err(io)?;
-    bar.finish();
-    Ok(())
 }
 
 /// Whether the TPDE file at `at` was packed from a sharded folder (it records a layout).

@@ -15,7 +15,7 @@ use tpde_read::TensorChunks;
 use crate::location::{FileReader, Location, Stored};
 use crate::open::open_tpde;
 use crate::safetensors::{dtype_to_safetensors, write as safetensors_out};
-use crate::sharded::{folder_output, write_folder, Layout};
+use crate::sharded::{folder_output, Layout};
 use crate::{Error, Progress};
 
 /// What an unpack did.
@@ -169,4 +169,24 @@ pub fn unpack_report(r: &FileReader, start: Instant) -> UnpackReport {
         logical_bytes: r.tensors().iter().map(|t| t.byte_length).sum(),
         seconds: start.elapsed().as_secs_f64(),
     }
+}
+
+/// Writes the shards of `layout` from the open file `r` into the folder `output`, each
+/// atomically, then the index, so that a folder whose index exists is complete.
+fn write_folder(r: &FileReader, layout: &Layout, output: &Path, bar: &dyn Progress) -> Result<(), Error> {
+    std::fs::create_dir_all(output).map_err(|e| Error::from(e).context(output.display()))?;
+    let index_of: std::collections::HashMap<&str, usize> =
+        r.tensors().iter().enumerate().map(|(i, t)| (t.name.as_str(), i)).collect();
+    bar.set_length(r.tensors().iter().map(|t| t.byte_length).sum());
+    for shard in &layout.shards {
+        let select: Vec<usize> = shard.tensors.iter().map(|t| index_of[t.as_str()]).collect();
+        unpack_tensors(r, &select, &shard.metadata.clone().unwrap_or_default(), &output.join(&shard.file), bar)?;
+    }
+    let path = output.join(&layout.index_name);
+    let io = |e: std::io::Error| Error::from(e).context(path.display());
+    let mut f = tpde_write::AtomicFile::create(&path).map_err(io)?;
+    std::io::Write::write_all(&mut f, layout.index_text()?.as_bytes()).map_err(io)?;
+    f.commit().map_err(io)?;
+    bar.finish();
+    Ok(())
 }
