@@ -40,7 +40,9 @@ for isa in avx2 avx512vbmi; do
 done
 cargo test --workspace --locked "${features[@]}"
 # The facade on its own, as a Rust program that embeds it builds it: without object storage.
-cargo test --locked -q -p tpde --lib
+# (Its dependencies keep the features the workspace build gave them, so only the facade builds
+# again: without them, half the workspace did, about a minute.)
+cargo test --locked -q -p tpde --lib "${features[@]}" --features tpde-format/surgery
 
 step "conformance corpus, as another implementation would run it"
 cargo run --release --locked --bin tpde -- conformance conformance --quiet
