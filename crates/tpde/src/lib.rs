@@ -71,14 +71,8 @@ impl Error {
 
     /// A failure of category `kind` caused by `source`, whose text is the message.
     pub fn caused_by(kind: ErrorKind, source: impl std::error::Error + Send + Sync + 'static) -> Self {
-        Error { source: Some(Arc::new(source)), ..Error::new(kind, String::new()) }.with_source_text()
-    }
-
-    fn with_source_text(mut self) -> Self {
-        if let Some(s) = &self.source {
-            self.message = s.to_string();
-        }
-        self
+        let message = source.to_string();
+        Error { source: Some(Arc::new(source)), ..Error::new(kind, message) }
     }
 
     /// The caller asked for something that cannot be done as asked (a bad option or a

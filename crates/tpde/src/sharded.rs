@@ -218,10 +218,7 @@ impl Layout {
         }
         Ok(Some(Layout { index_name, index_metadata, shards: out }))
     }
-}
 
-/// The index file's text for this layout (a tensor-to-shard map and the index's metadata).
-impl Layout {
     /// The `*.safetensors.index.json` that names every tensor's shard, as the folder had it.
     pub fn index_text(&self) -> Result<String, Error> {
         let weight_map: BTreeMap<&str, &str> =

@@ -862,7 +862,6 @@ fn predicted(g: &mut Gen) {
     for x in &mut w1[2048..] {
         *x = rng.normal(0.05) as f32;
     }
-    let f32s = |x: &[f32]| x.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>();
     let shape = [30, 100];
     g.valid(
         Spec::new(
@@ -872,9 +871,9 @@ fn predicted(g: &mut Gen) {
         )
         .encoder(Encoder::Codec(CodecTag::PlanesLanes))
         .tensors([
-            T::new("w", DType::F32, &shape, f32s(&w0)),
-            T::new("m", DType::F32, &shape, f32s(&m0)),
-            T::new("v", DType::F32, &shape, f32s(&v0)),
+            T::new("w", DType::F32, &shape, f32_bytes(&w0)),
+            T::new("m", DType::F32, &shape, f32_bytes(&m0)),
+            T::new("v", DType::F32, &shape, f32_bytes(&v0)),
         ]),
     );
     let v_pred =
@@ -897,9 +896,9 @@ fn predicted(g: &mut Gen) {
         .minor(6)
         .chunk_bytes(4096)
         .tensors([
-            T { delta: true, predict: Some(w_pred), ..T::new("w", DType::F32, &shape, f32s(&w1)) },
-            T { delta: true, ..T::new("m", DType::F32, &shape, f32s(&m1)) },
-            T { delta: true, predict: Some(v_pred), ..T::new("v", DType::F32, &shape, f32s(&v1)) },
+            T { delta: true, predict: Some(w_pred), ..T::new("w", DType::F32, &shape, f32_bytes(&w1)) },
+            T { delta: true, ..T::new("m", DType::F32, &shape, f32_bytes(&m1)) },
+            T { delta: true, predict: Some(v_pred), ..T::new("v", DType::F32, &shape, f32_bytes(&v1)) },
         ])
         .base(PREDICTED_BASE),
     );

@@ -28,8 +28,18 @@ pub(in crate::rans) fn available() -> bool {
     is_x86_feature_detected!("avx2")
 }
 
-/// [`rounds_unchecked`] as a safe function: the CPU's features are checked (callers choose
-/// this loop only where [`available`] says so, so the check never fails in use).
+/// Decodes whole words for the `REG·REGS` lanes `group` (or, with one register, for its 1 to 8
+/// lanes: a plane's last lanes past a multiple of eight), starting at their next word, for as many
+/// of the `rounds` as `bytes` has at least ten bytes left past every lane's position when the
+/// round starts (a word takes at most eight, and each refill reads four). Lane `j`'s round-`t`
+/// word is word `k0 + j + t·stride` of `out`. Returns the rounds decoded; the lanes' states and
+/// positions are updated to match. `bytes` holds every lane's bytes (lane `j`'s from its
+/// `begin`) and may go on past them. Only its end bounds the rounds, not each lane's, so that
+/// the lanes of a plane under a bit per symbol (a few dozen bytes each) decode here almost to
+/// their ends: a lane of a damaged record may then take bytes past its own, which the caller
+/// checks. `given`: each symbol's table index, for a record whose tables are given per symbol
+/// (one per byte of `out`). Callers choose this loop only where [`available`] says so; it
+/// checks again, which makes it safe to call.
 #[allow(clippy::too_many_arguments)]
 pub(in crate::rans) fn rounds<const REGS: usize>(
     tables: &Slots,
@@ -42,39 +52,9 @@ pub(in crate::rans) fn rounds<const REGS: usize>(
     out: &mut [u8],
 ) -> usize {
     assert!(available(), "the AVX2 loop on a CPU without AVX2");
-    // SAFETY: the CPU has the features the loop is compiled for (asserted above).
-    unsafe { rounds_unchecked::<REGS>(tables, bytes, group, k0, stride, rounds, given, out) }
-}
-
-/// Decodes whole words for the `REG·REGS` lanes `group` (or, with one register, for its 1 to 8
-/// lanes: a plane's last lanes past a multiple of eight), starting at their next word, for as many
-/// of the `rounds` as `bytes` has at least ten bytes left past every lane's position when the
-/// round starts (a word takes at most eight, and each refill reads four). Lane `j`'s round-`t`
-/// word is word `k0 + j + t·stride` of `out`. Returns the rounds decoded; the lanes' states and
-/// positions are updated to match. `bytes` holds every lane's bytes (lane `j`'s from its
-/// `begin`) and may go on past them. Only its end bounds the rounds, not each lane's, so that
-/// the lanes of a plane under a bit per symbol (a few dozen bytes each) decode here almost to
-/// their ends: a lane of a damaged record may then take bytes past its own, which the caller
-/// checks. `given`: each symbol's table index, for a record whose tables are given per symbol
-/// (one per byte of `out`).
-///
-/// # Safety
-/// The CPU must have AVX2 ([`available`]).
-#[target_feature(enable = "avx2")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn rounds_unchecked<const REGS: usize>(
-    tables: &Slots,
-    bytes: &[u8],
-    group: &mut [Lane<'_>],
-    k0: usize,
-    stride: usize,
-    rounds: usize,
-    given: Option<&[u8]>,
-    out: &mut [u8],
-) -> usize {
     // One loop per kind of record, so that each keeps only its own registers live and tests
     // no mode inside the loop.
-    // SAFETY: the caller's (AVX2).
+    // SAFETY: the CPU has AVX2 (asserted above).
     unsafe {
         match (tables.next.is_some(), given.is_some()) {
             (false, false) => rounds_of::<REGS, false, false>(tables, bytes, group, k0, stride, rounds, given, out),
