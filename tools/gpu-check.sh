@@ -69,18 +69,23 @@ vulkan_setup() {
       echo "Vulkan loader: none installed and none prepared (run --prepare first)"
     fi
   fi
-  if ! grep -qsl nvidia /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json; then
-    local glx
-    glx=$(ldconfig -p 2>/dev/null | awk '/libGLX_nvidia\.so\.0/ {print $NF; exit}')
-    [ -n "$glx" ] || glx=$(ls /usr/lib/x86_64-linux-gnu/libGLX_nvidia.so.0 /usr/lib64/libGLX_nvidia.so.0 2>/dev/null | head -n 1)
-    if [ -n "$glx" ]; then
-      printf '{"file_format_version": "1.0.0", "ICD": {"library_path": "%s", "api_version": "1.3.0"}}\n' "$glx" \
-        > "$kit/nvidia_icd.json"
-      export VK_DRIVER_FILES="$PWD/$kit/nvidia_icd.json" VK_ICD_FILENAMES="$PWD/$kit/nvidia_icd.json"
-      echo "NVIDIA Vulkan driver: no ICD file installed; using $glx"
-    else
-      echo "NVIDIA Vulkan driver: no ICD file and no libGLX_nvidia.so.0 (a driver installed for compute only?)"
-    fi
+  # NVIDIA's Vulkan driver has two entry points: libGLX_nvidia (the usual ICD file's) needs a
+  # display and, headless, fails with "Could not get 'vkCreateInstance'" (seen on an H100
+  # container, driver 580); libEGL_nvidia is the headless one. With no display, use EGL's.
+  local lib=
+  for name in libEGL_nvidia.so.0 libGLX_nvidia.so.0; do
+    [ -z "${DISPLAY:-}" ] || [ "$name" = libGLX_nvidia.so.0 ] || continue
+    lib=$(ldconfig -p 2>/dev/null | awk -v n="$name" '$1 == n {print $NF; exit}')
+    [ -n "$lib" ] || lib=$(ls /usr/lib/x86_64-linux-gnu/$name /usr/lib64/$name /usr/lib/$name 2>/dev/null | head -n 1)
+    [ -z "$lib" ] || break
+  done
+  if [ -n "$lib" ]; then
+    printf '{"file_format_version": "1.0.0", "ICD": {"library_path": "%s", "api_version": "1.3.0"}}\n' "$lib" \
+      > "$kit/nvidia_icd.json"
+    export VK_DRIVER_FILES="$PWD/$kit/nvidia_icd.json" VK_ICD_FILENAMES="$PWD/$kit/nvidia_icd.json"
+    echo "NVIDIA Vulkan driver: $lib"
+  else
+    echo "NVIDIA Vulkan driver: neither libEGL_nvidia.so.0 nor libGLX_nvidia.so.0 (a driver installed for compute only?)"
   fi
 }
 

@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use rayon::prelude::*;
 use tpde_codec::CodecError;
@@ -11,6 +12,7 @@ use tpde_read::{check_digest, chunk_location, ReadError, Reader, Source};
 use wgpu::util::DeviceExt;
 
 use crate::plan::{plan_chunk, Batch, Batcher, Limits, KERNEL_ERRORS};
+use crate::timing::{BatchQueries, KernelTimes};
 
 /// Threads per workgroup of the one-thread-per-item kernels (the shader's `WG`).
 const WG: u64 = 64;
@@ -122,6 +124,8 @@ pub struct Gpu {
     dummy: wgpu::Buffer,
     /// Bytes written from the host to the device so far (see [`Gpu::uploaded_bytes`]).
     uploaded: AtomicU64,
+    /// Kernel times, when opened with [`Gpu::with_kernel_timing`].
+    timing: Option<Mutex<KernelTimes>>,
 }
 
 impl Gpu {
@@ -130,6 +134,17 @@ impl Gpu {
     /// `TPDE_GPU_ADAPTER=hardware`, a CPU adapter (lavapipe, SwiftShader) does not count: with no
     /// other, this fails, naming the adapters it found, rather than measure a CPU as a GPU.
     pub fn new() -> Result<Gpu, GpuError> {
+        Gpu::open(false)
+    }
+
+    /// [`Gpu::new`], and every batch's kernels timed on the device ([`Gpu::kernel_times`]).
+    /// For benchmarks: each batch is waited for before the next is uploaded, so decodes are
+    /// slower. Fails where the adapter has no timestamp queries.
+    pub fn with_kernel_timing() -> Result<Gpu, GpuError> {
+        Gpu::open(true)
+    }
+
+    fn open(timing: bool) -> Result<Gpu, GpuError> {
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let adapter = match std::env::var("TPDE_GPU_ADAPTER").as_deref() {
             Ok("hardware") => hardware_adapter(&instance)?,
@@ -151,8 +166,13 @@ impl Gpu {
             max_storage_buffers_per_shader_stage: 7,
             ..wgpu::Limits::downlevel_defaults()
         };
+        let required_features = if timing { wgpu::Features::TIMESTAMP_QUERY } else { wgpu::Features::empty() };
+        if !adapter.features().contains(required_features) {
+            return Err(GpuError::NoAdapter(format!("{} has no timestamp queries", adapter.get_info().name)));
+        }
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("tpde-gpu"),
+            required_features,
             required_limits: required.clone(),
             ..Default::default()
         }))
@@ -264,6 +284,7 @@ impl Gpu {
             info: adapter.get_info(),
             dummy,
             uploaded: AtomicU64::new(0),
+            timing: timing.then(|| Mutex::new(KernelTimes::default())),
         })
     }
 
@@ -278,6 +299,13 @@ impl Gpu {
     /// does not decode) and the batches' metadata. What a decode costs the host-device link.
     pub fn uploaded_bytes(&self) -> u64 {
         self.uploaded.load(Ordering::Relaxed)
+    }
+
+    /// The kernels' device time since the last call (and resets it), if opened with
+    /// [`Gpu::with_kernel_timing`].
+    pub fn take_kernel_times(&self) -> Option<KernelTimes> {
+        let timing = self.timing.as_ref()?;
+        Some(std::mem::take(&mut *timing.lock().unwrap_or_else(|e| e.into_inner())))
     }
 
     fn count_upload(&self, bytes: usize) {
@@ -536,17 +564,27 @@ impl Gpu {
             (&k.finish, groups(batch.words)),
             (&k.scatter, groups(batch.changed)),
         ];
-        for (pipeline, [x, y, z]) in steps {
+        let mut queries = self.timing.as_ref().map(|_| BatchQueries::new(d));
+        for (k, (pipeline, [x, y, z])) in steps.into_iter().enumerate() {
             if x == 0 {
                 continue;
             }
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
+            let timestamp_writes = queries.as_mut().map(|q| q.pass(k));
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes });
             pass.set_pipeline(pipeline);
             pass.set_bind_group(0, &bind, &[]);
             pass.dispatch_workgroups(x, y, z);
         }
         enc.copy_buffer_to_buffer(&err, 0, &err_read, 0, err_read.size());
+        if let Some(q) = &queries {
+            q.resolve(&mut enc);
+        }
         let index = self.queue.submit([enc.finish()]);
+        if let (Some(q), Some(timing)) = (&queries, &self.timing) {
+            let mut times = timing.lock().unwrap_or_else(|e| e.into_inner());
+            // A failed read leaves this batch untimed; the decode itself reports device errors.
+            let _ = q.add_to(d, self.queue.get_timestamp_period(), &mut times);
+        }
         Submitted { chunks: batch.chunks.clone(), errors: err_read, index }
     }
 

@@ -12,6 +12,7 @@
 //! - [`Gpu`]: the wgpu device and kernels: [`Gpu::decode`] one tensor, [`Gpu::read_back`].
 //! - [`DeviceCheckpoint`], [`Gpu::load`], [`Gpu::load_chain`]: whole checkpoints, deltas on
 //!   resident bases.
+//! - [`timing`]: the kernels' own device time, for benchmarks ([`Gpu::with_kernel_timing`]).
 //! - [`LayerLoader`]: layer by layer, the next layer's host work and upload overlapping the
 //!   current layer's decode.
 //!
@@ -41,6 +42,7 @@
 mod checkpoint;
 mod device;
 pub mod plan;
+pub mod timing;
 
 pub use checkpoint::{layer_key, DeviceCheckpoint, Layer, LayerLoader};
 pub use device::{DeviceTensor, Gpu, GpuError, Pending};

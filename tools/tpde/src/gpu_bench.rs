@@ -7,7 +7,9 @@
 //! `queue.write_buffer` of the uncompressed bytes and the same wait. The CPU reader decodes
 //! into host memory on all cores. Files are packed in memory first, so no disk is timed. The
 //! last rows time the layer loader over an `auto` keyframe and a chain (a keyframe, then a
-//! delta decoded on it), in GB/s of the final checkpoint's logical bytes.
+//! delta decoded on it), in GB/s of the final checkpoint's logical bytes. The "kernels alone"
+//! rows sum the decode kernels' own device time (GPU timestamps), with each kernel's share:
+//! where they are far above the whole-decode rows, the host work and uploads bound the decode.
 
 use std::path::Path;
 use std::time::Instant;
@@ -32,6 +34,8 @@ pub struct Row {
     pub gpu_gb_s: Option<f64>,
     /// CPU reader GB/s.
     pub cpu_gb_s: Option<f64>,
+    /// A line printed under the row (the kernels' split of their time).
+    pub note: Option<String>,
 }
 
 fn median_secs(runs: usize, mut f: impl FnMut() -> Result<(), CliError>) -> Result<f64, CliError> {
@@ -82,6 +86,7 @@ pub fn run(gpu: &Gpu, input: &Path, base: Option<&Path>, runs: usize) -> Result<
         ratio: None,
         gpu_gb_s: Some(gb_s(secs)),
         cpu_gb_s: None,
+        note: None,
     });
 
     let base_ck: Option<DeviceCheckpoint> = match &base_st {
@@ -123,7 +128,13 @@ pub fn run(gpu: &Gpu, input: &Path, base: Option<&Path>, runs: usize) -> Result<
             }
             Ok(())
         })?;
-        rows.push(Row { what: label, ratio: Some(ratio(stored, logical)), gpu_gb_s, cpu_gb_s: Some(gb_s(cpu)) });
+        rows.push(Row {
+            what: label,
+            ratio: Some(ratio(stored, logical)),
+            gpu_gb_s,
+            cpu_gb_s: Some(gb_s(cpu)),
+            note: None,
+        });
     }
 
     // The layer loader: each layer decoded when asked for, the next one's host work and upload
@@ -142,6 +153,7 @@ pub fn run(gpu: &Gpu, input: &Path, base: Option<&Path>, runs: usize) -> Result<
         ratio: None,
         gpu_gb_s: Some(gb_s(secs)),
         cpu_gb_s: None,
+        note: None,
     });
 
     // A chain from its keyframe: the base decoded on the device, then the delta on it, as a
@@ -161,6 +173,66 @@ pub fn run(gpu: &Gpu, input: &Path, base: Option<&Path>, runs: usize) -> Result<
             ratio: None,
             gpu_gb_s: Some(gb_s(secs)),
             cpu_gb_s: None,
+            note: None,
+        });
+    }
+    rows.extend(kernels_alone(&st, base_st.as_ref(), runs)?);
+    Ok(rows)
+}
+
+/// The decode kernels' own device time (GPU timestamps) for an `auto` keyframe and delta: what
+/// the rows above would reach if the host work and the uploads cost nothing. Their median run.
+fn kernels_alone(st: &SafetensorsFile, base: Option<&SafetensorsFile>, runs: usize) -> Result<Vec<Row>, CliError> {
+    let logical: u64 = st.tensors().map(|t| t.3.len() as u64).sum();
+    let timed = match Gpu::with_kernel_timing() {
+        Ok(gpu) => gpu,
+        Err(e) => {
+            let note = Some(format!("  (not measured: {e})"));
+            return Ok(vec![Row {
+                what: "decode kernels alone".into(),
+                ratio: None,
+                gpu_gb_s: None,
+                cpu_gb_s: None,
+                note,
+            }]);
+        }
+    };
+    let base_ck = match base {
+        Some(b) => {
+            let tensors = b.tensors().map(|(n, d, s, x)| timed.upload(n, d, s, x)).collect::<Result<Vec<_>, _>>()?;
+            Some(DeviceCheckpoint::new(b.content_digest()?, tensors))
+        }
+        None => None,
+    };
+    let mut cases = vec![("auto: decode kernels alone", None)];
+    if base.is_some() {
+        cases.push(("delta, auto: decode kernels alone", base));
+    }
+    let mut rows = Vec::new();
+    for (label, delta_of) in cases {
+        let reader = Reader::from_source(pack(st, delta_of, Encoder::Auto)?)?;
+        let mut times = Vec::new();
+        for _ in 0..=runs {
+            drop(timed.load(&reader, if delta_of.is_some() { base_ck.as_ref() } else { None })?);
+            timed.synchronize()?;
+            times.extend(timed.take_kernel_times());
+        }
+        times.remove(0); // the first run warms the device up, as median_secs does
+        times.sort_by_key(|t| t.total());
+        let Some(t) = times.get(times.len() / 2) else { continue };
+        let total = t.total().as_secs_f64();
+        let split: Vec<String> = tpde_gpu::timing::KERNELS
+            .iter()
+            .zip(t.per_kernel)
+            .filter(|(_, d)| !d.is_zero())
+            .map(|(k, d)| format!("{k} {:.0}%", 100.0 * d.as_secs_f64() / total.max(f64::MIN_POSITIVE)))
+            .collect();
+        rows.push(Row {
+            what: label.into(),
+            ratio: None,
+            gpu_gb_s: (total > 0.0).then(|| logical as f64 / total / 1e9),
+            cpu_gb_s: None,
+            note: Some(format!("  {} batches: {}", t.batches, split.join(", "))),
         });
     }
     Ok(rows)
@@ -180,6 +252,9 @@ pub fn render(gpu: &Gpu, input: &Path, rows: &[Row], runs: usize) -> String {
     let num = |x: Option<f64>, p: usize| x.map_or("-".to_string(), |v| format!("{v:.p$}"));
     for r in rows {
         s += &format!("{:<36} {:>7} {:>10} {:>10}\n", r.what, num(r.ratio, 3), num(r.gpu_gb_s, 2), num(r.cpu_gb_s, 2));
+        if let Some(note) = &r.note {
+            s += &format!("{note}\n");
+        }
     }
     s
 }
