@@ -250,6 +250,32 @@ fn only_compressed_bytes_are_uploaded() {
     assert!(uploaded >= decoded, "serial planes: {uploaded} bytes uploaded for {decoded} decoded");
 }
 
+/// A device opened with kernel timing decodes the same bytes, and times the kernels that ran:
+/// the lane kernel for a lane-coded keyframe, none for a raw one (uploaded, no kernel).
+#[test]
+#[cfg_attr(feature = "skip-gpu-tests", ignore = "built with --features skip-gpu-tests: no GPU adapter")]
+fn kernel_timing_times_the_kernels_that_ran() {
+    let gpu = match Gpu::with_kernel_timing() {
+        Ok(gpu) => gpu,
+        // An adapter without timestamp queries says so by name; the benchmark skips its rows.
+        Err(e) => return assert!(e.to_string().contains("timestamp"), "{e}"),
+    };
+    assert_eq!(gpu.take_kernel_times().unwrap().batches, 0);
+    assert!(own_gpu().take_kernel_times().is_none(), "timing is off unless asked for");
+    let n = 1 << 16;
+    let ck: Checkpoint = vec![("w".into(), DType::F32, vec![n as u64], tensor_bytes(DType::F32, n, 5, true))];
+    for (encoder, lanes_ran) in [(Encoder::Codec(CodecTag::PlanesLanes), true), (Encoder::Raw, false)] {
+        let reader = Reader::from_source(write(&ck, None, encoder, 1 << 16)).unwrap();
+        let on_device = gpu.decode(&reader, &reader.tensors()[0], None).unwrap();
+        assert_eq!(gpu.read_back(&on_device).unwrap(), ck[0].3, "{encoder:?}");
+        let t = gpu.take_kernel_times().unwrap();
+        assert_eq!(t.batches > 0, lanes_ran, "{encoder:?}: {t:?}");
+        let lanes = tpde_gpu::timing::KERNELS.iter().position(|k| *k == "decode_lanes").unwrap();
+        assert_eq!(!t.per_kernel[lanes].is_zero(), lanes_ran, "{encoder:?}: {t:?}");
+        assert_eq!(gpu.take_kernel_times().unwrap().batches, 0, "taking the times resets them");
+    }
+}
+
 /// The layer loader uploads the next layer before it waits for the current one to decode:
 /// when the first layer comes back, the second one's bytes are already on their way.
 #[test]
