@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tpde.torch.Checkpointer next to torch.save and safetensors, on a real training run.
+"""tpde.torch.Checkpointer's two layouts next to torch.save and safetensors, on a real training run.
 
     python3 tools/bench/checkpointer.py CKPT_DIR [--out DIR] [--keyframe-every 10] [--runs 3]
 
@@ -9,21 +9,28 @@ loop would hand its checkpoint code ({"model": ..., "optim": {"exp_avg": ..., "e
 "step": ...}}), and the series is saved, in order, by each contender into its own folder under
 --out (default: a temporary folder on the same disk as /tmp):
 
-- tpde Checkpointer, synchronous: the loop is stalled for the whole encode and write;
-- tpde Checkpointer, async_save=True: the stall is the snapshot copy; the write overlaps the
-  training that follows (taken to be longer than a save: the previous save is awaited outside
-  the timed call, and the time that took is reported as the drain);
+- tpde reverse: the Checkpointer's default layout (the newest checkpoint a keyframe, the one
+  before it written again as a reverse delta), synchronous: the loop is stalled for the whole
+  encode and write;
+- tpde reverse async: the same with async_save=True: the stall is the snapshot copy; the write
+  overlaps the training that follows (taken to be longer than a save: the previous save is
+  awaited outside the timed call, and the time that took is reported as the drain);
+- tpde forward: layout='forward' (each checkpoint a delta against the one before), synchronous;
 - torch.save of the nested state, one file per step;
 - safetensors.torch.save_file of the flat tensors, one file per step.
 
-Reported: the folder's size (all steps), the median stall per save, and the time to load the
-last step (the Checkpointer decodes its chain of deltas), each the median of --runs runs. The
-page cache is warm for loads (the files were just written): this measures decoding, not disk.
+Reported: the folder's size (all steps), the median stall per save, and the time a fresh
+process takes to load the newest step (timed inside that process, after its imports; the
+resume after a crash), each the median of --runs runs; then, for the Checkpointer's layouts,
+the time to restore each retained step relative to the newest (in this process). The page cache
+is warm for loads (the files were just written): this measures decoding, not disk. Every tpde
+restore is checked bit for bit.
 """
 import argparse
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,8 +39,33 @@ import torch
 from safetensors.torch import load_file as st_load
 from safetensors.torch import save_file as st_save
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "crates", "tpde-py", "python"))
+PYTHON_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "crates", "tpde-py", "python")
+sys.path.insert(0, PYTHON_DIR)
 from tpde.torch import Checkpointer  # noqa: E402
+
+# A fresh process loading the newest step, as a resume does; prints the seconds the load took.
+FRESH_LOAD = """
+import os, sys, time
+kind, folder, step = sys.argv[1], sys.argv[2], int(sys.argv[3])
+sys.path.insert(0, sys.argv[4])
+import torch
+from safetensors.torch import load_file
+from tpde.torch import Checkpointer
+t0 = time.perf_counter()
+if kind == "tpde":
+    Checkpointer(folder).load(step)
+elif kind == "torch.save":
+    torch.load(os.path.join(folder, f"step{step}.pt"), weights_only=True)
+else:
+    load_file(os.path.join(folder, f"step{step}.safetensors"))
+print(time.perf_counter() - t0)
+"""
+
+
+def fresh_load(kind, folder, step):
+    out = subprocess.run([sys.executable, "-c", FRESH_LOAD, kind, folder, str(step), PYTHON_DIR],
+                         check=True, capture_output=True, text=True)
+    return float(out.stdout.split()[-1])
 
 
 def states(ckpt_dir):
@@ -62,12 +94,13 @@ def folder_bytes(d):
 
 
 def run_series(name, series, folder, keyframe_every):
-    """Saves the series; returns (stalls in s, extra time to drain async saves in s, loader)."""
+    """Saves the series; returns (stalls in s, extra time to drain async saves in s)."""
     os.makedirs(folder)
     stalls = []
     drain = 0.0
     if name.startswith("tpde"):
-        ck = Checkpointer(folder, keyframe_every=keyframe_every, async_save=name.endswith("async"))
+        layout = "forward" if "forward" in name else "reverse"
+        ck = Checkpointer(folder, keyframe_every=keyframe_every, async_save=name.endswith("async"), layout=layout)
         for step, st in series:
             # Training runs between two saves for minutes, longer than a save takes: the
             # previous async save is done by the next, so it is not part of the stall.
@@ -78,8 +111,7 @@ def run_series(name, series, folder, keyframe_every):
         t0 = time.perf_counter()
         ck.close()
         drain = time.perf_counter() - t0  # the last save's encode and write
-        last = series[-1][0]
-        return stalls, drain, lambda: Checkpointer(folder).load(last)
+        return stalls, drain
     for step, st in series:
         t0 = time.perf_counter()
         if name == "torch.save":
@@ -87,10 +119,23 @@ def run_series(name, series, folder, keyframe_every):
         else:
             st_save(flat(st), os.path.join(folder, f"step{step}.safetensors"))
         stalls.append(time.perf_counter() - t0)
-    last = series[-1][0]
-    if name == "torch.save":
-        return stalls, drain, lambda: torch.load(os.path.join(folder, f"step{last}.pt"), weights_only=True)
-    return stalls, drain, lambda: st_load(os.path.join(folder, f"step{last}.safetensors"))
+    return stalls, drain
+
+
+def restore_every_step(folder, series):
+    """Seconds to restore each step, in this process, each checked bit for bit."""
+    ck = Checkpointer(folder)
+    out = {}
+    for step, want in series:
+        t0 = time.perf_counter()
+        got = ck.load(step)
+        out[step] = time.perf_counter() - t0
+        for part in ("model", "exp_avg", "exp_avg_sq"):
+            w = want["model"] if part == "model" else want["optim"][part]
+            g = got["model"] if part == "model" else got["optim"][part]
+            for k, t in w.items():
+                assert torch.equal(g[k].view(torch.uint8), t.view(torch.uint8)), (step, part, k)
+    return out
 
 
 def main():
@@ -107,36 +152,43 @@ def main():
     print(f"{len(series)} checkpoints, steps {series[0][0]}..{series[-1][0]}, {raw / 1e6:.1f} MB of tensors each, "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     root = a.out or tempfile.mkdtemp(prefix="tpde-bench-", dir="/tmp")
-    names = ["tpde", "tpde async", "torch.save", "safetensors"]
-    results = {n: {"stall": [], "drain": [], "load": [], "size": 0} for n in names}
+    names = ["tpde reverse", "tpde reverse async", "tpde forward", "torch.save", "safetensors"]
+    results = {n: {"stall": [], "drain": [], "load": [], "size": 0, "steps": []} for n in names}
     for run in range(a.runs):
         for n in names:  # interleaved, so drift in the machine hits every contender alike
             folder = os.path.join(root, f"{n.replace(' ', '-').replace('.', '-')}-{run}")
-            stalls, drain, load = run_series(n, series, folder, a.keyframe_every)
-            t0 = time.perf_counter()
-            loaded = load()
-            results[n]["load"].append(time.perf_counter() - t0)
-            if n.startswith("tpde"):  # the restore is bit-exact
-                want = series[-1][1]
-                for k, t in want["model"].items():
-                    assert torch.equal(loaded["model"][k].view(torch.uint8), t.view(torch.uint8)), k
+            stalls, drain = run_series(n, series, folder, a.keyframe_every)
+            kind = "tpde" if n.startswith("tpde") else n
+            results[n]["load"].append(fresh_load(kind, folder, series[-1][0]))
+            if n.startswith("tpde"):
+                results[n]["steps"].append(restore_every_step(folder, series))
             results[n]["stall"].extend(stalls)
             results[n]["drain"].append(drain)
             results[n]["size"] = folder_bytes(folder)
             shutil.rmtree(folder)
     total_raw = raw * len(series)
+    torch_load = statistics.median(results["torch.save"]["load"])
     print(f"\n| {len(series)} checkpoints | folder size | share of raw | median stall per save | "
-          f"first save (keyframe) | load last step |")
-    print("|---|---:|---:|---:|---:|---:|")
+          f"first save (keyframe) | load newest, fresh process | / torch.load |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for n in names:
         r = results[n]
         per_run = len(series)
         firsts = r["stall"][::per_run]
+        load = statistics.median(r["load"])
         print(f"| {n} | {r['size'] / 1e6:.1f} MB | {r['size'] / total_raw:.3f} | "
               f"{statistics.median(r['stall']) * 1e3:.0f} ms | {statistics.median(firsts) * 1e3:.0f} ms | "
-              f"{statistics.median(r['load']) * 1e3:.0f} ms |")
+              f"{load * 1e3:.0f} ms | {load / torch_load:.2f} |")
     print(f"\nasync: waiting for the last save at the end took a median "
-          f"{statistics.median(results['tpde async']['drain']) * 1e3:.0f} ms")
+          f"{statistics.median(results['tpde reverse async']['drain']) * 1e3:.0f} ms")
+    print("\nRestoring each step, in one process (median ms; in brackets: / the newest step's):\n")
+    print("| layout | " + " | ".join(f"step {s}" for s, _ in series) + " |")
+    print("|---|" + "---:|" * len(series))
+    for n in ("tpde reverse", "tpde forward"):
+        per_step = {s: statistics.median(r[s] for r in results[n]["steps"]) for s, _ in series}
+        newest = per_step[series[-1][0]]
+        print(f"| {n.split()[1]} | " + " | ".join(f"{per_step[s] * 1e3:.0f} ({per_step[s] / newest:.1f})"
+                                                   for s, _ in series) + " |")
     if not a.out:
         shutil.rmtree(root)
 

@@ -400,6 +400,61 @@ fn save<'py>(
     Ok(d)
 }
 
+/// Writes the tensors `snapshot` holds to `path` atomically, lossless: a keyframe, or with
+/// `base` a delta against it (decoded from `base_snapshot` when that holds what `base` decodes
+/// to). The file decodes to the snapshot's content digest. For re-encoding a checkpoint that
+/// is in memory against another base (the Checkpointer's newest-as-keyframe layout) without
+/// copying it to Python. `order`, the snapshot's tensor names, is the order to write them in
+/// (the file's they came from, so that the bytes are those written from the file); by name if
+/// not given.
+#[pyfunction]
+#[pyo3(signature = (path, snapshot, metadata=None, base=None, base_snapshot=None, codec="auto", order=None))]
+#[allow(clippy::too_many_arguments)]
+fn save_snapshot<'py>(
+    py: Python<'py>,
+    path: &str,
+    snapshot: PyRef<'py, Snapshot>,
+    metadata: Option<BTreeMap<String, String>>,
+    base: Option<&str>,
+    base_snapshot: Option<PyRef<'py, Snapshot>>,
+    codec: &str,
+    order: Option<Vec<String>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let encoder = encoder(codec)?;
+    let (path, base) = (location(path)?, base.map(location).transpose()?);
+    let metadata: Vec<(String, String)> = metadata.unwrap_or_default().into_iter().collect();
+    let (content, base_snapshot) = (snapshot.tensors.clone(), base_snapshot.as_deref());
+    let mut list = content.tensors();
+    if let Some(order) = order {
+        let at: HashMap<&str, usize> = order.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();
+        if order.len() != list.len() || list.iter().any(|t| !at.contains_key(t.0)) {
+            return Err(invalid("order must name each of the snapshot's tensors once"));
+        }
+        list.sort_unstable_by_key(|t| at[t.0]);
+    }
+    let Packed { report, .. } = interrupt::interruptible(py, |cancel| {
+        let base_ck = base.as_ref().map(|b| base_of(b, base_snapshot)).transpose()?;
+        let job = PackJob {
+            base: base_ck.as_deref().zip(base.as_ref()).map(|(b, at)| (b, path.hint_to(at))),
+            ..PackJob::keyframe(WriteOptions { encoder, ..WriteOptions::default() })
+        };
+        let source = PackSource::Tensors { tensors: &list, metadata: &metadata, format: "python" };
+        tpde::pack(source, &path, job, cancel)
+    })?
+    .map_err(py_err)?;
+    if report.content_digest != snapshot.digest {
+        return Err(py_err(tpde::Error::new(
+            ErrorKind::Io,
+            format!(
+                "{path}: written with content digest {}, not the snapshot's {}",
+                to_hex(&report.content_digest),
+                to_hex(&snapshot.digest)
+            ),
+        )));
+    }
+    pack_report(py, &report)
+}
+
 /// A prediction as Python gives it: `(tensor, predictor, constants, names)`.
 type PredictionArg = (String, u8, Vec<f64>, Vec<String>);
 
@@ -586,6 +641,7 @@ fn _tpde(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<File>()?;
     m.add_class::<Snapshot>()?;
     m.add_function(wrap_pyfunction!(save, m)?)?;
+    m.add_function(wrap_pyfunction!(save_snapshot, m)?)?;
     m.add_function(wrap_pyfunction!(pack, m)?)?;
     m.add_function(wrap_pyfunction!(unpack, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;

@@ -64,11 +64,12 @@ def bits(t):
     return t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
 
 
+@pytest.mark.parametrize("layout", ["reverse", "forward"])
 @pytest.mark.parametrize("async_save", [False, True])
-def test_resume_is_bit_exact(tmp_path, async_save):
+def test_resume_is_bit_exact(tmp_path, async_save, layout):
     steps, every, resume_at = 12, 2, 6
     model, opt, sched = make()
-    with Checkpointer(tmp_path / "ck", keyframe_every=3, async_save=async_save) as ck:
+    with Checkpointer(tmp_path / "ck", keyframe_every=3, async_save=async_save, layout=layout) as ck:
         for s in range(1, steps + 1):
             train_step(model, opt, sched, s)
             if s % every == 0:
@@ -94,7 +95,7 @@ def test_resume_is_bit_exact(tmp_path, async_save):
 
 def test_chain_layout_and_structure(tmp_path):
     model, opt, sched = make()
-    ck = Checkpointer(tmp_path, keyframe_every=3)
+    ck = Checkpointer(tmp_path, keyframe_every=3, layout="forward")
     for s in range(1, 8):
         train_step(model, opt, sched, s)
         ck.save(s, state(model, opt, sched, s))
@@ -109,6 +110,59 @@ def test_chain_layout_and_structure(tmp_path):
     assert st["optim"]["param_groups"][0]["betas"] == (0.9, 0.999)
     # A delta is smaller than its keyframe.
     assert os.path.getsize(ck.path(5)) < os.path.getsize(ck.path(4))
+
+
+def test_the_reverse_layout_keeps_the_newest_a_keyframe(tmp_path):
+    model, opt, sched = make()
+    ck = Checkpointer(tmp_path, keyframe_every=3)
+    assert ck.layout == "reverse"
+    saved = {}
+    for s in range(1, 8):
+        train_step(model, opt, sched, s)
+        ck.save(s, state(model, opt, sched, s))
+        saved[s] = {k: bits(v) for k, v in model.state_dict().items()}
+        # The newest is a keyframe after every save, and each older file still loads as its step.
+        assert "checkpoint.base_step" not in tpde.safe_open(ck.path(s), "np").metadata()
+    bases = [tpde.safe_open(ck.path(s), "np").metadata().get("checkpoint.base_step") for s in ck.steps()]
+    # Every 3rd stays a keyframe: runs of at most 2 reverse deltas, each against the next step.
+    assert bases == ["2", "3", None, "5", "6", None, None]
+    for s in ck.steps():
+        assert {k: bits(v) for k, v in ck.load(s)["model"].items()} == saved[s], s
+    # A rewritten file decodes to the tensors it held as a keyframe: the deltas naming it hold.
+    assert os.path.getsize(ck.path(5)) < os.path.getsize(ck.path(6))
+    assert ck._chain(1) == [1, 2, 3]
+
+
+def test_a_reverse_delta_is_rewritten_from_the_file_without_a_snapshot(tmp_path):
+    # A process that restarts holds no snapshot of the newest checkpoint: it decodes the file.
+    w = torch.randn(300, 40)
+    for s in (1, 2, 3):
+        with Checkpointer(tmp_path, keyframe_every=10, base_in_memory=s == 2) as ck:
+            ck.save(s, {"w": w + s * 1e-3, "s": s})
+    ck = Checkpointer(tmp_path)
+    assert [tpde.safe_open(ck.path(s), "np").metadata().get("checkpoint.base_step") for s in (1, 2, 3)] == ["2", "3", None]
+    for s in (1, 2, 3):
+        assert torch.equal(ck.load(s)["w"], w + s * 1e-3)
+
+
+def test_layouts_are_checked(tmp_path):
+    with pytest.raises(tpde.TpdeError, match="layout"):
+        Checkpointer(tmp_path, layout="sideways")
+    with pytest.raises(tpde.TpdeError, match="layout='forward'"):
+        Checkpointer(tmp_path, layout="reverse", max_abs_error=1e-3)
+    assert Checkpointer(tmp_path, max_rel_error=1e-3).layout == "forward"
+    # A folder written forward goes on in reverse: its forward deltas stay as they are.
+    w = torch.randn(100)
+    with Checkpointer(tmp_path, keyframe_every=10, layout="forward") as ck:
+        for s in (1, 2):
+            ck.save(s, {"w": w + s})
+    with Checkpointer(tmp_path, keyframe_every=10) as ck:
+        for s in (3, 4):
+            ck.save(s, {"w": w + s})
+        bases = [tpde.safe_open(ck.path(s), "np").metadata().get("checkpoint.base_step") for s in (1, 2, 3, 4)]
+        assert bases == [None, "1", "4", None]
+        for s in (1, 2, 3, 4):
+            assert torch.equal(ck.load(s)["w"], w + s)
 
 
 def test_tensors_added_removed_reshaped(tmp_path):
@@ -145,15 +199,17 @@ def test_async_error_surfaces_on_the_next_call(tmp_path):
         ck.wait()
 
 
-def test_keep_last_keeps_the_bases_it_needs(tmp_path):
-    ck = Checkpointer(tmp_path, keyframe_every=4, keep_last=2)
+@pytest.mark.parametrize("layout", ["reverse", "forward"])
+def test_keep_last_keeps_the_bases_it_needs(tmp_path, layout):
+    ck = Checkpointer(tmp_path, keyframe_every=4, keep_last=2, layout=layout)
     for s in range(1, 11):
         ck.save(s, {"w": torch.full((100,), float(s))})
         kept = ck.steps()
         # Every kept checkpoint still loads, so its whole chain is there.
         for k in kept:
             assert torch.all(ck.load(k)["w"] == float(k))
-    # Keyframes at steps 1, 5 and 9; 10 is a delta on 9, so the last two need nothing older.
+    # Forward: keyframes at steps 1, 5 and 9; 10 is a delta on 9. Reverse: 10 is a keyframe and
+    # 9 a delta on it. Either way the last two need nothing older.
     assert kept == [9, 10]
     assert not [n for n in os.listdir(tmp_path) if not n.startswith("step-") and n != LOCK]
 
@@ -252,7 +308,7 @@ SAVER = textwrap.dedent(
     """
     import sys, torch
     from tpde.torch import Checkpointer
-    ck = Checkpointer(sys.argv[1], keyframe_every=3, keep_last=4)
+    ck = Checkpointer(sys.argv[1], keyframe_every=3, keep_last=4, layout=sys.argv[2])
     start = (ck.latest() or 0) + 1
     w = torch.randn(3_000_000)  # 12 MB: a save takes long enough to be killed inside
     for s in range(start, start + 1000):
@@ -263,7 +319,8 @@ SAVER = textwrap.dedent(
 )
 
 
-def test_sigkill_during_save_leaves_a_loadable_folder(tmp_path):
+@pytest.mark.parametrize("layout", ["reverse", "forward"])
+def test_sigkill_during_save_leaves_a_loadable_folder(tmp_path, layout):
     folder = tmp_path / "ck"
     script = tmp_path / "saver.py"
     script.write_text(SAVER)
@@ -271,7 +328,7 @@ def test_sigkill_during_save_leaves_a_loadable_folder(tmp_path):
     # Each run is killed a different time after its first save finished (importing torch takes
     # seconds), so the kill lands at different moments of the saves that follow.
     for delay in [0.0, 0.04, 0.11, 0.23, 0.37, 0.6]:
-        p = subprocess.Popen([sys.executable, str(script), str(folder)], stdout=subprocess.PIPE, text=True)
+        p = subprocess.Popen([sys.executable, str(script), str(folder), layout], stdout=subprocess.PIPE, text=True)
         assert p.stdout.readline(), "the saver died before its first save"
         time.sleep(delay)
         p.send_signal(signal.SIGKILL)
@@ -286,15 +343,17 @@ def test_sigkill_during_save_leaves_a_loadable_folder(tmp_path):
     assert len(seen) > 6, "the runs should have saved several steps between them"
 
 
-@pytest.mark.parametrize("max_abs_error", [None, 1e-4])
+@pytest.mark.parametrize("max_abs_error", [None, 1e-4, "reverse"])
 def test_a_base_kept_in_memory_writes_the_same_files(tmp_path, max_abs_error):
+    layout = "reverse" if max_abs_error == "reverse" else "forward"
+    max_abs_error = None if max_abs_error == "reverse" else max_abs_error
     # The in-memory base is what the last file decodes to (a lossy file's reconstruction
     # included), so the deltas are byte for byte those written by decoding the file.
     folders = {}
     for in_memory in (True, False):
         model, opt, sched = make()
         folder = tmp_path / f"mem-{in_memory}"
-        ck = Checkpointer(folder, keyframe_every=4, max_abs_error=max_abs_error, base_in_memory=in_memory)
+        ck = Checkpointer(folder, keyframe_every=4, max_abs_error=max_abs_error, base_in_memory=in_memory, layout=layout)
         for step in range(1, 7):
             train_step(model, opt, sched, step)
             ck.save(step, state(model, opt, sched, step))
@@ -340,7 +399,7 @@ def test_adam_states_saved_every_step_are_predicted(tmp_path, optimizer):
         if optimizer == "adam-l2":
             opt = torch.optim.Adam(model.parameters(), lr=3e-3, weight_decay=0.05)
             sched = torch.optim.lr_scheduler.StepLR(opt, step_size=100)
-        ck = Checkpointer(tmp_path / f"{optimizer}-{predict}", keyframe_every=10, predict=predict)
+        ck = Checkpointer(tmp_path / f"{optimizer}-{predict}", keyframe_every=10, predict=predict, layout="forward")
         saved = {}
         for step in range(1, 8):
             train_step(model, opt, sched, step)
@@ -368,7 +427,7 @@ def test_predictions_that_do_not_fit_cost_no_bytes(tmp_path):
         model, _, _ = make()
         opt = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9)
         adam = torch.optim.Adam(model.parameters(), lr=1e-3)
-        ck = Checkpointer(tmp_path / str(predict), keyframe_every=10, predict=predict)
+        ck = Checkpointer(tmp_path / str(predict), keyframe_every=10, predict=predict, layout="forward")
         for step in range(1, 7):
             for o in (opt, adam) if step % 2 else (opt,):
                 g = torch.Generator().manual_seed(step)
@@ -388,7 +447,7 @@ def test_async_saves_queue_up_to_max_pending_each_with_its_own_copy(tmp_path):
     import threading
 
     gate = threading.Event()
-    ck = Checkpointer(tmp_path, async_save=True, max_pending=2, keyframe_every=10)
+    ck = Checkpointer(tmp_path, async_save=True, max_pending=2, keyframe_every=10, layout="forward")
     write = ck._write
 
     def slow_write(*args):  # a disk that is slow until the gate opens

@@ -36,6 +36,15 @@ impl MemoryCheckpoint {
     pub fn logical_bytes(&self) -> u64 {
         self.tensors.values().map(|t| t.2.len() as u64).sum()
     }
+
+    /// The tensors held, by name: what [`crate::pack`] takes, to write them again (a
+    /// checkpoint re-encoded against another base).
+    pub fn tensors(&self) -> Vec<crate::pack::TensorRef<'_>> {
+        let mut out: Vec<_> =
+            self.tensors.iter().map(|(n, (d, s, b))| (n.as_str(), *d, s.as_slice(), b.as_slice())).collect();
+        out.sort_unstable_by_key(|t| t.0);
+        out
+    }
 }
 
 impl Base for MemoryCheckpoint {

@@ -1,12 +1,13 @@
 """Deleting what ``keep_last`` no longer keeps: never a base that a kept checkpoint's chain
-needs, newest first, so that a kill while pruning leaves no delta without its base.
+needs, and bases last (newest first in the forward layout, oldest first in the reverse), so
+that a kill while pruning leaves no delta without its base.
 """
 from __future__ import annotations
 
 import os
 import shutil
 import warnings
-from typing import Any
+from typing import Any, Dict, List, Optional, Set
 
 from .. import _tpde
 
@@ -38,8 +39,8 @@ def _prune_now(ck: Any) -> None:
         except (_tpde.TpdeError, OSError, ValueError) as e:
             warnings.warn(f"{ck.path(s)}: its chain of bases does not check out ({e}); keeping every older checkpoint", stacklevel=3)
             keep.update(x for x in steps if x < s)
-    # Newest first: a delta goes before its base, so no remaining file loses its base.
-    for s in sorted(set(steps) - keep, reverse=True):
+    # A delta goes before its base, so no remaining file loses its base.
+    for s in _bases_last(ck, set(steps) - keep):
         path = ck.path(s)
         try:
             if ck.distributed:
@@ -50,3 +51,22 @@ def _prune_now(ck: Any) -> None:
                 _tpde.remove(path)
         except FileNotFoundError:
             pass
+
+
+def _bases_last(ck: Any, doomed: Set[int]) -> List[int]:
+    """``doomed`` in an order that deletes each file before the base it names: newest first,
+    except that a reverse delta (its base newer than itself) goes before its base."""
+    base: Dict[int, Optional[int]] = {}
+    for s in doomed:
+        try:
+            base[s] = ck._base_step(ck._metadata(s), ck.path(s))
+        except (_tpde.TpdeError, OSError, ValueError):
+            base[s] = None  # not ours, or unreadable: nothing depends on it being kept
+    order: List[int] = []
+    left = set(doomed)
+    while left:
+        named = {base[s] for s in left}
+        free = sorted((s for s in left if s not in named), reverse=True) or sorted(left, reverse=True)
+        order.extend(free)
+        left.difference_update(free)
+    return order

@@ -7,6 +7,19 @@ Layout of a checkpoint folder::
                                (tpde.torch.dcp: a .tpde file per rank, complete once its
                                .metadata exists)
 
+Two layouts (``Checkpointer(layout=...)``):
+
+- ``"reverse"`` (the default in one process): the newest checkpoint is always a keyframe, so a
+  resume decodes one file. When a newer one is saved, the one before it is written again, under
+  its own name, as a delta against the newer one (a reverse delta, as version-control systems
+  store history); every ``keyframe_every``-th stays a keyframe, so restoring an older step
+  decodes at most ``keyframe_every`` files. A file written again decodes to the same tensors
+  (the same content digest), so the deltas that name it as their base stay valid.
+- ``"forward"``: each checkpoint is a delta against the one before, a keyframe every
+  ``keyframe_every``; files are never written again. The newest costs a walk down its chain.
+  Lossy bounds and optimizer predictions (``predict``) apply to this layout only, and it is
+  the layout under torch.distributed.
+
 Each file holds the state's tensors under names that are their paths in the state
 (``model/encoder.weight``, ``optim/state/3/exp_avg``), so that a tensor's name is the same at
 every step and a delta finds its base tensor. The rest of the state (nesting, ints, floats,
@@ -22,8 +35,10 @@ final name only whole (the writer writes an unnamed file, ``O_TMPFILE``, and lin
 after syncing it, then syncs the folder; where the filesystem has no unnamed files, a hidden
 ``.partial`` file is renamed instead, and the partial files of writers that are gone are removed
 by the next writer). A save killed at any moment therefore leaves the folder as it was before
-it, or with the new checkpoint complete. Old checkpoints are deleted newest first, so that a
-kill during ``keep_last`` pruning never leaves a delta whose base is gone.
+it, or with the new checkpoint complete. In the reverse layout the new keyframe is complete
+before the one before it is written again, and that rewrite replaces the file whole, so a kill
+between the two leaves two keyframes. Old checkpoints are deleted bases last, so that a kill
+during ``keep_last`` pruning never leaves a delta whose base is gone.
 
 One writer per folder: the first ``save`` takes the folder's writer lock (``flock`` on
 ``.tpde-writer.lock`` in a local folder, a lease object under an object-store prefix; see
@@ -80,8 +95,12 @@ class Checkpointer:
     """Saves and restores a training state (any nesting of dicts, lists and tuples of tensors
     and plain values) in ``directory``, one ``.tpde`` file per step.
 
-    Every ``keyframe_every``-th checkpoint is a keyframe; the others are deltas against the
-    checkpoint before (so a restore decodes at most ``keyframe_every`` files). ``keep_last``
+    ``layout`` (see the module's docstring): ``"reverse"``, the default in one process, keeps
+    the newest checkpoint a keyframe (a resume decodes one file) and writes the one before it
+    again as a delta against it; ``"forward"``, the default under torch.distributed and with a
+    lossy bound, writes each checkpoint as a delta against the one before. Either way every
+    ``keyframe_every``-th checkpoint is a keyframe, so a restore decodes at most
+    ``keyframe_every`` files. ``keep_last``
     keeps that many checkpoints (and the files they need as bases). ``async_save`` returns from
     ``save`` once the tensors are copied to host memory, and encodes and writes on a background
     thread, one save after another. Up to ``max_pending`` saves wait there (default 2), each
@@ -92,7 +111,7 @@ class Checkpointer:
     tensors and optimizer step counters stay exact); the bounds are recorded in each file. A
     relative bound suits states whose tensors differ in scale by orders of magnitude (weights
     and Adam's moments; ``tools/bench/lossy.py`` measures both).
-    ``predict`` (default on) codes the weights and second moments of an Adam or AdamW optimizer
+    ``predict`` (default on; forward layout) codes the weights and second moments of an Adam or AdamW optimizer
     in the state against what its step predicts from the last checkpoint (format 1.6,
     ``delta-predicted``), where that is smaller than the plain delta: on a run checkpointed
     every optimizer step, most of them are predicted bit-exactly and cost almost nothing. The
@@ -123,6 +142,7 @@ class Checkpointer:
         max_rel_error: Optional[float] = None,
         predict: bool = True,
         max_pending: int = 2,
+        layout: Optional[str] = None,
     ):
         if keyframe_every < 1:
             raise _tpde.TpdeError("keyframe_every must be at least 1")
@@ -133,6 +153,13 @@ class Checkpointer:
         for name, bound in (("max_abs_error", max_abs_error), ("max_rel_error", max_rel_error)):
             if bound is not None and not (math.isfinite(bound) and bound >= 0):
                 raise _tpde.TpdeError(f"{name} must be a finite number >= 0")
+        lossy = max_abs_error is not None or max_rel_error is not None
+        if layout not in (None, "reverse", "forward"):
+            raise _tpde.TpdeError(f"layout must be 'reverse' or 'forward', not {layout!r}")
+        if layout == "reverse" and lossy:
+            raise _tpde.TpdeError(
+                "a lossy bound needs layout='forward': a reverse delta rewrites a checkpoint, which must decode as it did"
+            )
         self.directory = os.fspath(directory)
         if self.directory.startswith("file://"):
             self.directory = self.directory[len("file://") :]
@@ -157,6 +184,9 @@ class Checkpointer:
             and torch.distributed.is_initialized()
             and torch.distributed.get_world_size() > 1
         )
+        if layout == "reverse" and self.distributed:
+            raise error("unsupported-feature", "under torch.distributed the Checkpointer writes layout='forward'")
+        self.layout = layout or ("forward" if self.distributed or lossy else "reverse")
         if self.remote and self.distributed:
             raise error(
                 "unsupported-feature",
@@ -247,16 +277,16 @@ class Checkpointer:
         return int(base)
 
     def _chain(self, step: int) -> List[int]:
-        """``step`` and the steps of its bases, newest first, through ``checkpoint.base_step``:
-        a loop, a step that is not before the one naming it, or a chain longer than the
-        folder, is a ``base-chain`` TpdeError."""
+        """``step`` and the steps of its bases in chain order, through ``checkpoint.base_step``
+        (older steps in the forward layout, newer ones in the reverse): a loop, or a chain
+        longer than 10000, is a ``base-chain`` TpdeError."""
         chain = [step]
         while True:
             s = chain[-1]
             base = self._base_step(self._metadata(s), self.path(s))
             if base is None:
                 return chain
-            if base >= s or base in chain:
+            if base in chain:
                 raise error("base-chain", f"{self.path(s)}: checkpoint.base_step {base} refers back into its chain {chain}")
             if len(chain) > 10_000:
                 raise error("base-chain", f"{self.path(step)}: a chain of more than 10000 checkpoints")
@@ -394,6 +424,9 @@ class Checkpointer:
         exact: List[str],
         predictions: List[Tuple],
     ) -> None:
+        if self.layout == "reverse":
+            self._write_reverse(step, newest, tree, tensors)
+            return
         with self._lock:
             base, depth = self._base_of_next(newest)
             metadata = {
@@ -428,6 +461,67 @@ class Checkpointer:
             if keep:
                 self._last = (step, report["snapshot"])
             self._prune()
+
+    def _write_reverse(
+        self, step: int, newest: Optional[Tuple[int, Dict[str, str]]], tree: Any, tensors: Dict[str, torch.Tensor]
+    ) -> None:
+        """The reverse layout: ``step`` as a keyframe, then the checkpoint before it written
+        again as a delta against it, unless it stays a keyframe (every ``keyframe_every``-th)."""
+        with self._lock:
+            previous, run = self._reverse_previous(newest)
+            rebase = previous is not None and run + 1 < self.keyframe_every
+            metadata = {
+                "checkpoint.format": SCHEMA,
+                "checkpoint.step": str(step),
+                "checkpoint.depth": "0",
+                # How many reverse deltas in a row end at this keyframe (when the one before is
+                # written again against it): the next save keeps it a keyframe at keyframe_every.
+                "checkpoint.reverse_run": str(run + 1 if rebase else 0),
+                "checkpoint.state": json.dumps(tree, separators=(",", ":")),
+            }
+            items = [(name, *_dtypes.from_torch(name, t)) for name, t in tensors.items()]
+            last, self._last = self._last, None
+            report = _tpde.save(self.path(step), items, metadata=metadata, codec=self.codec, keep=self.base_in_memory)
+            snapshot = report.get("snapshot")
+            if rebase:
+                self._rebase(previous, step, last[1] if last is not None and last[0] == previous else None, snapshot)
+            if snapshot is not None:
+                self._last = (step, snapshot)
+            self._prune()
+
+    def _reverse_previous(self, newest: Optional[Tuple[int, Dict[str, str]]]) -> Tuple[Optional[int], int]:
+        """(the newest checkpoint if it is a keyframe that may be written again, the length of
+        the run of reverse deltas that ends at it)."""
+        if newest is None:
+            return None, 0
+        previous, meta = newest
+        if "checkpoint.base_step" in meta:
+            return None, 0  # a forward delta (a folder written with layout='forward'): left as it is
+        run = meta.get("checkpoint.reverse_run", "0")
+        if not re.fullmatch(r"\d{1,10}", run):
+            warnings.warn(f"{self.path(previous)}: checkpoint.reverse_run {run[:40]!r} is not a count; it stays a keyframe", stacklevel=3)
+            return None, 0
+        return previous, int(run)
+
+    def _rebase(self, previous: int, step: int, content: Any, base: Any) -> None:
+        """Writes ``previous`` (a keyframe) again as a delta against ``step``: from ``content``
+        (its Snapshot) when held, else decoded from its file. Same tensors, same digest."""
+        path = self.path(previous)
+        f = _tpde.File(path, None)
+        metadata = {k: v for k, v in f.metadata().items() if not k.startswith("tpde.")}
+        metadata["checkpoint.base_step"] = str(step)
+        metadata["checkpoint.depth"] = "1"
+        metadata.pop("checkpoint.reverse_run", None)
+        if content is not None and content.content_digest() == f.content_digest():
+            _tpde.save_snapshot(
+                path, content, metadata=metadata, base=self.path(step), base_snapshot=base, codec=self.codec, order=f.keys()
+            )
+            return
+        items = []
+        for name in f.keys():
+            dtype, shape = f.info(name)
+            items.append((name, dtype, list(shape), f.read(name)))
+        _tpde.save(path, items, metadata=metadata, base=self.path(step), base_snapshot=base, codec=self.codec)
 
     def _prune(self) -> None:
         _prune.prune(self)
