@@ -123,6 +123,7 @@ def test_the_reverse_layout_keeps_the_newest_a_keyframe(tmp_path):
         saved[s] = {k: bits(v) for k, v in model.state_dict().items()}
         # The newest is a keyframe after every save, and each older file still loads as its step.
         assert "checkpoint.base_step" not in tpde.safe_open(ck.path(s), "np").metadata()
+    ck.wait()
     bases = [tpde.safe_open(ck.path(s), "np").metadata().get("checkpoint.base_step") for s in ck.steps()]
     # Every 3rd stays a keyframe: runs of at most 2 reverse deltas, each against the next step.
     assert bases == ["2", "3", None, "5", "6", None, None]
@@ -159,6 +160,7 @@ def test_layouts_are_checked(tmp_path):
     with Checkpointer(tmp_path, keyframe_every=10) as ck:
         for s in (3, 4):
             ck.save(s, {"w": w + s})
+        ck.wait()  # a synchronous save returns before the one before it is written again
         bases = [tpde.safe_open(ck.path(s), "np").metadata().get("checkpoint.base_step") for s in (1, 2, 3, 4)]
         assert bases == [None, "1", "4", None]
         for s in (1, 2, 3, 4):
@@ -204,6 +206,7 @@ def test_keep_last_keeps_the_bases_it_needs(tmp_path, layout):
     ck = Checkpointer(tmp_path, keyframe_every=4, keep_last=2, layout=layout)
     for s in range(1, 11):
         ck.save(s, {"w": torch.full((100,), float(s))})
+        ck.wait()  # reverse: the rewrite of the one before, then pruning, follow the save
         kept = ck.steps()
         # Every kept checkpoint still loads, so its whole chain is there.
         for k in kept:
@@ -357,6 +360,7 @@ def test_a_base_kept_in_memory_writes_the_same_files(tmp_path, max_abs_error):
         for step in range(1, 7):
             train_step(model, opt, sched, step)
             ck.save(step, state(model, opt, sched, step))
+        ck.wait()
         assert (ck._last is not None) == in_memory
         folders[in_memory] = folder
     names = sorted(n for n in os.listdir(folders[True]) if n != LOCK)

@@ -220,6 +220,9 @@ class Checkpointer:
         self._distributed_pending = False
         # The folder's writer lock (rank 0's under torch.distributed), from the first save on.
         self._writer_lock: Any = None
+        # A synchronous save's rewrite of the checkpoint before it (layout='reverse'), running.
+        self._rewriting: Optional[Future] = None
+        self._rewriter: Optional[ThreadPoolExecutor] = None
 
     # -- listing -----------------------------------------------------------------------------
 
@@ -315,6 +318,7 @@ class Checkpointer:
             self.wait()
             self._save_distributed(step, state)
             return
+        self._finish_rewrite()
         self._make_room()
         self._take_lock()
         if self._pending:
@@ -359,6 +363,7 @@ class Checkpointer:
     def wait(self) -> None:
         """Blocks until every pending asynchronous save is on disk; raises the first error, if one
         failed (the saves after it are still waited for)."""
+        self._finish_rewrite()
         first: Optional[BaseException] = None
         while self._pending:
             try:
@@ -483,11 +488,33 @@ class Checkpointer:
             last, self._last = self._last, None
             report = _tpde.save(self.path(step), items, metadata=metadata, codec=self.codec, keep=self.base_in_memory)
             snapshot = report.get("snapshot")
-            if rebase:
-                self._rebase(previous, step, last[1] if last is not None and last[0] == previous else None, snapshot)
             if snapshot is not None:
                 self._last = (step, snapshot)
-            self._prune()
+            content = last[1] if last is not None and last[0] == previous else None
+            if rebase and self._pool is None:
+                # The new checkpoint is complete: a synchronous save returns now, and the one
+                # before is written again while training goes on (the next save waits for it).
+                if self._rewriter is None:
+                    self._rewriter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tpde-rewrite")
+                self._rewriting = self._rewriter.submit(self._rebase_and_prune, previous, step, content, snapshot)
+                return
+            self._rebase_and_prune(previous if rebase else None, step, content, snapshot)
+
+    def _rebase_and_prune(self, previous: Optional[int], step: int, content: Any, snapshot: Any) -> None:
+        """Writes ``previous`` again against ``step`` (if given), then prunes: in this order, so
+        that pruning never deletes a file while it is being written again."""
+        if previous is not None:
+            try:
+                self._rebase(previous, step, content, snapshot)
+            except Exception as e:  # the file stays a keyframe: nothing is lost, some space is
+                warnings.warn(f"{self.path(previous)}: not written again as a delta, it stays a keyframe: {e}", stacklevel=2)
+        self._prune()
+
+    def _finish_rewrite(self) -> None:
+        """Waits for a synchronous save's rewrite of the checkpoint before it."""
+        rewriting, self._rewriting = self._rewriting, None
+        if rewriting is not None:
+            rewriting.result()
 
     def _reverse_previous(self, newest: Optional[Tuple[int, Dict[str, str]]]) -> Tuple[Optional[int], int]:
         """(the newest checkpoint if it is a keyframe that may be written again, the length of
@@ -592,8 +619,9 @@ class Checkpointer:
         try:
             self.wait()
         finally:
-            if self._pool is not None:
-                self._pool.shutdown(wait=True)
+            for pool in (self._pool, self._rewriter):
+                if pool is not None:
+                    pool.shutdown(wait=True)
             lock, self._writer_lock = self._writer_lock, None
             if lock is not None:
                 lock.release()
