@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tpde.torch.Checkpointer's two layouts next to torch.save and safetensors, on a real training run.
 
-    python3 tools/bench/checkpointer.py CKPT_DIR [--out DIR] [--keyframe-every 10] [--runs 3]
+    python3 tools/bench/checkpointer.py CKPT_DIR [--out DIR] [--keyframe-every 10] [--runs 3] [--cold]
 
 CKPT_DIR holds the safetensors checkpoints of tools/finetune_checkpoints.py (weights, both AdamW
 moments, the step counter, every K steps of a real fine-tune). Each becomes the state a training
@@ -23,8 +23,9 @@ Reported: the folder's size (all steps), the median stall per save, and the time
 process takes to load the newest step (timed inside that process, after its imports; the
 resume after a crash), each the median of --runs runs; then, for the Checkpointer's layouts,
 the time to restore each retained step relative to the newest (in this process). The page cache
-is warm for loads (the files were just written): this measures decoding, not disk. Every tpde
-restore is checked bit for bit.
+is warm for loads (the files were just written): this measures decoding, not disk; with --cold
+(root only) the page cache is dropped before each fresh-process load, so the newest step is read
+from the disk, where reading fewer bytes pays. Every tpde restore is checked bit for bit.
 """
 import argparse
 import os
@@ -62,7 +63,15 @@ print(time.perf_counter() - t0)
 """
 
 
-def fresh_load(kind, folder, step):
+def drop_page_cache():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def fresh_load(kind, folder, step, cold=False):
+    if cold:
+        drop_page_cache()
     out = subprocess.run([sys.executable, "-c", FRESH_LOAD, kind, folder, str(step), PYTHON_DIR],
                          check=True, capture_output=True, text=True)
     return float(out.stdout.split()[-1])
@@ -144,6 +153,7 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--keyframe-every", type=int, default=10)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--cold", action="store_true", help="drop the page cache before each fresh-process load (root)")
     a = ap.parse_args()
     series = states(a.ckpt_dir)
     if len(series) < 2:
@@ -159,7 +169,7 @@ def main():
             folder = os.path.join(root, f"{n.replace(' ', '-').replace('.', '-')}-{run}")
             stalls, drain = run_series(n, series, folder, a.keyframe_every)
             kind = "tpde" if n.startswith("tpde") else n
-            results[n]["load"].append(fresh_load(kind, folder, series[-1][0]))
+            results[n]["load"].append(fresh_load(kind, folder, series[-1][0], a.cold))
             if n.startswith("tpde"):
                 results[n]["steps"].append(restore_every_step(folder, series))
             results[n]["stall"].extend(stalls)
@@ -169,7 +179,7 @@ def main():
     total_raw = raw * len(series)
     torch_load = statistics.median(results["torch.save"]["load"])
     print(f"\n| {len(series)} checkpoints | folder size | share of raw | median stall per save | "
-          f"first save (keyframe) | load newest, fresh process | / torch.load |")
+          f"first save (keyframe) | load newest, fresh process{' (cold)' if a.cold else ''} | / torch.load |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for n in names:
         r = results[n]

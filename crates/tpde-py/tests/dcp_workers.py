@@ -100,7 +100,8 @@ def run(job: dict) -> dict:
     elif action == "checkpointer":
         from tpde.torch import Checkpointer
 
-        ck = Checkpointer(job["path"], keyframe_every=3, keep_last=2, async_save=job.get("async_save", False))
+        ck = Checkpointer(job["path"], keyframe_every=3, keep_last=2, async_save=job.get("async_save", False),
+                          layout=job.get("layout"))
         assert ck.distributed
         for version in range(job["versions"]):
             ck.save(100 * (version + 1), state(mesh, version))

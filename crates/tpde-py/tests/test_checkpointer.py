@@ -146,6 +146,23 @@ def test_a_reverse_delta_is_rewritten_from_the_file_without_a_snapshot(tmp_path)
         assert torch.equal(ck.load(s)["w"], w + s * 1e-3)
 
 
+@pytest.mark.parametrize("layout", ["reverse", "forward"])
+def test_pruning_deletes_each_file_before_its_base(tmp_path, layout):
+    # A kill between two deletions must leave no file whose base is gone, in either direction.
+    from tpde.torch import _prune
+
+    ck = Checkpointer(tmp_path, keyframe_every=10, layout=layout)
+    for s in range(1, 7):
+        ck.save(s, {"w": torch.full((64,), float(s))})
+    ck.wait()
+    doomed = set(ck.steps()[:-1])
+    order = _prune._bases_last(ck, doomed)
+    assert sorted(order) == sorted(doomed)
+    for i, s in enumerate(order):
+        base = ck._base_step(ck._metadata(s), ck.path(s))
+        assert base not in order[:i], f"{order}: {s}'s base {base} would go first"
+
+
 def test_layouts_are_checked(tmp_path):
     with pytest.raises(tpde.TpdeError, match="layout"):
         Checkpointer(tmp_path, layout="sideways")

@@ -194,20 +194,27 @@ def test_a_box_read_decodes_the_right_elements(tmp_path):
     assert e.value.kind == "malformed"
 
 
+@pytest.mark.parametrize("layout", ["reverse", "forward"])
 @pytest.mark.parametrize("async_save", [False, True])
-def test_checkpointer_under_torch_distributed(tmp_path, async_save):
+def test_checkpointer_under_torch_distributed(tmp_path, async_save, layout):
     ck = tmp_path / "ck"
-    _, reports = run_job(tmp_path, 2, action="checkpointer", path=str(ck), versions=5, async_save=async_save)
+    _, reports = run_job(tmp_path, 2, action="checkpointer", path=str(ck), versions=5, async_save=async_save,
+                         layout=layout)
     for rep in reports:
         assert rep["bad"] == [] and rep["steps"] == [400, 500], rep
-    # keyframe_every=3: steps 100 K, 200 D, 300 D, 400 K, 500 D; keep_last=2 keeps 400 and 500.
+    # keyframe_every=3, keep_last=2 keeps 400 and 500. Forward: 100 K, 200 D, 300 D, 400 K,
+    # 500 D on 400. Reverse: the newest is a keyframe, 400 each rank's delta against it.
     assert sorted(os.listdir(ck)) == [".tpde-writer.lock", "step-0000000400", "step-0000000500"]
-    with tpde.safe_open(ck / "step-0000000500" / "rank-00001.tpde", "np") as f:
-        assert f._f().is_delta() and f.metadata()["checkpoint.base_step"] == "400"
-    with tpde.safe_open(ck / "step-0000000400" / "rank-00001.tpde", "np") as f:
-        assert not f._f().is_delta()
-    # Loaded by another world size, through DCP directly.
+    delta, key, base = ("400", "500", "500") if layout == "reverse" else ("500", "400", "400")
+    for r in (0, 1):
+        with tpde.safe_open(ck / f"step-0000000{delta}" / f"rank-0000{r}.tpde", "np") as f:
+            assert f._f().is_delta() and f.metadata()["checkpoint.base_step"] == base
+        with tpde.safe_open(ck / f"step-0000000{key}" / f"rank-0000{r}.tpde", "np") as f:
+            assert not f._f().is_delta()
+    # Loaded by another world size, through DCP directly: the newest, and the rewritten 400
+    # (whose .metadata names each file's content digest, unchanged by the rewrite).
     loads(tmp_path, 3, ck / "step-0000000500", 4)
+    loads(tmp_path, 3, ck / "step-0000000400", 3)
 
 
 def test_a_rank_file_of_another_save_is_refused(tmp_path):

@@ -9,7 +9,7 @@ Layout of a checkpoint folder::
 
 Two layouts (``Checkpointer(layout=...)``):
 
-- ``"reverse"`` (the default in one process): the newest checkpoint is always a keyframe, so a
+- ``"reverse"`` (the default): the newest checkpoint is always a keyframe, so a
   resume decodes one file. When a newer one is saved, the one before it is written again, under
   its own name, as a delta against the newer one (a reverse delta, as version-control systems
   store history); every ``keyframe_every``-th stays a keyframe, so restoring an older step
@@ -17,8 +17,10 @@ Two layouts (``Checkpointer(layout=...)``):
   (the same content digest), so the deltas that name it as their base stay valid.
 - ``"forward"``: each checkpoint is a delta against the one before, a keyframe every
   ``keyframe_every``; files are never written again. The newest costs a walk down its chain.
-  Lossy bounds and optimizer predictions (``predict``) apply to this layout only, and it is
-  the layout under torch.distributed.
+  Lossy bounds and optimizer predictions (``predict``) apply to this layout only.
+
+Under torch.distributed each rank writes its own file of the step before again, against its
+own file of the new step.
 
 Each file holds the state's tensors under names that are their paths in the state
 (``model/encoder.weight``, ``optim/state/3/exp_avg``), so that a tensor's name is the same at
@@ -71,7 +73,7 @@ import torch
 
 from .. import _dtypes, _tpde
 from .._errors import error
-from . import _distributed, _prune, _writer_lock
+from . import _distributed, _prune, _rewrite, _writer_lock
 from ._adam import _adam_predictions, _learning_rates
 from ._state import SCHEMA, SCHEMA_DCP, _Flattener, _unflatten
 
@@ -95,12 +97,13 @@ class Checkpointer:
     """Saves and restores a training state (any nesting of dicts, lists and tuples of tensors
     and plain values) in ``directory``, one ``.tpde`` file per step.
 
-    ``layout`` (see the module's docstring): ``"reverse"``, the default in one process, keeps
-    the newest checkpoint a keyframe (a resume decodes one file) and writes the one before it
-    again as a delta against it; ``"forward"``, the default under torch.distributed and with a
-    lossy bound, writes each checkpoint as a delta against the one before. Either way every
+    ``layout`` (see the module's docstring): ``"reverse"``, the default, keeps the newest
+    checkpoint a keyframe (a resume decodes one file) and writes the one before it again as a
+    delta against it; ``"forward"``, the default with a lossy bound, writes each checkpoint as a
+    delta against the one before. Either way every
     ``keyframe_every``-th checkpoint is a keyframe, so a restore decodes at most
-    ``keyframe_every`` files. ``keep_last``
+    ``keyframe_every`` files (default: 4 in the reverse layout, where it bounds only the
+    restores of older steps, to about 4 times the newest's; 10 in the forward). ``keep_last``
     keeps that many checkpoints (and the files they need as bases). ``async_save`` returns from
     ``save`` once the tensors are copied to host memory, and encodes and writes on a background
     thread, one save after another. Up to ``max_pending`` saves wait there (default 2), each
@@ -132,7 +135,7 @@ class Checkpointer:
     def __init__(
         self,
         directory: Any,
-        keyframe_every: int = 10,
+        keyframe_every: Optional[int] = None,
         keep_last: Optional[int] = None,
         async_save: bool = False,
         max_abs_error: Optional[float] = None,
@@ -144,7 +147,7 @@ class Checkpointer:
         max_pending: int = 2,
         layout: Optional[str] = None,
     ):
-        if keyframe_every < 1:
+        if keyframe_every is not None and keyframe_every < 1:
             raise _tpde.TpdeError("keyframe_every must be at least 1")
         if max_pending < 1:
             raise _tpde.TpdeError("max_pending must be at least 1")
@@ -165,7 +168,6 @@ class Checkpointer:
             self.directory = self.directory[len("file://") :]
         # An object-store prefix (s3://bucket/prefix) rather than a local folder.
         self.remote = "://" in self.directory
-        self.keyframe_every = keyframe_every
         self.keep_last = keep_last
         self.async_save = async_save
         self.max_abs_error = max_abs_error
@@ -184,9 +186,8 @@ class Checkpointer:
             and torch.distributed.is_initialized()
             and torch.distributed.get_world_size() > 1
         )
-        if layout == "reverse" and self.distributed:
-            raise error("unsupported-feature", "under torch.distributed the Checkpointer writes layout='forward'")
-        self.layout = layout or ("forward" if self.distributed or lossy else "reverse")
+        self.layout = layout or ("forward" if lossy else "reverse")
+        self.keyframe_every = keyframe_every or (4 if self.layout == "reverse" else 10)
         if self.remote and self.distributed:
             raise error(
                 "unsupported-feature",
@@ -216,8 +217,9 @@ class Checkpointer:
         self._warned_stall = False
         self._lock = threading.Lock()
         self._lock_buffers = threading.Lock()
-        # A DCP async save whose pruning waits for it.
-        self._distributed_pending = False
+        # A DCP async save's (step before, step, last rank file written) whose rewrite and
+        # pruning wait for it.
+        self._distributed_pending: Optional[Tuple[Optional[int], int, Any]] = None
         # The folder's writer lock (rank 0's under torch.distributed), from the first save on.
         self._writer_lock: Any = None
         # A synchronous save's rewrite of the checkpoint before it (layout='reverse'), running.
@@ -372,9 +374,9 @@ class Checkpointer:
                 first = first or e
         if first is not None:
             raise first
-        if self.distributed and self._distributed_pending:
-            self._distributed_pending = False
-            self._prune_distributed()
+        if self.distributed and self._distributed_pending is not None:
+            pending, self._distributed_pending = self._distributed_pending, None
+            _distributed.finish(self, *pending)
 
     def _take_lock(self) -> None:
         """The folder's writer lock, taken before this object's first save."""
@@ -533,22 +535,8 @@ class Checkpointer:
     def _rebase(self, previous: int, step: int, content: Any, base: Any) -> None:
         """Writes ``previous`` (a keyframe) again as a delta against ``step``: from ``content``
         (its Snapshot) when held, else decoded from its file. Same tensors, same digest."""
-        path = self.path(previous)
-        f = _tpde.File(path, None)
-        metadata = {k: v for k, v in f.metadata().items() if not k.startswith("tpde.")}
-        metadata["checkpoint.base_step"] = str(step)
-        metadata["checkpoint.depth"] = "1"
-        metadata.pop("checkpoint.reverse_run", None)
-        if content is not None and content.content_digest() == f.content_digest():
-            _tpde.save_snapshot(
-                path, content, metadata=metadata, base=self.path(step), base_snapshot=base, codec=self.codec, order=f.keys()
-            )
-            return
-        items = []
-        for name in f.keys():
-            dtype, shape = f.info(name)
-            items.append((name, dtype, list(shape), f.read(name)))
-        _tpde.save(path, items, metadata=metadata, base=self.path(step), base_snapshot=base, codec=self.codec)
+        updates = {"checkpoint.base_step": str(step), "checkpoint.depth": "1", "checkpoint.reverse_run": None}
+        _rewrite.as_delta(self.path(previous), self.path(step), self.codec, updates, content, base)
 
     def _prune(self) -> None:
         _prune.prune(self)
@@ -560,9 +548,6 @@ class Checkpointer:
 
     def _save_distributed(self, step: int, state: Any) -> None:
         _distributed.save(self, step, state)
-
-    def _prune_distributed(self) -> None:
-        _distributed.prune(self)
 
     # -- loading -----------------------------------------------------------------------------
 
@@ -602,10 +587,14 @@ class Checkpointer:
         meta = f.metadata()
         if meta.get("checkpoint.format") != SCHEMA:
             raise error("malformed", f"{path}: not a Checkpointer file (no {SCHEMA} state in its metadata)")
+        names = f.keys()
+        # One parallel pass over every tensor's chunks: most tensors are one chunk, and read one
+        # by one they keep one core busy.
+        flats = f.read_many(names, copy_raw=True)
         tensors = {}
-        for name in f.keys():
+        for name, flat in zip(names, flats):
             dtype, shape = f.info(name)
-            tensors[name] = _dtypes.to_framework(f.read(name), dtype, shape, "pt")
+            tensors[name] = _dtypes.to_framework(flat, dtype, shape, "pt")
         try:
             return _unflatten(json.loads(meta["checkpoint.state"]), tensors, map_location)
         except _tpde.TpdeError as e:

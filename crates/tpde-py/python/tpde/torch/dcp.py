@@ -74,6 +74,17 @@ _LAST: Optional[Tuple[str, Any]] = None
 _LAST_LOCK = threading.Lock()
 
 
+def last_written() -> Optional[Tuple[str, Any]]:
+    """(real path, Snapshot) of the rank file this process wrote last, if kept in memory."""
+    with _LAST_LOCK:
+        return _LAST
+
+
+def rank_file(i: int) -> str:
+    """The file rank ``i`` of a save writes."""
+    return _rank_file(i)
+
+
 def _rank_file(i: int) -> str:
     return f"rank-{i:05d}.tpde"
 
