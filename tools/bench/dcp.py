@@ -12,7 +12,11 @@ is then saved in order by each contender, each step into its own folder:
 
 - FileSystemWriter (torch's default DCP storage: torch.save'd shards, one file per rank);
 - TpdeStorageWriter, keyframes only;
-- TpdeStorageWriter, each step a delta against the one before (one chain from the first).
+- TpdeStorageWriter, each step a delta against the one before (one chain from the first);
+- tpde.torch.Checkpointer under torch.distributed, in its two layouts: "reverse" (the newest
+  step a keyframe, the step before it written again as each rank's delta against it; the
+  rewrite and pruning run at the next save, so they are in its time) and "forward" (each step
+  a delta against the one before, a keyframe every 10).
 
 Reported: the folders' size over the whole series and for one (the last) step, the median wall
 time of a save (all ranks, barrier to barrier; the first save of the delta chain is its
@@ -78,8 +82,13 @@ def worker(rank, world, args, store):
         "TpdeStorageWriter, keyframes": (lambda path, prev: TpdeStorageWriter(path), TpdeStorageReader),
         "TpdeStorageWriter, deltas": (lambda path, prev: TpdeStorageWriter(path, base=prev), TpdeStorageReader),
     }
+    contenders["Checkpointer, reverse"] = ("reverse", None)
+    contenders["Checkpointer, forward"] = ("forward", None)
     results = {}
     for name, (writer, reader) in contenders.items():
+        if name.startswith("Checkpointer"):
+            results[name] = checkpointer(rank, mesh, states, os.path.join(args.out, name.split()[-1]), writer)
+            continue
         root = os.path.join(args.out, name.split(",")[0].split()[-1] + ("-delta" if "deltas" in name else ""))
         saves, prev = [], None
         for step, sd in states:
@@ -113,6 +122,40 @@ def worker(rank, world, args, store):
         raw = sum(t.numel() * t.element_size() for t in _flat(states[-1][1]).values())
         report(results, raw, len(states), world)
     dist.destroy_process_group()
+
+
+def checkpointer(rank, mesh, states, root, layout):
+    """The distributed Checkpointer saving the series and loading its newest step."""
+    from tpde.torch import Checkpointer
+
+    ck = Checkpointer(root, layout=layout, keyframe_every=None if layout == "reverse" else 10)
+    saves = []
+    for step, sd in states:
+        dist.barrier()
+        t0 = time.perf_counter()
+        ck.save(step, sd)
+        dist.barrier()
+        saves.append(time.perf_counter() - t0)
+    ck.wait()
+    target = sharded({k: v.full_tensor() for k, v in _flat(states[-1][1]).items()}, mesh, 0, empty=True)
+    dist.barrier()
+    t0 = time.perf_counter()
+    ck.load(state=target)
+    dist.barrier()
+    load = time.perf_counter() - t0
+    ok = all(torch.equal(a.to_local().view(torch.int32), b.to_local().view(torch.int32))
+             for a, b in zip(_flat(target).values(), _flat(states[-1][1]).values()))
+    ck.close()
+    if rank != 0:
+        return None
+    dirs = [os.path.join(root, d) for d in sorted(os.listdir(root)) if d.startswith("step-")]
+    return {
+        "series_bytes": sum(folder_bytes(d) for d in dirs),
+        "last_step_bytes": folder_bytes(dirs[-1]),
+        "save_s": statistics.median(saves[1:]),
+        "load_last_s": load,
+        "bit_exact": ok and target["step"] == states[-1][0],
+    }
 
 
 def _flat(sd):

@@ -72,7 +72,7 @@ def main():
                 zstd_out += len(subprocess.run(["zstd", "-3", "-c"], input=b, capture_output=True, check=True).stdout)
         for predict in (True, False):
             with tempfile.TemporaryDirectory(prefix="tpde-predicted-") as d:
-                ck = tpde.torch.Checkpointer(d, keyframe_every=args.checkpoints + 1, predict=predict)
+                ck = tpde.torch.Checkpointer(d, keyframe_every=args.checkpoints + 1, predict=predict, layout="forward")
                 save = 0.0
                 for i, st in enumerate(states):
                     t0 = time.perf_counter()

@@ -132,6 +132,26 @@ def test_the_reverse_layout_keeps_the_newest_a_keyframe(tmp_path):
     # A rewritten file decodes to the tensors it held as a keyframe: the deltas naming it hold.
     assert os.path.getsize(ck.path(5)) < os.path.getsize(ck.path(6))
     assert ck._chain(1) == [1, 2, 3]
+    # The newest is stored raw (a resume copies it, decoding nothing); the keyframes that end a
+    # run were compressed when a newer step came.
+    raw = {s: _stored(ck, s, [""]) == _logical(ck, s) for s in ck.steps()}
+    assert raw == {1: False, 2: False, 3: False, 4: False, 5: False, 6: False, 7: True}, raw
+    assert "checkpoint.raw" not in tpde.safe_open(ck.path(6), "np").metadata()
+
+
+def _logical(ck, step):
+    with tpde.safe_open(ck.path(step), "np") as f:
+        return sum(f.get_tensor(n).nbytes for n in f.keys())
+
+
+def test_raw_newest_can_be_turned_off(tmp_path):
+    ck = Checkpointer(tmp_path, raw_newest=False)
+    for s in (1, 2):
+        ck.save(s, {"w": torch.linspace(0, 1, 5000) + s})
+    ck.wait()
+    assert _stored(ck, 2, [""]) < _logical(ck, 2)
+    assert tpde.safe_open(ck.path(1), "np").metadata()["checkpoint.base_step"] == "2"
+    assert Checkpointer(tmp_path / "f", layout="forward").raw_newest is False
 
 
 def test_a_reverse_delta_is_rewritten_from_the_file_without_a_snapshot(tmp_path):

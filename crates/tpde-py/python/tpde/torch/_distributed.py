@@ -7,13 +7,12 @@ file's content digest is unchanged.
 from __future__ import annotations
 
 import os
-import warnings
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, List, Optional, Tuple
 
 import torch
 
 from .. import _tpde
-from . import _rewrite
 from ._state import SCHEMA_DCP
 
 
@@ -30,6 +29,7 @@ def rank(ck: Any) -> int:
 def save(ck: Any, step: int, state: Any) -> None:
     import torch.distributed.checkpoint as dcp
 
+    settle(ck)
     # Rank 0 decides the chain; every rank must use the same base.
     plan: List[Any] = [None]
     if rank(ck) == 0:
@@ -39,58 +39,72 @@ def save(ck: Any, step: int, state: Any) -> None:
         except _tpde.TpdeError as e:
             plan[0] = ("error", str(e))
         else:
+            newest = ck._newest_usable(ck.steps())
             if latest is not None and step <= latest:
                 plan[0] = ("error", f"step {step} is not after the latest checkpoint, step {latest}")
             elif ck.layout == "reverse":
-                previous, run = ck._reverse_previous(ck._newest_usable(ck.steps()))
-                rebase = previous is not None and run + 1 < ck.keyframe_every
-                plan[0] = ("ok", None, 0, previous if rebase else None, run + 1 if rebase else 0)
+                plan[0] = ("ok", None, 0) + ck._reverse_plan(newest)
             else:
-                plan[0] = ("ok",) + ck._base_of_next(ck._newest_usable(ck.steps())) + (None, 0)
+                plan[0] = ("ok",) + ck._base_of_next(newest) + (None, None, 0)
     src = torch.distributed.get_global_rank(ck._group, 0) if ck._group is not None else 0
     torch.distributed.broadcast_object_list(plan, src=src, group=ck._group)
     if plan[0][0] == "error":
         raise _tpde.TpdeError(plan[0][1])
-    _, base, depth, previous, run = plan[0]
+    _, base, depth, previous, mode, run = plan[0]
     metadata = {"checkpoint.format": SCHEMA_DCP, "checkpoint.step": str(step), "checkpoint.depth": str(depth)}
     if base is not None:
         metadata["checkpoint.base_step"] = str(base)
     if ck.layout == "reverse":
-        metadata["checkpoint.reverse_run"] = str(run)
+        metadata.update(ck._newest_metadata(run))
     last = _dcp().last_written()  # this rank's file of the step before, as it decodes, if held
     writer = _dcp().TpdeStorageWriter(
         ck.path(step),
         base=None if base is None else ck.path(base),
-        codec=ck.codec,
+        codec=ck._newest_codec() if ck.layout == "reverse" else ck.codec,
         max_abs_error=ck.max_abs_error if base is not None else None,
         max_rel_error=ck.max_rel_error if base is not None else None,
         metadata=metadata,
         base_in_memory=ck.base_in_memory,
     )
+    job = (previous, step, mode, last)
     if ck.async_save:
         ck._pending.append(dcp.async_save(state, storage_writer=writer, process_group=ck._group))
-        ck._distributed_pending = (previous, step, last)
+        ck._distributed_pending = job
     else:
         dcp.save(state, storage_writer=writer, process_group=ck._group)
-        finish(ck, previous, step, last)
+        rewrite_in_background(ck, job)
 
 
-def finish(ck: Any, previous: Optional[int], step: int, last: Optional[Tuple[str, Any]]) -> None:
-    """After a save: each rank writes its file of ``previous`` again against its file of
-    ``step`` (reverse layout), then rank 0 prunes; every rank waits for all."""
-    if previous is not None:
-        name = _dcp().rank_file(rank(ck))
-        path, base = os.path.join(ck.path(previous), name), os.path.join(ck.path(step), name)
-        if os.path.isfile(path) and os.path.isfile(base):  # a world size that changed has no pair
-            content = last[1] if last is not None and last[0] == os.path.realpath(path) else None
-            new = _dcp().last_written()
-            base_snapshot = new[1] if new is not None and new[0] == os.path.realpath(base) else None
-            updates = {"checkpoint.base_step": str(step), "checkpoint.depth": "1", "checkpoint.reverse_run": None}
-            try:
-                _rewrite.as_delta(path, base, ck.codec, updates, content, base_snapshot)
-            except Exception as e:  # the file stays a keyframe: nothing is lost
-                warnings.warn(f"{path}: not written again as a delta, it stays a keyframe: {e}", stacklevel=2)
-        torch.distributed.barrier(group=ck._group)
+def rewrite_in_background(ck: Any, job: Tuple[Optional[int], int, Optional[str], Any]) -> None:
+    """After a save: this rank writes its file of the step before again (reverse layout) on a
+    thread of its own, while training goes on; ``settle`` waits for it on every rank."""
+    previous, step, mode, last = job
+    ck._distributed_unsettled = True
+    if mode is None:
+        return
+    name = _dcp().rank_file(rank(ck))
+    path, newest = os.path.join(ck.path(previous), name), os.path.join(ck.path(step), name)
+    if not (os.path.isfile(path) and os.path.isfile(newest)):  # a world size that changed
+        return
+    content = last[1] if last is not None and last[0] == os.path.realpath(path) else None
+    new = _dcp().last_written()
+    snapshot = new[1] if new is not None and new[0] == os.path.realpath(newest) else None
+    if ck._rewriter is None:
+        ck._rewriter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tpde-rewrite")
+    ck._rewriting = ck._rewriter.submit(ck._rewrite, path, newest, mode, content, snapshot)
+
+
+def settle(ck: Any) -> None:
+    """Every rank's rewrite done, then rank 0 prunes; a collective (every rank calls it, from
+    ``save``, ``wait``, ``load`` and ``close``)."""
+    if ck._distributed_pending is not None:  # an async save, now complete: its rewrite
+        job, ck._distributed_pending = ck._distributed_pending, None
+        rewrite_in_background(ck, job)
+    if not ck._distributed_unsettled:
+        return
+    ck._distributed_unsettled = False
+    ck._finish_rewrite()
+    torch.distributed.barrier(group=ck._group)
     prune(ck)
 
 

@@ -4,24 +4,28 @@ every delta (and DCP ``.metadata``) that names it stays valid; the file is repla
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 
 from .. import _tpde
 
 
-def as_delta(path: str, base: str, codec: str, updates: Dict[str, Optional[str]], content: Any = None,
-             base_snapshot: Any = None) -> None:
-    """Writes the file ``path`` again as a delta against the file ``base``, its ``checkpoint.*``
-    metadata changed by ``updates`` (None removes a key). The tensors come from ``content`` (a
-    ``Snapshot`` of the file, used only if its digest is the file's) or else are decoded from
-    the file; ``base_snapshot`` is the base as it decodes, if held."""
+# The reverse layout's entries that a file written again sheds: it is no longer the newest.
+_NEWEST_ONLY = ("checkpoint.reverse_run", "checkpoint.raw")
+
+
+def rewrite(path: str, base: Optional[str], codec: str, content: Any = None, base_snapshot: Any = None) -> None:
+    """Writes the file ``path`` again with ``codec``: as a delta against the file ``base``, or a
+    keyframe if None (a newest checkpoint stored raw, compressed once a newer one exists). The
+    tensors come from ``content`` (a ``Snapshot`` of the file, used only if its digest is the
+    file's) or else are decoded from the file; ``base_snapshot`` is the base as it decodes, if
+    held. Its ``checkpoint.*`` metadata records the base step (``checkpoint.base_step``)."""
     f = _tpde.File(path, None)
-    metadata = {k: v for k, v in f.metadata().items() if not k.startswith("tpde.")}
-    for k, v in updates.items():
-        if v is None:
-            metadata.pop(k, None)
-        else:
-            metadata[k] = v
+    metadata = {k: v for k, v in f.metadata().items() if not k.startswith("tpde.") and k not in _NEWEST_ONLY}
+    if base is not None:
+        base_step = _tpde.File(base, None, follow_hints=False).metadata().get("checkpoint.step")
+        if base_step is not None:
+            metadata["checkpoint.base_step"] = base_step
+        metadata["checkpoint.depth"] = "1"
     if content is not None and content.content_digest() == f.content_digest():
         # In the file's tensor order, so that the bytes are those written from the file.
         _tpde.save_snapshot(path, content, metadata=metadata, base=base, base_snapshot=base_snapshot, codec=codec,

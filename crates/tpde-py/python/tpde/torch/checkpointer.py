@@ -146,6 +146,7 @@ class Checkpointer:
         predict: bool = True,
         max_pending: int = 2,
         layout: Optional[str] = None,
+        raw_newest: bool = True,
     ):
         if keyframe_every is not None and keyframe_every < 1:
             raise _tpde.TpdeError("keyframe_every must be at least 1")
@@ -188,6 +189,7 @@ class Checkpointer:
         )
         self.layout = layout or ("forward" if lossy else "reverse")
         self.keyframe_every = keyframe_every or (4 if self.layout == "reverse" else 10)
+        self.raw_newest = raw_newest and self.layout == "reverse"
         if self.remote and self.distributed:
             raise error(
                 "unsupported-feature",
@@ -217,9 +219,10 @@ class Checkpointer:
         self._warned_stall = False
         self._lock = threading.Lock()
         self._lock_buffers = threading.Lock()
-        # A DCP async save's (step before, step, last rank file written) whose rewrite and
-        # pruning wait for it.
-        self._distributed_pending: Optional[Tuple[Optional[int], int, Any]] = None
+        # Under torch.distributed: an async save's rewrite job, waiting for the save; and whether
+        # a save's rewrite and pruning are still to be settled by every rank (_distributed).
+        self._distributed_pending: Optional[Tuple] = None
+        self._distributed_unsettled = False
         # The folder's writer lock (rank 0's under torch.distributed), from the first save on.
         self._writer_lock: Any = None
         # A synchronous save's rewrite of the checkpoint before it (layout='reverse'), running.
@@ -365,7 +368,8 @@ class Checkpointer:
     def wait(self) -> None:
         """Blocks until every pending asynchronous save is on disk; raises the first error, if one
         failed (the saves after it are still waited for)."""
-        self._finish_rewrite()
+        if not self.distributed:
+            self._finish_rewrite()
         first: Optional[BaseException] = None
         while self._pending:
             try:
@@ -374,9 +378,8 @@ class Checkpointer:
                 first = first or e
         if first is not None:
             raise first
-        if self.distributed and self._distributed_pending is not None:
-            pending, self._distributed_pending = self._distributed_pending, None
-            _distributed.finish(self, *pending)
+        if self.distributed:
+            _distributed.settle(self)
 
     def _take_lock(self) -> None:
         """The folder's writer lock, taken before this object's first save."""
@@ -472,45 +475,50 @@ class Checkpointer:
     def _write_reverse(
         self, step: int, newest: Optional[Tuple[int, Dict[str, str]]], tree: Any, tensors: Dict[str, torch.Tensor]
     ) -> None:
-        """The reverse layout: ``step`` as a keyframe, then the checkpoint before it written
-        again as a delta against it, unless it stays a keyframe (every ``keyframe_every``-th)."""
+        """The reverse layout: ``step`` as a keyframe (stored raw with ``raw_newest``), then the
+        checkpoint before it written again (``_reverse_plan``)."""
         with self._lock:
-            previous, run = self._reverse_previous(newest)
-            rebase = previous is not None and run + 1 < self.keyframe_every
+            previous, mode, run = self._reverse_plan(newest)
             metadata = {
                 "checkpoint.format": SCHEMA,
                 "checkpoint.step": str(step),
                 "checkpoint.depth": "0",
-                # How many reverse deltas in a row end at this keyframe (when the one before is
-                # written again against it): the next save keeps it a keyframe at keyframe_every.
-                "checkpoint.reverse_run": str(run + 1 if rebase else 0),
                 "checkpoint.state": json.dumps(tree, separators=(",", ":")),
+                **self._newest_metadata(run),
             }
             items = [(name, *_dtypes.from_torch(name, t)) for name, t in tensors.items()]
             last, self._last = self._last, None
-            report = _tpde.save(self.path(step), items, metadata=metadata, codec=self.codec, keep=self.base_in_memory)
+            report = _tpde.save(
+                self.path(step), items, metadata=metadata, codec=self._newest_codec(), keep=self.base_in_memory
+            )
             snapshot = report.get("snapshot")
             if snapshot is not None:
                 self._last = (step, snapshot)
             content = last[1] if last is not None and last[0] == previous else None
-            if rebase and self._pool is None:
+            job = (self.path(previous), self.path(step), mode, content, snapshot) if mode is not None else None
+            if job is not None and self._pool is None:
                 # The new checkpoint is complete: a synchronous save returns now, and the one
                 # before is written again while training goes on (the next save waits for it).
                 if self._rewriter is None:
                     self._rewriter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tpde-rewrite")
-                self._rewriting = self._rewriter.submit(self._rebase_and_prune, previous, step, content, snapshot)
+                self._rewriting = self._rewriter.submit(self._rewrite_and_prune, job)
                 return
-            self._rebase_and_prune(previous if rebase else None, step, content, snapshot)
+            self._rewrite_and_prune(job)
 
-    def _rebase_and_prune(self, previous: Optional[int], step: int, content: Any, snapshot: Any) -> None:
-        """Writes ``previous`` again against ``step`` (if given), then prunes: in this order, so
-        that pruning never deletes a file while it is being written again."""
-        if previous is not None:
-            try:
-                self._rebase(previous, step, content, snapshot)
-            except Exception as e:  # the file stays a keyframe: nothing is lost, some space is
-                warnings.warn(f"{self.path(previous)}: not written again as a delta, it stays a keyframe: {e}", stacklevel=2)
+    def _rewrite_and_prune(self, job: Optional[Tuple]) -> None:
+        """Writes the checkpoint before the newest again (if ``job``), then prunes: in this order,
+        so that pruning never deletes a file while it is being written again."""
+        if job is not None:
+            self._rewrite(*job)
         self._prune()
+
+    def _rewrite(self, path: str, newest: str, mode: str, content: Any, newest_snapshot: Any) -> None:
+        """``_rewrite.rewrite`` of ``path``: against ``newest`` ("delta") or alone ("keyframe");
+        a failure is a warning (the file stays as it was: nothing is lost)."""
+        try:
+            _rewrite.rewrite(path, newest if mode == "delta" else None, self.codec, content, newest_snapshot)
+        except Exception as e:
+            warnings.warn(f"{path}: not written again ({mode}), it stays as it was: {e}", stacklevel=2)
 
     def _finish_rewrite(self) -> None:
         """Waits for a synchronous save's rewrite of the checkpoint before it."""
@@ -518,25 +526,34 @@ class Checkpointer:
         if rewriting is not None:
             rewriting.result()
 
-    def _reverse_previous(self, newest: Optional[Tuple[int, Dict[str, str]]]) -> Tuple[Optional[int], int]:
-        """(the newest checkpoint if it is a keyframe that may be written again, the length of
-        the run of reverse deltas that ends at it)."""
+    def _newest_codec(self) -> str:
+        return "raw" if self.raw_newest else self.codec
+
+    def _newest_metadata(self, run: int) -> Dict[str, str]:
+        """The reverse layout's entries in the newest checkpoint's metadata."""
+        # How many reverse deltas in a row end at this keyframe (once the one before is written
+        # again against it): the next save keeps it a keyframe at keyframe_every.
+        meta = {"checkpoint.reverse_run": str(run)}
+        if self.raw_newest:
+            meta["checkpoint.raw"] = "1"  # stored uncompressed until the next save compresses it
+        return meta
+
+    def _reverse_plan(self, newest: Optional[Tuple[int, Dict[str, str]]]) -> Tuple[Optional[int], Optional[str], int]:
+        """For a save in the reverse layout: (the step to write again, how: "delta" against the
+        new step or, at the end of a run of ``keyframe_every`` - 1 deltas, "keyframe" if it was
+        stored raw; None if neither, the new step's ``checkpoint.reverse_run``)."""
         if newest is None:
-            return None, 0
+            return None, None, 0
         previous, meta = newest
         if "checkpoint.base_step" in meta:
-            return None, 0  # a forward delta (a folder written with layout='forward'): left as it is
+            return None, None, 0  # a forward delta (a folder written with layout='forward'): left as it is
         run = meta.get("checkpoint.reverse_run", "0")
         if not re.fullmatch(r"\d{1,10}", run):
             warnings.warn(f"{self.path(previous)}: checkpoint.reverse_run {run[:40]!r} is not a count; it stays a keyframe", stacklevel=3)
-            return None, 0
-        return previous, int(run)
-
-    def _rebase(self, previous: int, step: int, content: Any, base: Any) -> None:
-        """Writes ``previous`` (a keyframe) again as a delta against ``step``: from ``content``
-        (its Snapshot) when held, else decoded from its file. Same tensors, same digest."""
-        updates = {"checkpoint.base_step": str(step), "checkpoint.depth": "1", "checkpoint.reverse_run": None}
-        _rewrite.as_delta(self.path(previous), self.path(step), self.codec, updates, content, base)
+            return None, None, 0
+        if int(run) + 1 < self.keyframe_every:
+            return previous, "delta", int(run) + 1
+        return (previous, "keyframe", 0) if meta.get("checkpoint.raw") == "1" else (None, None, 0)
 
     def _prune(self) -> None:
         _prune.prune(self)
