@@ -393,7 +393,9 @@ def test_a_base_kept_in_memory_writes_the_same_files(tmp_path, max_abs_error):
     for in_memory in (True, False):
         model, opt, sched = make()
         folder = tmp_path / f"mem-{in_memory}"
-        ck = Checkpointer(folder, keyframe_every=4, max_abs_error=max_abs_error, base_in_memory=in_memory, layout=layout)
+        # (The reverse layout holds a copy only of a compressed newest: a raw one is read as fast.)
+        ck = Checkpointer(folder, keyframe_every=4, max_abs_error=max_abs_error, base_in_memory=in_memory, layout=layout,
+                          raw_newest=False)
         for step in range(1, 7):
             train_step(model, opt, sched, step)
             ck.save(step, state(model, opt, sched, step))

@@ -488,9 +488,10 @@ class Checkpointer:
             }
             items = [(name, *_dtypes.from_torch(name, t)) for name, t in tensors.items()]
             last, self._last = self._last, None
-            report = _tpde.save(
-                self.path(step), items, metadata=metadata, codec=self._newest_codec(), keep=self.base_in_memory
-            )
+            # A raw newest file is as cheap to read as a copy in memory: copying it there would only
+            # add to the save's stall (0.24 s → 0.56 s for a 273 MB state).
+            keep = self.base_in_memory and not self.raw_newest
+            report = _tpde.save(self.path(step), items, metadata=metadata, codec=self._newest_codec(), keep=keep)
             snapshot = report.get("snapshot")
             if snapshot is not None:
                 self._last = (step, snapshot)
