@@ -171,13 +171,14 @@ def _meta_rewrite(path: Path, key: str, value: str) -> None:
 
 
 def test_a_base_step_loop_does_not_hang_or_block_saves(tmp_path):
-    ck = Checkpointer(tmp_path, keyframe_every=10, keep_last=1)
+    # (The forward layout: its newest step is a delta, whose base_step can be made to loop.)
+    ck = Checkpointer(tmp_path, keyframe_every=10, keep_last=1, layout="forward")
     ck.save(10, {"w": torch.ones(4)})
     ck.save(20, {"w": torch.ones(4) * 2})
     ck.close()
     # step 20 now names itself as its base.
     _meta_rewrite(Path(ck.path(20)), "checkpoint.base_step", "20")
-    ck = Checkpointer(tmp_path, keyframe_every=10, keep_last=1)
+    ck = Checkpointer(tmp_path, keyframe_every=10, keep_last=1, layout="forward")
     with pytest.warns(UserWarning, match="chain of bases does not check out"):
         ck.save(30, {"w": torch.ones(4) * 3})
     assert torch.equal(ck.load(30)["w"], torch.ones(4) * 3)

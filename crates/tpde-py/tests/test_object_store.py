@@ -113,18 +113,22 @@ def test_pack_and_unpack_with_urls(s3, tmp_path):
     assert (tmp_path / "s0.tpde").read_bytes() == (s3 / "pack" / "s0.tpde").read_bytes()
 
 
-def test_checkpointer_in_a_bucket_saves_prunes_and_resumes(s3):
-    prefix = url("run-1")
+@pytest.mark.parametrize("layout", ["reverse", "forward"])
+def test_checkpointer_in_a_bucket_saves_prunes_and_resumes(s3, layout):
+    prefix = url(f"run-1-{layout}")
     states = [state(s) for s in range(5)]
-    with Checkpointer(prefix, keyframe_every=2, keep_last=2, async_save=True) as ck:
+    with Checkpointer(prefix, keyframe_every=2, keep_last=2, async_save=True, layout=layout) as ck:
         for step, s in enumerate(states):
             ck.save(step * 10, {"model": s, "step": step})
         ck.wait()
-        # 40 is a keyframe (every second file), 30 a delta on 20, which is kept for it.
-        assert ck.steps() == [20, 30, 40]
+        # Forward: 40 is a keyframe (every second file), 30 a delta on 20, which is kept for it.
+        # Reverse: 40 the newest keyframe, 30 written again as a keyframe (the end of a run).
+        kept = [20, 30, 40] if layout == "forward" else [30, 40]
+        assert ck.steps() == kept
+        if layout == "reverse":  # rewritten in the bucket: compressed, no longer raw
+            assert "checkpoint.raw" not in tpde.safe_open(ck.path(30), "np").metadata()
         # The writer's lease lies beside them while it writes, and goes when it closes.
-        assert sorted(_tpde.list_files(prefix)) == [
-            ".tpde-writer.lock", "step-0000000020.tpde", "step-0000000030.tpde", "step-0000000040.tpde"]
+        assert sorted(_tpde.list_files(prefix)) == [".tpde-writer.lock"] + [f"step-00000000{s}.tpde" for s in kept]
         same(ck.load()["model"], states[4])
         same(ck.load(30)["model"], states[3])
         # A second writer on the prefix is refused, naming the holder; a reader is not.
