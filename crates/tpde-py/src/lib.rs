@@ -32,6 +32,14 @@ create_exception!(tpde, TpdeError, PyException, "A TPDE operation failed; `kind`
 /// The Python exception for a TPDE error: `TpdeError(message)` with `kind` set.
 fn py_err(e: tpde::Error) -> PyErr {
     Python::attach(|py| {
+        if e.kind() == ErrorKind::NotFound {
+            // `tpde.TpdeNotFoundError`, a TpdeError and a FileNotFoundError at once: a class with
+            // two exception bases is simplest made in Python.
+            let made = py.import("tpde._errors").and_then(|m| m.call_method1("not_found", (e.to_string(),)));
+            if let Ok(value) = made {
+                return PyErr::from_value(value);
+            }
+        }
         let err = TpdeError::new_err(e.to_string());
         let value = err.value(py);
         // Setting an attribute on a fresh exception instance cannot fail.

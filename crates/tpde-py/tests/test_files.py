@@ -1,4 +1,5 @@
 """save_file / load_file / safe_open: every dtype, shapes, metadata, slices, deltas, bad input."""
+import errno
 import os
 
 import ml_dtypes
@@ -187,7 +188,13 @@ def test_bad_input_raises_tpde_error_with_kind(tmp_path):
     bad.write_bytes(good.read_bytes())
     corrupt(bad, offset=4096)  # inside the tensor's chunk
     assert kind_of(bad) == "checksum-mismatch"
-    assert kind_of(tmp_path / "missing.tpde") == "io"
+    assert kind_of(tmp_path / "missing.tpde") == "not-found"
+    # ... and a FileNotFoundError too, with its errno, wherever the path came in.
+    for load in (tpde.numpy.load_file, lambda p: tpde.safe_open(p, "np"), tpde.torch.load_file):
+        with pytest.raises(FileNotFoundError) as e:
+            load(tmp_path / "missing.tpde")
+        assert isinstance(e.value, tpde.TpdeNotFoundError) and e.value.errno == errno.ENOENT
+        assert str(tmp_path / "missing.tpde") in str(e.value)
     # A delta read against a base it was not written against.
     w = a["w"].copy()
     w[::3] += np.float32(1e-4)  # close to its base: stored as delta chunks, which need the base

@@ -146,8 +146,14 @@ impl From<tpde_write::WriteError> for Error {
 }
 
 impl From<std::io::Error> for Error {
+    /// A file that is not there is `not-found` (Python raises it as a `FileNotFoundError` too);
+    /// any other I/O failure is `io`.
     fn from(e: std::io::Error) -> Self {
-        Error::caused_by(ErrorKind::Io, e)
+        let kind = match e.kind() {
+            std::io::ErrorKind::NotFound => ErrorKind::NotFound,
+            _ => ErrorKind::Io,
+        };
+        Error::caused_by(kind, e)
     }
 }
 

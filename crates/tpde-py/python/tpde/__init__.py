@@ -20,9 +20,10 @@ import os
 from typing import Any, Dict, List, Optional, Union
 
 from . import _dtypes
+from ._errors import TpdeNotFoundError
 from ._tpde import TpdeError, __version__
 
-__all__ = ["TpdeError", "safe_open", "pack", "unpack", "copy", "__version__"]
+__all__ = ["TpdeError", "TpdeNotFoundError", "safe_open", "pack", "unpack", "copy", "__version__"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
