@@ -347,7 +347,7 @@ fn base_of(at: &Location, snapshot: Option<&Snapshot>) -> Result<Arc<dyn tpde::B
 /// named in `exact`. Returns a dict of what was written, with the written checkpoint as a
 /// `Snapshot` under "snapshot" if `keep`.
 #[pyfunction]
-#[pyo3(signature = (path, tensors, metadata=None, base=None, codec="auto", max_abs_error=None, exact=None, keep=false, base_snapshot=None, max_rel_error=None, predictions=None))]
+#[pyo3(signature = (path, tensors, metadata=None, base=None, codec="auto", max_abs_error=None, exact=None, keep=false, base_snapshot=None, max_rel_error=None, predictions=None, progress=None))]
 #[allow(clippy::too_many_arguments)]
 fn save<'py>(
     py: Python<'py>,
@@ -362,6 +362,7 @@ fn save<'py>(
     base_snapshot: Option<PyRef<'py, Snapshot>>,
     max_rel_error: Option<f64>,
     predictions: Option<Vec<PredictionArg>>,
+    progress: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let encoder = encoder(codec)?;
     let predictions = prediction_candidates(predictions.unwrap_or_default())?;
@@ -384,7 +385,7 @@ fn save<'py>(
     let metadata: Vec<(String, String)> = metadata.unwrap_or_default().into_iter().collect();
     let snapshot = base_snapshot.as_deref();
     // Ctrl-C stops a long save between batches, leaving nothing behind.
-    let Packed { report, reconstruction: kept } = interrupt::interruptible(py, |cancel| {
+    let Packed { report, reconstruction: kept } = interrupt::interruptible(py, progress.as_ref(), |cancel| {
         let base_ck = base.as_ref().map(|b| base_of(b, snapshot)).transpose()?;
         let list: Vec<TensorRef<'_>> =
             refs.iter().zip(&slices).map(|((n, d, s), data)| (n.as_str(), *d, s.as_slice(), *data)).collect();
@@ -440,7 +441,7 @@ fn save_snapshot<'py>(
         }
         list.sort_unstable_by_key(|t| at[t.0]);
     }
-    let Packed { report, .. } = interrupt::interruptible(py, |cancel| {
+    let Packed { report, .. } = interrupt::interruptible(py, None, |cancel| {
         let base_ck = base.as_ref().map(|b| base_of(b, base_snapshot)).transpose()?;
         let job = PackJob {
             base: base_ck.as_deref().zip(base.as_ref()).map(|(b, at)| (b, path.hint_to(at))),
@@ -525,7 +526,8 @@ fn pack_report<'py>(py: Python<'py>, report: &PackReport) -> PyResult<Bound<'py,
 /// `tpde pack`: a `.safetensors` file or a Hugging Face sharded folder into one `.tpde` file
 /// at `output`, a delta against `base` if given.
 #[pyfunction]
-#[pyo3(signature = (input, output, base=None, codec="auto", max_abs_error=None, max_rel_error=None))]
+#[pyo3(signature = (input, output, base=None, codec="auto", max_abs_error=None, max_rel_error=None, progress=None))]
+#[allow(clippy::too_many_arguments)]
 fn pack<'py>(
     py: Python<'py>,
     input: PathBuf,
@@ -534,11 +536,12 @@ fn pack<'py>(
     codec: &str,
     max_abs_error: Option<f64>,
     max_rel_error: Option<f64>,
+    progress: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let encoder = encoder(codec)?;
     let (output, base) = (location(output)?, base.map(location).transpose()?);
     check_bounds(max_abs_error, max_rel_error)?;
-    let report = interrupt::interruptible(py, |cancel| {
+    let report = interrupt::interruptible(py, progress.as_ref(), |cancel| {
         let base_ck = base.as_ref().map(open_base).transpose()?;
         let job = PackJob {
             options: WriteOptions { encoder, ..WriteOptions::default() },
@@ -557,11 +560,20 @@ fn pack<'py>(
 
 /// `tpde unpack`: a `.tpde` file into a `.safetensors` file, or, if it was packed from a
 /// sharded folder and `output` does not end in `.safetensors`, into that folder again.
+/// Ctrl-C stops it, leaving no file; `progress(done, total)` is called as it goes.
 #[pyfunction]
-#[pyo3(signature = (input, output, base=None))]
-fn unpack(py: Python<'_>, input: &str, output: PathBuf, base: Option<&str>) -> PyResult<(u64, u64)> {
+#[pyo3(signature = (input, output, base=None, progress=None))]
+fn unpack<'py>(
+    py: Python<'py>,
+    input: &str,
+    output: PathBuf,
+    base: Option<&str>,
+    progress: Option<Bound<'py, PyAny>>,
+) -> PyResult<(u64, u64)> {
     let (input, base) = (location(input)?, base.map(location).transpose()?);
-    let r = py.detach(|| tpde::unpack(&input, base.as_ref(), &output, &())).map_err(py_err)?;
+    let r =
+        interrupt::interruptible(py, progress.as_ref(), |cancel| tpde::unpack(&input, base.as_ref(), &output, cancel))?
+            .map_err(py_err)?;
     Ok((r.tensors, r.logical_bytes))
 }
 

@@ -155,6 +155,9 @@ pub fn write_unpacked<'r, T: Send + Sync>(
         metadata,
         |i| open(&r.tensors()[select[i]]),
         |opened, j, buf| {
+            if bar.cancelled() {
+                return Err(crate::interrupted()); // the unfinished file goes with the error
+            }
             let bytes = piece(opened, j, buf)?;
             bar.inc(bytes.len() as u64);
             Ok(bytes)

@@ -38,23 +38,30 @@ def pack(
     codec: str = "auto",
     max_abs_error: Optional[float] = None,
     max_rel_error: Optional[float] = None,
+    progress: Any = None,
 ) -> Dict[str, Any]:
     """As ``tpde pack``: a ``.safetensors`` file, or a Hugging Face sharded folder (its shards
     and ``*.safetensors.index.json``), into one ``.tpde`` file; a delta against ``base`` (a
-    ``.tpde`` or ``.safetensors``) if given. Returns what was written (sizes, digest)."""
+    ``.tpde`` or ``.safetensors``) if given. Returns what was written (sizes, digest).
+    ``progress``: None draws a bar on an interactive terminal, False none, or a callable gets
+    ``(done, total)`` bytes as it goes."""
+    from ._progress import resolve
     from ._tpde import pack as _pack
 
     base = None if base is None else os.fspath(base)
-    return _pack(os.fspath(input), os.fspath(output), base, codec, max_abs_error, max_rel_error)
+    bar = resolve(progress, f"packing {os.fspath(input)}")
+    return _pack(os.fspath(input), os.fspath(output), base, codec, max_abs_error, max_rel_error, progress=bar)
 
 
-def unpack(input: PathLike, output: PathLike, base: Optional[PathLike] = None) -> None:
+def unpack(input: PathLike, output: PathLike, base: Optional[PathLike] = None, progress: Any = None) -> None:
     """As ``tpde unpack``: a ``.tpde`` file into a ``.safetensors`` file; a file packed from a
     sharded folder into that folder again (same shards, same index), unless ``output`` ends in
-    ``.safetensors``."""
+    ``.safetensors``. ``progress`` as for ``pack``."""
+    from ._progress import resolve
     from ._tpde import unpack as _unpack
 
-    _unpack(os.fspath(input), os.fspath(output), None if base is None else os.fspath(base))
+    bar = resolve(progress, f"unpacking {os.fspath(input)}")
+    _unpack(os.fspath(input), os.fspath(output), None if base is None else os.fspath(base), progress=bar)
 
 
 def copy(source: PathLike, dest: PathLike) -> int:

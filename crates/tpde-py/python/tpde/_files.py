@@ -7,6 +7,7 @@ from typing import Any, Callable, Dict, Iterable, Optional
 
 from . import _tpde
 from . import safe_open
+from ._progress import resolve
 
 
 def save_file(
@@ -19,6 +20,7 @@ def save_file(
     max_abs_error: Optional[float] = None,
     max_rel_error: Optional[float] = None,
     exact: Optional[Iterable[str]] = None,
+    progress: Any = None,
 ) -> Dict[str, Any]:
     if not isinstance(tensors, dict):
         raise _tpde.TpdeError(f"tensors must be a dict of name to tensor, not {type(tensors).__name__}")
@@ -41,6 +43,7 @@ def save_file(
         max_abs_error=max_abs_error,
         max_rel_error=max_rel_error,
         exact=None if exact is None else set(exact),
+        progress=resolve(progress, f"saving {os.fspath(path)}"),
     )
 
 

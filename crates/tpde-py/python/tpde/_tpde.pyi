@@ -1,5 +1,5 @@
 """Types of the extension module; the public API is in tpde, tpde.numpy and tpde.torch."""
-from typing import Dict, Iterable, List, Optional, Set, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 import numpy as np
 import numpy.typing as npt
@@ -54,6 +54,17 @@ def save(
     keep: bool = False,
     base_snapshot: Optional[Snapshot] = None,
     max_rel_error: Optional[float] = None,
+    predictions: Optional[List[Tuple[str, int, List[float], List[str]]]] = None,
+    progress: Optional[Callable[[int, int], object]] = None,
+) -> Dict[str, object]: ...
+def save_snapshot(
+    path: str,
+    snapshot: Snapshot,
+    metadata: Optional[Dict[str, str]] = None,
+    base: Optional[str] = None,
+    base_snapshot: Optional[Snapshot] = None,
+    codec: str = "auto",
+    order: Optional[List[str]] = None,
 ) -> Dict[str, object]: ...
 def pack(
     input: str,
@@ -62,8 +73,11 @@ def pack(
     codec: str = "auto",
     max_abs_error: Optional[float] = None,
     max_rel_error: Optional[float] = None,
+    progress: Optional[Callable[[int, int], object]] = None,
 ) -> Dict[str, object]: ...
-def unpack(input: str, output: str, base: Optional[str] = None) -> Tuple[int, int]: ...
+def unpack(
+    input: str, output: str, base: Optional[str] = None, progress: Optional[Callable[[int, int], object]] = None
+) -> Tuple[int, int]: ...
 def dtypes() -> List[Tuple[str, int]]: ...
 def list_files(path: str) -> List[str]: ...
 def is_file(path: str) -> bool: ...

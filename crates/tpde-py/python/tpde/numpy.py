@@ -18,12 +18,15 @@ def save_file(
     codec: str = "auto",
     max_abs_error: Optional[float] = None,
     max_rel_error: Optional[float] = None,
+    progress: Any = None,
 ) -> Dict[str, Any]:
     """Writes ``tensors`` to ``path`` atomically; with ``base`` (a ``.tpde`` or ``.safetensors``
     path) as a bit-exact delta against it, lossy if ``max_abs_error`` (τ) or ``max_rel_error`` (ρ) is given: a float element that
     changed by at most τ + ρ·|x| keeps the base's value. Returns
     what was written (sizes, digest)."""
-    return _files.save_file(tensors, path, _dtypes.from_numpy, metadata, base, codec, max_abs_error, max_rel_error)
+    return _files.save_file(
+        tensors, path, _dtypes.from_numpy, metadata, base, codec, max_abs_error, max_rel_error, progress=progress
+    )
 
 
 def load_file(
