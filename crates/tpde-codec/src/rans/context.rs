@@ -419,6 +419,45 @@ mod tests {
         }
     }
 
+    /// Symbols in runs of two kinds: near 10, followed by more near 10; or alternating between
+    /// near 138 and near 202. Symbols 128 apart (10 and 138) then have different tables next,
+    /// so a loop that looks a high symbol's table up as the low one's decodes wrongly.
+    fn high_and_low(n: usize) -> Vec<u8> {
+        let mut s = 0x0DDB_1A5E_5BAD_5EEDu64;
+        let mut high = false;
+        (0..n)
+            .map(|i| {
+                let s = xorshift(&mut s);
+                if s.is_multiple_of(64) {
+                    high = !high;
+                }
+                let r = ((s >> 20) % 5) as u8;
+                match (high, i % 2) {
+                    (false, _) => 8 + r,
+                    (true, 0) => 136 + r,
+                    (true, _) => 200 + r,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    #[cfg_attr(feature = "no-avx2-tests", ignore = "built with --features no-avx2-tests: no AVX2 here")]
+    fn vector_and_scalar_loops_agree_where_symbols_128_apart_have_different_tables() {
+        crate::rans::require_avx2();
+        let n = 45 * 4096 + 3;
+        let data = high_and_low(n);
+        let pairs = pair_counts(&data, lane_count(n), false);
+        let model = Contexts::new(Contexts::group(&pairs).unwrap(), &pairs);
+        assert!((8..13).any(|s| model.map[s] != model.map[s + 128]), "the test needs tables that differ");
+        let mut enc = Vec::new();
+        model.encode_lanes(&data, &mut enc);
+        let (_, rest) = Contexts::read(&enc).unwrap();
+        let layout = LaneLayout::read(&enc, enc.len() - rest.len(), n).unwrap();
+        let slots = Slots::contexts(&model.map, &model.tables);
+        assert_eq!(both_loops(&slots, &enc, &layout, n, None).unwrap(), data);
+    }
+
     /// Symbols whose spread follows a context byte, as a delta plane's follows its base's
     /// exponent: symbol i is drawn from a range as wide as context i says. Returns (symbols,
     /// contexts).

@@ -28,8 +28,8 @@ pub(in crate::rans) fn available() -> bool {
         && is_x86_feature_detected!("avx512vbmi")
 }
 
-/// [`rounds_unchecked`] as a safe function: the CPU's features are checked (callers choose
-/// this loop only where [`available`] says so, so the check never fails in use).
+/// [`rounds_of`] as a safe function: the CPU's features are checked (callers choose this loop
+/// only where [`available`] says so, so the check never fails in use).
 #[allow(clippy::too_many_arguments)]
 pub(in crate::rans) fn rounds(
     tables: &Slots,
@@ -42,19 +42,29 @@ pub(in crate::rans) fn rounds(
     out: &mut [u8],
 ) -> usize {
     assert!(available(), "the AVX-512 loop on a CPU without AVX-512");
+    // One loop per kind of record, as in the AVX2 loop: each keeps only its own registers live
+    // and tests no mode inside the loop.
     // SAFETY: the CPU has the features the loop is compiled for (asserted above).
-    unsafe { rounds_unchecked(tables, bytes, group, k0, stride, rounds, given, out) }
+    unsafe {
+        match (tables.next.is_some(), given.is_some()) {
+            (false, false) => rounds_of::<false, false>(tables, bytes, group, k0, stride, rounds, given, out),
+            (true, false) => rounds_of::<true, false>(tables, bytes, group, k0, stride, rounds, given, out),
+            (_, true) => rounds_of::<false, true>(tables, bytes, group, k0, stride, rounds, given, out),
+        }
+    }
 }
 
 /// Decodes whole words for the [`WIDTH`] lanes `group`, as `super::avx2::rounds::<4>` does
 /// (same arguments, same results, same conditions for stopping early): lane `j`'s round-`t`
-/// word is word `k0 + j + t·stride` of `out`; returns the rounds decoded.
+/// word is word `k0 + j + t·stride` of `out`; returns the rounds decoded. For one kind of
+/// record: `FOLLOW`, a context record (its tables follow the symbol before); `GIVEN`, tables
+/// given per symbol; neither, order 0.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F, BW and VBMI ([`available`]).
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn rounds_unchecked(
+unsafe fn rounds_of<const FOLLOW: bool, const GIVEN: bool>(
     tables: &Slots,
     bytes: &[u8],
     group: &mut [Lane<'_>],
@@ -75,7 +85,7 @@ unsafe fn rounds_unchecked(
     // The table number of a symbol's successor: `next` holds table offsets, multiples of 4096
     // below slots.len(), so of at most 256 tables (a map byte names each). Bytes 0-127 and
     // 128-255, two registers each, for vpermi2b.
-    let follow = tables.next.is_some();
+    assert_eq!((FOLLOW, GIVEN), (tables.next.is_some() && given.is_none(), given.is_some()));
     let number: [u8; 256] = match &tables.next {
         Some(next) => {
             assert!(next.iter().all(|&t| (t as usize) < slots.len() && t % (1 << SCALE_BITS) == 0));
@@ -93,7 +103,6 @@ unsafe fn rounds_unchecked(
             _mm512_loadu_si512(p.add(3)),
         ]
     };
-    let contexts = follow || given.is_some();
     if let Some(g) = given {
         assert_eq!(g.len(), out.len());
     }
@@ -131,11 +140,11 @@ unsafe fn rounds_unchecked(
     // `slots`; the caller has checked that each lane has four bytes at `off` (the round check).
     let step = |x: &mut __m512i, off: &mut __m512i, ctx: &mut __m512i| -> __m512i {
         let slot = _mm512_and_si512(*x, mask12);
-        let at = if contexts { _mm512_add_epi32(*ctx, slot) } else { slot };
+        let at = if FOLLOW || GIVEN { _mm512_add_epi32(*ctx, slot) } else { slot };
         let e = unsafe { _mm512_i32gather_epi32::<4>(at, slots.as_ptr().cast()) };
         let w = unsafe { _mm512_i32gather_epi32::<1>(*off, base.cast()) };
         let sym = _mm512_and_si512(e, mask8);
-        if follow {
+        if FOLLOW {
             // Each symbol's byte (0-255; the other bytes of its element are 0) looks up its
             // table number: bit 7 chooses between the two halves.
             let low = _mm512_permutex2var_epi8(number[0], sym, number[1]);
@@ -169,7 +178,8 @@ unsafe fn rounds_unchecked(
         }
         let q0 = k0 + done * stride;
         let mut gw = [_mm512_setzero_si512(); REGS];
-        if let Some(g) = given {
+        if GIVEN {
+            let g = given.expect("GIVEN");
             let words = &g[4 * q0..4 * q0 + 4 * WIDTH];
             for (k, gk) in gw.iter_mut().enumerate() {
                 // SAFETY: a load of 64 bytes from the 64·REGS bytes of `words`.
@@ -180,7 +190,7 @@ unsafe fn rounds_unchecked(
         for i in 0..4 {
             let shift = _mm_cvtsi32_si128(8 * i);
             for k in 0..REGS {
-                if given.is_some() {
+                if GIVEN {
                     let t = _mm512_and_si512(_mm512_srl_epi32(gw[k], shift), mask8);
                     ctx[k] = _mm512_min_epu32(_mm512_slli_epi32::<{ SCALE_BITS }>(t), last_table);
                 }
