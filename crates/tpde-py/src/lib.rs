@@ -25,7 +25,7 @@ use tpde::memory::MemoryCheckpoint;
 use tpde::open::{self, open_base, open_tpde_with, read_range};
 use tpde::pack::TensorRef;
 use tpde::{DType, ErrorKind, FileReader, Location, WriteOptions};
-use tpde::{PackJob, PackReport, PackSource, Packed};
+use tpde::{PackJob, PackReport, PackSource, Packed, Progress};
 
 create_exception!(tpde, TpdeError, PyException, "A TPDE operation failed; `kind` is the error's category.");
 
@@ -212,11 +212,14 @@ impl File {
     /// pass over all their chunks (most tensors are one chunk: read one by one, they keep one
     /// core busy). With `copy_raw`, `raw` tensors are copied into new arrays too (in the same
     /// pass) instead of viewing the map: for frameworks that need writable memory.
-    #[pyo3(signature = (names, copy_raw=false))]
+    /// `progress(done, total)` is called as it goes (see `save`); Ctrl-C raises once the pass
+    /// ends, the arrays dropped.
+    #[pyo3(signature = (names, copy_raw=false, progress=None))]
     fn read_many<'py>(
         slf: &Bound<'py, Self>,
         names: Vec<String>,
         copy_raw: bool,
+        progress: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Vec<Bound<'py, PyArray1<u8>>>> {
         let this = slf.get();
         let entries = names.iter().map(|n| this.entry(n)).collect::<PyResult<Vec<_>>>()?;
@@ -237,7 +240,12 @@ impl File {
                 .zip(writers.iter_mut())
                 .map(|(&k, rw)| (entries[k], rw.as_slice_mut().expect("a new array is contiguous")))
                 .collect();
-            slf.py().detach(|| this.reader.read_many_into(jobs)).map_err(|e| this.err(e))?;
+            let total: u64 = decode.iter().map(|&k| entries[k].byte_length).sum();
+            let read = interrupt::interruptible(slf.py(), progress.as_ref(), |cancel| {
+                cancel.set_length(total);
+                Ok(this.reader.read_many_into_reporting(jobs, &|bytes| cancel.inc(bytes)))
+            })?;
+            read.map_err(py_err)?.map_err(|e| this.err(e))?;
         }
         Ok(arrays)
     }

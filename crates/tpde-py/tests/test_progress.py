@@ -1,4 +1,4 @@
-"""progress= of long saves, packs and unpacks: a callable sees the bytes go by, a bar draws on a
+"""progress= of long saves, loads, packs and unpacks: a callable sees the bytes go by, a bar draws on a
 terminal (and nothing for short work), and an exception from the callable stops the work,
 leaving no file."""
 import io
@@ -9,6 +9,7 @@ import pytest
 
 import tpde
 import tpde.numpy
+import tpde.torch
 from tpde._progress import Bar, resolve
 
 
@@ -31,6 +32,10 @@ def test_a_callable_sees_the_bytes_go_by(tmp_path):
     seen.clear()
     tpde.pack(tmp_path / "a.safetensors", tmp_path / "b.tpde", progress=lambda d, t: seen.append((d, t)))
     assert seen[-1] == (total, total)
+    for load in (tpde.numpy.load_file, tpde.torch.load_file):
+        seen.clear()
+        back = load(tmp_path / "b.tpde", progress=lambda d, t: seen.append((d, t)))
+        assert seen[-1] == (total, total) and sorted(back) == sorted(x)
 
 
 def test_an_exception_from_the_callable_stops_the_save_and_leaves_nothing(tmp_path):

@@ -33,6 +33,16 @@ impl<S: Source> Reader<S> {
     /// idle, since most tensors are one chunk. A remote source still reads
     /// tensor by tensor, a window at a time. The error returned is the first in the order given.
     pub fn read_many_into(&self, tensors: Vec<(&TensorEntry, &mut [u8])>) -> Result<(), ReadError> {
+        self.read_many_into_reporting(tensors, &|_| ())
+    }
+
+    /// [`Reader::read_many_into`], calling `decoded(bytes)` from the decoding threads as each
+    /// piece of a tensor is done (a progress bar's feed).
+    pub fn read_many_into_reporting(
+        &self,
+        tensors: Vec<(&TensorEntry, &mut [u8])>,
+        decoded: &(dyn Fn(u64) + Sync),
+    ) -> Result<(), ReadError> {
         for (t, out) in &tensors {
             if out.len() as u64 != t.byte_length {
                 return Err(ReadError::BufferLength {
@@ -44,15 +54,26 @@ impl<S: Source> Reader<S> {
         }
         let policy = self.options.checksums;
         if self.src.prefetch_window().is_some() {
-            return tensors.into_iter().try_for_each(|(t, out)| self.decode_into(t, out, policy));
+            return tensors.into_iter().try_for_each(|(t, out)| {
+                self.decode_into(t, out, policy)?;
+                decoded(t.byte_length);
+                Ok(())
+            });
         }
         let bases = tensors.iter().map(|(t, _)| self.chunk_base(t)).collect::<Result<Vec<_>, _>>()?;
         let mut jobs = Vec::new();
         for ((t, out), base) in tensors.into_iter().zip(&bases) {
             jobs.extend(span_jobs(t, &(0..t.byte_length), out).into_iter().map(|job| (t, base, job)));
         }
-        let results: Vec<Result<(), ReadError>> =
-            jobs.into_par_iter().map(|(t, base, job)| self.decode_job(t, job, base, policy)).collect();
+        let results: Vec<Result<(), ReadError>> = jobs
+            .into_par_iter()
+            .map(|(t, base, job)| {
+                let bytes = job.part.len() as u64;
+                self.decode_job(t, job, base, policy)?;
+                decoded(bytes);
+                Ok(())
+            })
+            .collect();
         results.into_iter().collect()
     }
 

@@ -143,12 +143,12 @@ class safe_open:
         flat = self._f().read(name)
         return _dtypes.to_framework(flat, dtype, shape, self._framework, self._device)
 
-    def _get_tensors(self, names: List[str]) -> Dict[str, Any]:
+    def _get_tensors(self, names: List[str], progress: Any = None) -> Dict[str, Any]:
         """Tensors ``names``, decoded in one parallel pass (what ``load_file`` reads)."""
         f = self._f()
         # torch copies a view of the map anyway (see to_framework): decode those copies in the
         # same pass.
-        flats = f.read_many(list(names), copy_raw=self._framework == "pt")
+        flats = f.read_many(list(names), copy_raw=self._framework == "pt", progress=progress)
         out = {}
         for name, flat in zip(names, flats):
             dtype, shape = f.info(name)

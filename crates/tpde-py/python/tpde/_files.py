@@ -54,6 +54,7 @@ def load_file(
     base: Any = None,
     hints: Any = "follow",
     max_tensor_bytes: Optional[int] = None,
+    progress: Any = None,
 ) -> Dict[str, Any]:
     with safe_open(path, framework=framework, device=device, base=base, hints=hints, max_tensor_bytes=max_tensor_bytes) as f:
-        return f._get_tensors(f.keys())
+        return f._get_tensors(f.keys(), resolve(progress, f"loading {os.fspath(path)}"))

@@ -37,11 +37,17 @@ def save_file(
 
 
 def load_file(
-    path: Any, device: str = "cpu", base: Any = None, hints: Any = "follow", max_tensor_bytes: Optional[int] = None
+    path: Any,
+    device: str = "cpu",
+    base: Any = None,
+    hints: Any = "follow",
+    max_tensor_bytes: Optional[int] = None,
+    progress: Any = None,
 ) -> Dict[str, torch.Tensor]:
     """Every tensor of ``path``; a delta decodes against ``base`` or the base its hint names
-    (``hints`` and ``max_tensor_bytes`` as for ``tpde.safe_open``)."""
-    return _files.load_file(path, "pt", str(device), base, hints, max_tensor_bytes)
+    (``hints`` and ``max_tensor_bytes`` as for ``tpde.safe_open``; ``progress`` as for
+    ``save_file``)."""
+    return _files.load_file(path, "pt", str(device), base, hints, max_tensor_bytes, progress)
 
 
 def load_into(
