@@ -82,7 +82,7 @@ def rewrite_in_background(ck: Any, job: Tuple[Optional[int], int, Optional[str],
     ck._distributed_unsettled = True
     if mode is None:
         return
-    name = _dcp().rank_file(rank(ck))
+    name = _dcp().rank_file(rank(ck))  # the same name in both steps' folders
     path, newest = os.path.join(ck.path(previous), name), os.path.join(ck.path(step), name)
     if not (os.path.isfile(path) and os.path.isfile(newest)):  # a world size that changed
         return
@@ -91,7 +91,7 @@ def rewrite_in_background(ck: Any, job: Tuple[Optional[int], int, Optional[str],
     snapshot = new[1] if new is not None and new[0] == os.path.realpath(newest) else None
     if ck._rewriter is None:
         ck._rewriter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tpde-rewrite")
-    ck._rewriting = ck._rewriter.submit(ck._rewrite, path, newest, mode, content, snapshot)
+    ck._rewriting = ck._rewriter.submit(ck._rewrite, path, newest, step, mode, content, snapshot)
 
 
 def settle(ck: Any) -> None:

@@ -4,7 +4,7 @@ every delta (and DCP ``.metadata``) that names it stays valid; the file is repla
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 from .. import _tpde
 
@@ -13,26 +13,23 @@ from .. import _tpde
 _NEWEST_ONLY = ("checkpoint.reverse_run", "checkpoint.raw")
 
 
-def rewrite(path: str, base: Optional[str], codec: str, content: Any = None, base_snapshot: Any = None) -> None:
-    """Writes the file ``path`` again with ``codec``: as a delta against the file ``base``, or a
-    keyframe if None (a newest checkpoint stored raw, compressed once a newer one exists). The
-    tensors come from ``content`` (a ``Snapshot`` of the file, used only if its digest is the
-    file's) or else are decoded from the file; ``base_snapshot`` is the base as it decodes, if
-    held. Its ``checkpoint.*`` metadata records the base step (``checkpoint.base_step``)."""
+def rewrite(path: str, base: Optional[Tuple[str, int]], codec: str, content: Any = None, base_snapshot: Any = None) -> None:
+    """Writes the file ``path`` again with ``codec``: as a delta against ``base``, (the file of a
+    step, that step), or a keyframe if None (a newest checkpoint stored raw, compressed once a
+    newer one exists). The tensors come from ``content`` (a ``Snapshot`` of the file, used only
+    if its digest is the file's) or else are decoded from the file; ``base_snapshot`` is the base
+    as it decodes, if held. Its metadata records the base step (``checkpoint.base_step``)."""
     f = _tpde.File(path, None)
-    metadata = {k: v for k, v in f.metadata().items() if not k.startswith("tpde.") and k not in _NEWEST_ONLY}
+    metadata = {k: v for k, v in f.metadata().items() if k not in _NEWEST_ONLY}  # tpde.* left out
     if base is not None:
-        base_step = _tpde.File(base, None, follow_hints=False).metadata().get("checkpoint.step")
-        if base_step is not None:
-            metadata["checkpoint.base_step"] = base_step
+        metadata["checkpoint.base_step"] = str(base[1])
         metadata["checkpoint.depth"] = "1"
+    base_path = None if base is None else base[0]
+    names = f.keys()
     if content is not None and content.content_digest() == f.content_digest():
         # In the file's tensor order, so that the bytes are those written from the file.
-        _tpde.save_snapshot(path, content, metadata=metadata, base=base, base_snapshot=base_snapshot, codec=codec,
-                            order=f.keys())
+        _tpde.save_snapshot(path, content, metadata=metadata, base=base_path, base_snapshot=base_snapshot, codec=codec,
+                            order=names)
         return
-    items = []
-    for name in f.keys():
-        dtype, shape = f.info(name)
-        items.append((name, dtype, list(shape), f.read(name)))
-    _tpde.save(path, items, metadata=metadata, base=base, base_snapshot=base_snapshot, codec=codec)
+    items = [(name, *f.info(name), flat) for name, flat in zip(names, f.read_many(names))]
+    _tpde.save(path, items, metadata=metadata, base=base_path, base_snapshot=base_snapshot, codec=codec)

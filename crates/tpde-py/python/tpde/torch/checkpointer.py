@@ -71,7 +71,7 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 
 import torch
 
-from .. import _dtypes, _tpde
+from .. import _dtypes, _tpde, safe_open
 from .._errors import error
 from . import _distributed, _prune, _rewrite, _writer_lock
 from ._adam import _adam_predictions, _learning_rates
@@ -496,7 +496,7 @@ class Checkpointer:
             if snapshot is not None:
                 self._last = (step, snapshot)
             content = last[1] if last is not None and last[0] == previous else None
-            job = (self.path(previous), self.path(step), mode, content, snapshot) if mode is not None else None
+            job = (self.path(previous), self.path(step), step, mode, content, snapshot) if mode is not None else None
             if job is not None and self._pool is None:
                 # The new checkpoint is complete: a synchronous save returns now, and the one
                 # before is written again while training goes on (the next save waits for it).
@@ -513,11 +513,12 @@ class Checkpointer:
             self._rewrite(*job)
         self._prune()
 
-    def _rewrite(self, path: str, newest: str, mode: str, content: Any, newest_snapshot: Any) -> None:
-        """``_rewrite.rewrite`` of ``path``: against ``newest`` ("delta") or alone ("keyframe");
-        a failure is a warning (the file stays as it was: nothing is lost)."""
+    def _rewrite(self, path: str, newest: str, step: int, mode: str, content: Any, newest_snapshot: Any) -> None:
+        """``_rewrite.rewrite`` of ``path``: against ``newest``, the file of ``step`` ("delta"),
+        or alone ("keyframe"); a failure is a warning (the file stays as it was: nothing is lost)."""
         try:
-            _rewrite.rewrite(path, newest if mode == "delta" else None, self.codec, content, newest_snapshot)
+            base = (newest, step) if mode == "delta" else None
+            _rewrite.rewrite(path, base, self.codec, content, newest_snapshot)
         except Exception as e:
             warnings.warn(f"{path}: not written again ({mode}), it stays as it was: {e}", stacklevel=2)
 
@@ -601,18 +602,11 @@ class Checkpointer:
             return state
         if not _tpde.is_file(path):
             raise error("not-found", f"{path}: no checkpoint of step {step}")
-        f = _tpde.File(path, None)
-        meta = f.metadata()
-        if meta.get("checkpoint.format") != SCHEMA:
-            raise error("malformed", f"{path}: not a Checkpointer file (no {SCHEMA} state in its metadata)")
-        names = f.keys()
-        # One parallel pass over every tensor's chunks: most tensors are one chunk, and read one
-        # by one they keep one core busy.
-        flats = f.read_many(names, copy_raw=True)
-        tensors = {}
-        for name, flat in zip(names, flats):
-            dtype, shape = f.info(name)
-            tensors[name] = _dtypes.to_framework(flat, dtype, shape, "pt")
+        with safe_open(path, "pt") as f:
+            meta = f.metadata()
+            if meta.get("checkpoint.format") != SCHEMA:
+                raise error("malformed", f"{path}: not a Checkpointer file (no {SCHEMA} state in its metadata)")
+            tensors = f._get_tensors(f.keys())  # one parallel pass over every tensor's chunks
         try:
             return _unflatten(json.loads(meta["checkpoint.state"]), tensors, map_location)
         except _tpde.TpdeError as e:

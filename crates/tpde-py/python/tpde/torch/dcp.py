@@ -82,10 +82,6 @@ def last_written() -> Optional[Tuple[str, Any]]:
 
 def rank_file(i: int) -> str:
     """The file rank ``i`` of a save writes."""
-    return _rank_file(i)
-
-
-def _rank_file(i: int) -> str:
     return f"rank-{i:05d}.tpde"
 
 
@@ -227,7 +223,7 @@ class TpdeStorageWriter(StorageWriter):
         if os.path.exists(old):
             os.remove(old)
             _sync_folder(self.path)
-        return [dataclasses.replace(p, storage_data=_rank_file(i)) for i, p in enumerate(plans)]
+        return [dataclasses.replace(p, storage_data=rank_file(i)) for i, p in enumerate(plans)]
 
     def _base_file(self, items: List[WriteItem]) -> Optional[str]:
         """The base checkpoint's file that holds most of ``items``' bytes, or None."""
