@@ -67,6 +67,12 @@ fn pack(st: &SafetensorsFile, base: Option<&SafetensorsFile>, encoder: Encoder) 
     Ok(w.finish()?)
 }
 
+/// `st` uploaded whole to `gpu`: a base for the deltas decoded there.
+fn resident(gpu: &Gpu, st: &SafetensorsFile) -> Result<DeviceCheckpoint, CliError> {
+    let tensors = st.tensors().map(|(n, d, s, x)| gpu.upload(n, d, s, x)).collect::<Result<Vec<_>, _>>()?;
+    Ok(DeviceCheckpoint::new(st.content_digest()?, tensors))
+}
+
 /// Measures `input` (and deltas against `base`, if given) on `gpu`.
 pub fn run(gpu: &Gpu, input: &Path, base: Option<&Path>, runs: usize) -> Result<Vec<Row>, CliError> {
     let st = SafetensorsFile::open(input)?;
@@ -89,13 +95,7 @@ pub fn run(gpu: &Gpu, input: &Path, base: Option<&Path>, runs: usize) -> Result<
         note: None,
     });
 
-    let base_ck: Option<DeviceCheckpoint> = match &base_st {
-        Some(b) => {
-            let tensors = b.tensors().map(|(n, d, s, x)| gpu.upload(n, d, s, x)).collect::<Result<Vec<_>, _>>()?;
-            Some(DeviceCheckpoint::new(b.content_digest()?, tensors))
-        }
-        None => None,
-    };
+    let base_ck = base_st.as_ref().map(|b| resident(gpu, b)).transpose()?;
     let mut cases: Vec<(String, Encoder, bool)> = vec![
         ("raw".into(), Encoder::Raw, false),
         ("zstd -3 (CPU-decoded, uploaded)".into(), Encoder::Zstd { level: 3 }, false),
@@ -197,13 +197,7 @@ fn kernels_alone(st: &SafetensorsFile, base: Option<&SafetensorsFile>, runs: usi
             }]);
         }
     };
-    let base_ck = match base {
-        Some(b) => {
-            let tensors = b.tensors().map(|(n, d, s, x)| timed.upload(n, d, s, x)).collect::<Result<Vec<_>, _>>()?;
-            Some(DeviceCheckpoint::new(b.content_digest()?, tensors))
-        }
-        None => None,
-    };
+    let base_ck = base.map(|b| resident(&timed, b)).transpose()?;
     let mut cases = vec![("auto: decode kernels alone", None)];
     if base.is_some() {
         cases.push(("delta, auto: decode kernels alone", base));
