@@ -11,9 +11,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .. import _dtypes, _files, safe_open
 from .checkpointer import Checkpointer
+from .series import Series
 from .._errors import error
 
-__all__ = ["save_file", "load_file", "load_into", "Checkpointer"]
+__all__ = ["save_file", "load_file", "load_into", "Checkpointer", "Series"]
 
 
 def save_file(

@@ -3,17 +3,20 @@ JSON (never pickle), and back.
 
 ``tpde-state/1``: a value is a JSON scalar (str, int, float, bool, null) or an object with one
 key: ``{"tensor": NAME}`` (a tensor stored under NAME; ``"device"`` may follow),
+``{"list": [...]}``; a tensor node with ``"numpy": true`` is a numpy array (an RNG state's),
 ``{"list": [...]}``, ``{"tuple": [...]}``, ``{"dict": [[KEY, VALUE], ...]}`` (KEY a JSON scalar:
 optimizer states are keyed by int), ``{"float": "nan" | "inf" | "-inf"}``.
 """
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Dict, List, Tuple
 
+import numpy as np
 import torch
 
-from .. import _tpde
+from .. import _tpde, safe_open
 from .._errors import error
 
 SCHEMA = "tpde-state/1"
@@ -35,6 +38,9 @@ class _Flattener:
     def value(self, v: Any, path: str) -> Any:
         if isinstance(v, torch.Tensor):
             return self._tensor(v, path)
+        if isinstance(v, np.ndarray) and v.dtype.kind in "biuf":
+            # numpy's RNG state holds one; restored as an array (a copy: the array may be read-only)
+            return {**self._tensor(torch.from_numpy(v.copy()), path), "numpy": True}
         if v is None or isinstance(v, (bool, str)):
             return v
         if isinstance(v, int):
@@ -88,6 +94,8 @@ def _unflatten(node: Any, tensors: Dict[str, torch.Tensor], map_location: Any) -
     (kind, v), *rest = node.items()
     if kind == "tensor":
         t = tensors[v]
+        if node.get("numpy"):
+            return t.numpy()
         if map_location is None:
             device = node.get("device", "cpu")
             return t if device == "cpu" else t.to(device)
@@ -101,3 +109,20 @@ def _unflatten(node: Any, tensors: Dict[str, torch.Tensor], map_location: Any) -
     if kind == "float":
         return float(v)
     raise _tpde.TpdeError(f"checkpoint state: unknown node {kind!r} (schema {SCHEMA})")
+
+
+def load_state(path: str, map_location: Any = "cpu") -> Any:
+    """The state saved in the file ``path`` (``tpde-state/1``), tensors bit-exact, on
+    ``map_location`` (None: the device each was saved from); a file that is not a state file is
+    a ``malformed`` TpdeError naming it."""
+    with safe_open(path, "pt") as f:
+        meta = f.metadata()
+        if meta.get("checkpoint.format") != SCHEMA:
+            raise error("malformed", f"{path}: not a Checkpointer file (no {SCHEMA} state in its metadata)")
+        tensors = f._get_tensors(f.keys())  # one parallel pass over every tensor's chunks
+    try:
+        return _unflatten(json.loads(meta["checkpoint.state"]), tensors, map_location)
+    except _tpde.TpdeError as e:
+        raise error("malformed", f"{path}: {e}") from None
+    except (KeyError, ValueError, TypeError, AttributeError, RecursionError) as e:
+        raise error("malformed", f"{path}: its checkpoint.state does not describe its tensors: {type(e).__name__}: {e}") from None

@@ -71,11 +71,11 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 
 import torch
 
-from .. import _dtypes, _tpde, safe_open
+from .. import _dtypes, _tpde
 from .._errors import error
 from . import _distributed, _prune, _rewrite, _writer_lock
 from ._adam import _adam_predictions, _learning_rates
-from ._state import SCHEMA, SCHEMA_DCP, _Flattener, _unflatten
+from ._state import SCHEMA, SCHEMA_DCP, _Flattener, load_state
 
 # An async save queued behind others: its write finds the newest checkpoint when it runs.
 _FIND_NEWEST = object()
@@ -517,8 +517,11 @@ class Checkpointer:
         """``_rewrite.rewrite`` of ``path``: against ``newest``, the file of ``step`` ("delta"),
         or alone ("keyframe"); a failure is a warning (the file stays as it was: nothing is lost)."""
         try:
-            base = (newest, step) if mode == "delta" else None
-            _rewrite.rewrite(path, base, self.codec, content, newest_snapshot)
+            if mode == "delta":
+                recorded = {"checkpoint.base_step": str(step), "checkpoint.depth": "1"}
+                _rewrite.rewrite(path, newest, recorded, self.codec, content, newest_snapshot)
+            else:
+                _rewrite.rewrite(path, None, {}, self.codec, content)
         except Exception as e:
             warnings.warn(f"{path}: not written again ({mode}), it stays as it was: {e}", stacklevel=2)
 
@@ -602,17 +605,7 @@ class Checkpointer:
             return state
         if not _tpde.is_file(path):
             raise error("not-found", f"{path}: no checkpoint of step {step}")
-        with safe_open(path, "pt") as f:
-            meta = f.metadata()
-            if meta.get("checkpoint.format") != SCHEMA:
-                raise error("malformed", f"{path}: not a Checkpointer file (no {SCHEMA} state in its metadata)")
-            tensors = f._get_tensors(f.keys())  # one parallel pass over every tensor's chunks
-        try:
-            return _unflatten(json.loads(meta["checkpoint.state"]), tensors, map_location)
-        except _tpde.TpdeError as e:
-            raise error("malformed", f"{path}: {e}") from None
-        except (KeyError, ValueError, TypeError, AttributeError, RecursionError) as e:
-            raise error("malformed", f"{path}: its checkpoint.state does not describe its tensors: {type(e).__name__}: {e}") from None
+        return load_state(path, map_location)
 
     def close(self) -> None:
         """Waits for pending saves, stops the background thread and releases the folder's

@@ -1,0 +1,87 @@
+"""tpde.lightning.TpdeCheckpointIO with a real Lightning Trainer: a run killed mid-training
+resumes from its TPDE checkpoint bit for bit, as the uninterrupted run; nothing is pickled."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("lightning")
+from safetensors.torch import load_file  # noqa: E402
+
+import tpde  # noqa: E402
+from tpde.torch import Series  # noqa: E402
+
+RUN = Path(__file__).parent / "frameworks" / "lightning_run.py"
+
+
+def run(*args, check=True):
+    p = subprocess.run([sys.executable, str(RUN), *map(str, args)], capture_output=True, text=True, timeout=300)
+    if check and p.returncode != 0:
+        raise AssertionError(p.stderr[-3000:])
+    return p
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The weights after 14 steps, with Lightning's own TorchCheckpointIO, never interrupted."""
+    d = tmp_path_factory.mktemp("uninterrupted")
+    run(d / "ckpt", 14, "--io", "torch", "--weights", d / "w.safetensors")
+    return load_file(d / "w.safetensors")
+
+
+@pytest.mark.parametrize("io", ["tpde", "async"])
+def test_a_killed_run_resumes_bit_for_bit(tmp_path, io, uninterrupted):
+    ckpt = tmp_path / "ckpt"
+    p = run(ckpt, 14, "--io", io, "--kill-after", 12, "--top-k", 4, check=False)
+    assert p.returncode == -9, p.stderr[-3000:]
+    names = sorted(os.listdir(ckpt))
+    # save_top_k=4 on "step" keeps steps 8..11 (step 12's save never ran), and a link last.ckpt
+    assert names == ["epoch=1-step=10.ckpt", "epoch=1-step=8.ckpt", "epoch=1-step=9.ckpt", "epoch=2-step=11.ckpt"] + (
+        ["last.ckpt"] if io == "tpde" else []), names
+    deltas = 0
+    for name in names:
+        assert (ckpt / name).read_bytes()[:5] == b"\x89TPDE"  # a TPDE file, not torch.save's zip of a pickle
+        f = tpde.safe_open(ckpt / name, "pt")
+        deltas += f._f().is_delta()
+        state = f.metadata()["checkpoint.state"]
+        assert "pytorch-lightning_version" in state and "hyper_parameters" in state
+    assert deltas >= 2
+    run(tmp_path / "resumed", 14, "--io", "tpde", "--resume", ckpt / "epoch=1-step=10.ckpt", "--weights",
+        tmp_path / "w.safetensors")
+    resumed = load_file(tmp_path / "w.safetensors")
+    assert resumed.keys() == uninterrupted.keys()
+    for k in resumed:
+        assert torch.equal(resumed[k], uninterrupted[k]), k
+
+
+def test_deleting_a_checkpoint_keeps_the_others_loadable(tmp_path):
+    s = Series(keyframe_every=10)
+    states = {}
+    for i in range(5):
+        states[i] = {"w": torch.arange(1000, dtype=torch.float32) * (1 + i / 100), "i": i}
+        s.save(tmp_path / f"c{i}.ckpt", states[i])
+    s.wait()
+    assert [tpde._tpde.File(str(tmp_path / f"c{i}.ckpt"), None).is_delta() for i in range(5)] == [True] * 4 + [False]
+    s.remove(tmp_path / "c2.ckpt")  # c1 was a delta against it
+    s.remove(tmp_path / "c4.ckpt")  # the newest keyframe: c3 was a delta against it
+    for i in (0, 1, 3):
+        got = Series().load(tmp_path / f"c{i}.ckpt")
+        assert torch.equal(got["w"], states[i]["w"]) and got["i"] == i
+    assert sorted(os.listdir(tmp_path)) == ["c0.ckpt", "c1.ckpt", "c3.ckpt"]
+    # writing over a file that others are deltas against keeps them loadable too
+    s.save(tmp_path / "c3.ckpt", {"w": torch.zeros(1000), "i": -1})
+    for i in (0, 1):
+        assert torch.equal(Series().load(tmp_path / f"c{i}.ckpt")["w"], states[i]["w"])
+
+
+def test_state_that_json_cannot_carry_is_an_error_naming_it(tmp_path):
+    from tpde.lightning import TpdeCheckpointIO
+
+    io = TpdeCheckpointIO()
+    with pytest.raises(tpde.TpdeError, match=r"hyper_parameters/schedule: a set cannot be saved"):
+        io.save_checkpoint({"state_dict": {"w": torch.ones(3)}, "hyper_parameters": {"schedule": {1, 2}}},
+                           tmp_path / "x.ckpt")
+    assert os.listdir(tmp_path) == []
