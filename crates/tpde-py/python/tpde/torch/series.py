@@ -12,16 +12,17 @@ relative to its own folder (the format's hint names the same file), and its stat
 Deleting a checkpoint (``remove``) keeps the others loadable: a file in the same folder that is
 a delta against it is first written again against the removed file's own base, or as a
 keyframe. A framework that deletes old checkpoints itself deletes the oldest first, which no
-file depends on.
+file depends on. A file written again keeps its modification time, and so does its folder.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from .. import _dtypes, _tpde
 from .._errors import error
@@ -94,7 +95,8 @@ class Series:
         path, content = previous
         try:
             recorded = {"checkpoint.base": _relative(base, path)}
-            _rewrite.rewrite(path, base, recorded, self.codec, content, base_snapshot)
+            with _times_kept(path):
+                _rewrite.rewrite(path, base, recorded, self.codec, content, base_snapshot)
         except Exception as e:
             warnings.warn(f"{path}: not written again as a delta, it stays a keyframe: {e}", stacklevel=2)
 
@@ -135,10 +137,9 @@ class Series:
         own base (or as keyframes), so that none needs it."""
         base = _base_of(path)
         for dependent in _dependents(path):
-            if base is None:
-                _rewrite.rewrite(dependent, None, {}, self.codec)
-            else:
-                _rewrite.rewrite(dependent, base, {"checkpoint.base": _relative(base, dependent)}, self.codec)
+            recorded = {} if base is None else {"checkpoint.base": _relative(base, dependent)}
+            with _times_kept(dependent):
+                _rewrite.rewrite(dependent, base, recorded, self.codec)
 
     def close(self) -> None:
         """Waits for the last rewrite and stops its thread."""
@@ -148,6 +149,18 @@ class Series:
             if self._rewriter is not None:
                 self._rewriter.shutdown(wait=True)
                 self._rewriter = None
+
+
+@contextlib.contextmanager
+def _times_kept(path: str) -> Iterator[None]:
+    """Keeps the modification times of ``path`` and its folder across a rewrite: an old
+    checkpoint written again stays old to whatever orders checkpoints by time (the Hugging Face
+    Trainer deletes its oldest checkpoint folders by their times)."""
+    folder = os.path.dirname(path)
+    times = [(p, os.stat(p)) for p in (path, folder)]
+    yield
+    for p, st in times:
+        os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
 def _relative(target: str, source: str) -> str:

@@ -1,0 +1,108 @@
+"""A framework's checkpoint folder (a Hugging Face Trainer's ``checkpoint-N/``, Accelerate's
+``save_state`` folder) stored as one ``.tpde`` file in it, and given back.
+
+``pack`` reads the folder's ``.safetensors`` files (tensors and metadata) and its ``torch.save``
+files (``.pt``, ``.bin``, ``.pth``, ``.pkl``: optimizer, scheduler, RNG states) into one state,
+``{"files": {NAME: {"safetensors": {...}} | {"torch": ...}}}``, saves it through a
+``tpde.torch.Series`` (so it is a keyframe and the checkpoint before it a delta against it), and
+deletes the files it holds. A ``torch.save`` file is read with ``weights_only=True`` (numpy's RNG
+arrays allowed, as the frameworks' own loaders allow them): a file holding any other object is a
+``TpdeError`` naming it, and the folder stays as the framework wrote it. Other files (JSON, the
+tokenizer, the README) stay beside the ``.tpde`` file as they are.
+
+``expand`` writes the files back, into a folder of the caller's choice, so that the framework's
+own loader reads them: the same tensors bit for bit and the same states, in files written anew
+(``torch.save`` and ``safetensors`` of the same content; the bytes may differ from the originals).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any, Dict, List
+
+import numpy as np
+import torch
+
+from .._errors import error
+
+STORED = "checkpoint.tpde"
+FORMAT = "tpde-folder/1"  # checkpoint.folder: the state is a folder's files
+_TORCH_FILES = (".pt", ".bin", ".pth", ".pkl")
+
+
+def _safe_globals():
+    """What ``weights_only`` loading allows beyond tensors: numpy's RNG state arrays."""
+    core = getattr(np, "_core", None) or np.core
+    return torch.serialization.safe_globals(
+        [core.multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
+    )
+
+
+def _read_torch(path: str) -> Any:
+    import pickle
+
+    try:
+        with _safe_globals():
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        first = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        raise error(
+            "invalid-argument",
+            f"{path}: holds an object that only a pickle can carry, so it is not stored in TPDE (never a "
+            f"pickle); the folder stays as it was written. torch.load(weights_only=True) said: {first[:300]}",
+        ) from None
+
+
+def pack(folder: str, series: Any, metadata: Dict[str, str]) -> List[str]:
+    """Stores ``folder``'s tensor and state files in ``folder/checkpoint.tpde`` through ``series``
+    and deletes them; returns their names (none: nothing is written)."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    files: Dict[str, Any] = {}
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if os.path.islink(path) or not os.path.isfile(path):
+            continue
+        if name.endswith(".safetensors"):
+            with safe_open(path, "pt") as f:
+                meta = f.metadata()
+            files[name] = {"safetensors": {"metadata": meta, "tensors": load_file(path)}}
+        elif name.endswith(_TORCH_FILES):
+            files[name] = {"torch": _read_torch(path)}
+    if not files:
+        return []
+    series.save(os.path.join(folder, STORED), {"files": files}, metadata={**metadata, "checkpoint.folder": FORMAT})
+    for name in files:
+        os.remove(os.path.join(folder, name))
+    return list(files)
+
+
+def expand(folder: str, dest: str, series: Any) -> List[str]:
+    """Writes the files ``folder/checkpoint.tpde`` holds into ``dest`` (created), beside copies
+    of ``folder``'s other files; returns the names written from the ``.tpde`` file."""
+    from safetensors.torch import save_file
+
+    stored = os.path.join(folder, STORED)
+    state = series.load(stored)
+    files = state.get("files") if isinstance(state, dict) else None
+    if not isinstance(files, dict):
+        raise error("malformed", f"{stored}: not a folder's checkpoint (no files in its state)")
+    os.makedirs(dest, exist_ok=True)
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if name != STORED and os.path.isfile(path) and not os.path.islink(path):
+            shutil.copy2(path, os.path.join(dest, name))
+    for name, content in files.items():
+        # a name from the file: one plain file name, never a path
+        if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name:
+            raise error("malformed", f"{stored}: {str(name)[:80]!r} is not a file name")
+        out = os.path.join(dest, name)
+        if "safetensors" in content:
+            st = content["safetensors"]
+            save_file({k: v.contiguous() for k, v in st["tensors"].items()}, out, metadata=st["metadata"])
+        elif "torch" in content:
+            torch.save(content["torch"], out)
+        else:
+            raise error("malformed", f"{stored}: {name}: neither safetensors nor torch content")
+    return list(files)

@@ -1,0 +1,107 @@
+"""Hugging Face ``Trainer`` checkpoints in TPDE: one callback, and one call when resuming.
+
+    trainer = Trainer(..., callbacks=[tpde.transformers.TpdeCallback()])
+    trainer.train(resume_from_checkpoint=tpde.transformers.resume("out/checkpoint-500"))
+
+After the Trainer writes a ``checkpoint-N/`` folder, the callback stores its weights
+(``model.safetensors``), optimizer, scheduler, scaler and RNG states in one
+``checkpoint-N/checkpoint.tpde`` (``tpde.torch._folder``): a keyframe, the checkpoint before it
+written again as a delta against it (``tpde.torch.Series``), so the newest decodes alone. The
+folder's JSON files (``trainer_state.json``, ``config.json``) stay as they are; the pickled
+``training_args.bin`` becomes ``training_args.json``. ``save_total_limit`` works as before: the
+Trainer deletes the oldest folders, which no kept checkpoint needs, and the best checkpoint
+(``load_best_model_at_end``) is kept a keyframe.
+
+Why a callback and a resume helper rather than a ``Trainer`` subclass: both use only the
+Trainer's public, documented surface (``TrainerCallback.on_save`` and the checkpoint folder's
+file names, which the Trainer's own resume reads), not its private save and load methods, which
+change between ``transformers`` releases; a subclass would also clash with the other
+subclasses users already have (``Seq2SeqTrainer``, TRL's trainers).
+
+``resume(path)`` writes the checkpoint's files back, as the Trainer wrote them, into
+``OUTPUT_DIR/.tpde-resume/checkpoint-N`` and returns that path for ``resume_from_checkpoint``;
+the callback deletes it once training has saved again or ended. Single process only: under
+several processes the callback leaves the folders as the Trainer wrote them, with a warning
+(use ``tpde.torch.dcp`` for sharded checkpoints).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import warnings
+from typing import Any, Optional
+
+from transformers import TrainerCallback
+
+from .torch import _folder, _rewrite
+from .torch.series import Series
+
+__all__ = ["TpdeCallback", "resume"]
+
+PREFIX = "checkpoint"  # transformers.trainer_utils.PREFIX_CHECKPOINT_DIR
+RESUME_DIR = ".tpde-resume"
+_CHECKPOINT = re.compile(rf"^{PREFIX}-(\d+)$")
+
+
+class TpdeCallback(TrainerCallback):
+    """Stores each ``checkpoint-N/`` folder the Trainer saves as TPDE (see the module's
+    docstring). ``keyframe_every`` and ``codec`` as for ``tpde.torch.Series``."""
+
+    def __init__(self, keyframe_every: int = 4, codec: str = "auto"):
+        self.series = Series(keyframe_every=keyframe_every, codec=codec)
+        self._warned = False
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if args.world_size > 1:
+            if not self._warned:
+                self._warned = True
+                warnings.warn("tpde.transformers.TpdeCallback: several processes; checkpoints are left as the Trainer wrote them")
+            return
+        folder = os.path.join(args.output_dir, f"{PREFIX}-{state.global_step}")
+        if not os.path.isdir(folder):
+            return
+        pickled_args = os.path.join(folder, "training_args.bin")
+        if os.path.exists(pickled_args):
+            with open(os.path.join(folder, "training_args.json"), "w") as f:
+                f.write(args.to_json_string())
+            os.remove(pickled_args)
+        _folder.pack(folder, self.series, {"checkpoint.step": str(state.global_step)})
+        self._keep_best_a_keyframe(state.best_model_checkpoint, folder)
+        shutil.rmtree(os.path.join(args.output_dir, RESUME_DIR), ignore_errors=True)
+
+    def _keep_best_a_keyframe(self, best: Optional[str], newest: str) -> None:
+        """The best checkpoint outlives the folders after it (the Trainer's rotation keeps it):
+        it must not need them."""
+        if not best or os.path.abspath(best) == os.path.abspath(newest):
+            return
+        path = os.path.join(best, _folder.STORED)
+        self.series.wait()
+        from . import _tpde
+
+        if os.path.isfile(path) and _tpde.File(path, None, follow_hints=False).is_delta():
+            _rewrite.rewrite(path, None, {}, self.series.codec)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.series.wait()
+        shutil.rmtree(os.path.join(args.output_dir, RESUME_DIR), ignore_errors=True)
+
+
+def resume(checkpoint: Any) -> str:
+    """The folder to pass as ``Trainer.train(resume_from_checkpoint=...)`` for ``checkpoint``: a
+    ``checkpoint-N`` folder the callback stored (or a run's output folder: its newest
+    checkpoint). A folder the callback did not store is returned as it is."""
+    checkpoint = os.path.abspath(os.fspath(checkpoint))
+    if not _CHECKPOINT.match(os.path.basename(checkpoint)):
+        steps = [int(m.group(1)) for m in map(_CHECKPOINT.match, os.listdir(checkpoint)) if m]
+        if not steps:
+            from ._errors import error
+
+            raise error("not-found", f"{checkpoint}: no {PREFIX}-N folder in it")
+        checkpoint = os.path.join(checkpoint, f"{PREFIX}-{max(steps)}")
+    if not os.path.exists(os.path.join(checkpoint, _folder.STORED)):
+        return checkpoint
+    dest = os.path.join(os.path.dirname(checkpoint), RESUME_DIR, os.path.basename(checkpoint))
+    shutil.rmtree(dest, ignore_errors=True)
+    _folder.expand(checkpoint, dest, Series())
+    return dest

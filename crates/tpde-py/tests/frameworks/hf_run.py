@@ -1,0 +1,56 @@
+"""A tiny Hugging Face Trainer run for test_transformers.py: a small BERT classifier on CPU,
+checkpointing every 2 steps, optionally with TpdeCallback, optionally killing itself (SIGKILL)
+once checkpoint-KILL is saved.
+
+    python hf_run.py OUT MAX_STEPS [--tpde] [--kill-after N] [--resume CKPT] [--weights W.safetensors]
+"""
+import argparse
+import os
+import signal
+
+import torch
+from safetensors.torch import save_file
+from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainerCallback, TrainingArguments
+
+
+class KillAfter(TrainerCallback):
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step == self.step:  # checkpoint-STEP was saved (and stored) at the last step's end
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("out")
+    p.add_argument("max_steps", type=int)
+    p.add_argument("--tpde", action="store_true")
+    p.add_argument("--kill-after", type=int)
+    p.add_argument("--resume")
+    p.add_argument("--weights")
+    a = p.parse_args()
+    import tpde.transformers
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=32, num_labels=3)
+    model = BertForSequenceClassification(config)
+    g = torch.Generator().manual_seed(0)
+    data = [{"input_ids": torch.randint(0, 100, (12,), generator=g), "labels": int(i % 3)} for i in range(64)]
+    args = TrainingArguments(a.out, max_steps=a.max_steps, per_device_train_batch_size=8, learning_rate=1e-3,
+                             save_steps=2, save_total_limit=3, logging_strategy="no", report_to=[], use_cpu=True,
+                             seed=0, dataloader_num_workers=0, disable_tqdm=True)
+    callbacks = [tpde.transformers.TpdeCallback(keyframe_every=3)] if a.tpde else []
+    if a.kill_after is not None:
+        callbacks.append(KillAfter(a.kill_after))
+    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=callbacks)
+    resume = a.resume and (tpde.transformers.resume(a.resume) if a.tpde else a.resume)
+    trainer.train(resume_from_checkpoint=resume)
+    if a.weights:
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, a.weights)
+
+
+if __name__ == "__main__":
+    main()

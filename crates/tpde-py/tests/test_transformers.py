@@ -1,0 +1,68 @@
+"""tpde.transformers: a real Hugging Face Trainer whose checkpoint folders are stored as TPDE,
+killed mid-run, resumes bit for bit as the uninterrupted run; nothing pickled stays."""
+import datetime
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import tpde
+from tpde.torch import Series, _folder
+
+pytest.importorskip("accelerate")  # the Trainer needs it
+import tpde.transformers  # noqa: E402
+
+RUN = Path(__file__).parent / "frameworks" / "hf_run.py"
+
+
+def run(*args, check=True):
+    p = subprocess.run([sys.executable, str(RUN), *map(str, args)], capture_output=True, text=True, timeout=300)
+    if check and p.returncode != 0:
+        raise AssertionError(p.stderr[-3000:])
+    return p
+
+
+def test_a_killed_trainer_resumes_bit_for_bit(tmp_path):
+    run(tmp_path / "plain", 12, "--weights", tmp_path / "plain.safetensors")
+    out = tmp_path / "tpde"
+    p = run(out, 12, "--tpde", "--kill-after", 8, check=False)
+    assert p.returncode == -9, p.stderr[-3000:]
+    # save_total_limit=3 kept the last three; each holds a .tpde file and JSON, no pickle
+    assert sorted(os.listdir(out)) == ["checkpoint-4", "checkpoint-6", "checkpoint-8"]
+    for c in os.listdir(out):
+        assert sorted(os.listdir(out / c)) == ["checkpoint.tpde", "config.json", "trainer_state.json", "training_args.json"]
+    assert tpde._tpde.File(str(out / "checkpoint-4" / "checkpoint.tpde"), None).is_delta()  # against checkpoint-6
+    assert not tpde._tpde.File(str(out / "checkpoint-8" / "checkpoint.tpde"), None).is_delta()
+    run(out, 12, "--tpde", "--resume", out / "checkpoint-8", "--weights", tmp_path / "resumed.safetensors")
+    plain, resumed = load_file(tmp_path / "plain.safetensors"), load_file(tmp_path / "resumed.safetensors")
+    assert plain.keys() == resumed.keys()
+    for k in plain:
+        assert torch.equal(plain[k], resumed[k]), k
+    assert sorted(os.listdir(out)) == ["checkpoint-10", "checkpoint-12", "checkpoint-8"]  # .tpde-resume is gone
+    # the folder as the Trainer wrote it comes back: its weights load with the Trainer's own reader
+    back = tpde.transformers.resume(out)
+    assert back.endswith(os.path.join(".tpde-resume", "checkpoint-12"))
+    assert set(os.listdir(back)) >= {"model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json"}
+    assert torch.equal(load_file(os.path.join(back, "model.safetensors"))["classifier.weight"], resumed["classifier.weight"])
+    rng = torch.load(os.path.join(back, "rng_state.pth"), weights_only=False)
+    assert rng["numpy"][1].dtype.name == "uint32" and isinstance(rng["python"], tuple)
+
+
+def test_a_file_that_only_a_pickle_carries_is_an_error_naming_it(tmp_path):
+    torch.save({"w": torch.ones(3)}, tmp_path / "optimizer.pt")
+    torch.save({"when": datetime.date(2026, 1, 1)}, tmp_path / "extra.pt")
+    with pytest.raises(tpde.TpdeError, match=r"extra\.pt: holds an object that only a pickle can carry"):
+        _folder.pack(str(tmp_path), Series(), {})
+    assert sorted(os.listdir(tmp_path)) == ["extra.pt", "optimizer.pt"]  # left as it was
+
+
+def test_expand_writes_only_plain_file_names(tmp_path):
+    (tmp_path / "c").mkdir()
+    Series().save(tmp_path / "c" / _folder.STORED, {"files": {"../escape.pt": {"torch": {"w": torch.ones(2)}}}})
+    with pytest.raises(tpde.TpdeError, match="is not a file name"):
+        _folder.expand(str(tmp_path / "c"), str(tmp_path / "out"), Series())
+    assert not (tmp_path / "escape.pt").exists()
