@@ -1,0 +1,42 @@
+"""tpde.accelerate: Accelerate's save_state/load_state through TPDE; a loop killed mid-run
+resumes bit for bit (weights, optimizer, scheduler and RNG states) as the uninterrupted run."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+pytest.importorskip("accelerate")
+import tpde  # noqa: E402
+
+RUN = Path(__file__).parent / "frameworks" / "accelerate_run.py"
+
+
+def run(*args, check=True):
+    p = subprocess.run([sys.executable, str(RUN), *map(str, args)], capture_output=True, text=True, timeout=300)
+    if check and p.returncode != 0:
+        raise AssertionError(p.stderr[-3000:])
+    return p
+
+
+def test_a_killed_loop_resumes_bit_for_bit(tmp_path):
+    run(tmp_path / "plain", 12, "--weights", tmp_path / "plain.safetensors")
+    project = tmp_path / "tpde"
+    p = run(project, 12, "--tpde", "--kill-after", 8, check=False)
+    assert p.returncode == -9, p.stderr[-3000:]
+    checkpoints = project / "checkpoints"
+    assert sorted(os.listdir(checkpoints)) == ["checkpoint_1", "checkpoint_2", "checkpoint_3"]  # total_limit=3
+    for c in os.listdir(checkpoints):
+        assert os.listdir(checkpoints / c) == ["checkpoint.tpde"]  # no pickle beside it
+    assert tpde._tpde.File(str(checkpoints / "checkpoint_1" / "checkpoint.tpde"), None).is_delta()
+    files = tpde.safe_open(checkpoints / "checkpoint_3" / "checkpoint.tpde", "pt").keys()
+    assert any(k.startswith("files/random_states_0.pkl/") for k in files)  # the RNG states are stored
+    assert any(k.startswith("files/optimizer.bin/") for k in files)
+    run(project, 12, "--tpde", "--resume", "--weights", tmp_path / "resumed.safetensors")
+    plain, resumed = load_file(tmp_path / "plain.safetensors"), load_file(tmp_path / "resumed.safetensors")
+    assert plain.keys() == resumed.keys()
+    for k in plain:
+        assert torch.equal(plain[k], resumed[k]), k
