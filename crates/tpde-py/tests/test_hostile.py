@@ -1,6 +1,5 @@
 """Hostile conditions from Python: two writers on one folder, files that declare more than they
 hold, hints that lead where they should not, and a checkpoint folder holding what is not ours."""
-import json
 import os
 import subprocess
 import sys

@@ -30,6 +30,7 @@ import os
 import re
 import shutil
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Optional
 
 from transformers import TrainerCallback
@@ -46,19 +47,42 @@ _CHECKPOINT = re.compile(rf"^{PREFIX}-(\d+)$")
 
 class TpdeCallback(TrainerCallback):
     """Stores each ``checkpoint-N/`` folder the Trainer saves as TPDE (see the module's
-    docstring). ``keyframe_every`` and ``codec`` as for ``tpde.torch.Series``."""
+    docstring). ``keyframe_every`` and ``codec`` as for ``tpde.torch.Series``. With
+    ``background`` (the default) a folder is stored on a thread while training goes on, and the
+    end of the next step waits for it; an error there is raised at that step."""
 
-    def __init__(self, keyframe_every: int = 4, codec: str = "auto"):
+    def __init__(self, keyframe_every: int = 4, codec: str = "auto", background: bool = True):
         self.series = Series(keyframe_every=keyframe_every, codec=codec)
         self._warned = False
+        # Storing a folder runs on a thread while training goes on (the folder is complete on disk);
+        # the next step's end waits for it, before the Trainer's next save may rotate folders.
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tpde-trainer") if background else None
+        self._storing: Optional[Future] = None
+
+    def _wait(self) -> None:
+        storing, self._storing = self._storing, None
+        if storing is not None:
+            storing.result()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._wait()
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._wait()
+        # the state's values now: the Trainer goes on changing it while the thread runs
+        job = (args, state.global_step, state.best_model_checkpoint)
+        if self._pool is None:
+            self._store(*job)
+        else:
+            self._storing = self._pool.submit(self._store, *job)
+
+    def _store(self, args: Any, step: int, best: Optional[str]) -> None:
         if args.world_size > 1:
             if not self._warned:
                 self._warned = True
                 warnings.warn("tpde.transformers.TpdeCallback: several processes; checkpoints are left as the Trainer wrote them")
             return
-        folder = os.path.join(args.output_dir, f"{PREFIX}-{state.global_step}")
+        folder = os.path.join(args.output_dir, f"{PREFIX}-{step}")
         if not os.path.isdir(folder):
             return
         pickled_args = os.path.join(folder, "training_args.bin")
@@ -66,8 +90,8 @@ class TpdeCallback(TrainerCallback):
             with open(os.path.join(folder, "training_args.json"), "w") as f:
                 f.write(args.to_json_string())
             os.remove(pickled_args)
-        _folder.pack(folder, self.series, {"checkpoint.step": str(state.global_step)})
-        self._keep_best_a_keyframe(state.best_model_checkpoint, folder)
+        _folder.pack(folder, self.series, {"checkpoint.step": str(step)})
+        self._keep_best_a_keyframe(best, folder)
         shutil.rmtree(os.path.join(args.output_dir, RESUME_DIR), ignore_errors=True)
 
     def _keep_best_a_keyframe(self, best: Optional[str], newest: str) -> None:
@@ -83,6 +107,7 @@ class TpdeCallback(TrainerCallback):
             _rewrite.rewrite(path, None, {}, self.series.codec)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._wait()
         self.series.wait()
         shutil.rmtree(os.path.join(args.output_dir, RESUME_DIR), ignore_errors=True)
 

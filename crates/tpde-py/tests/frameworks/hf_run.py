@@ -17,8 +17,10 @@ class KillAfter(TrainerCallback):
     def __init__(self, step):
         self.step = step
 
-    def on_step_begin(self, args, state, control, **kwargs):
-        if state.global_step == self.step:  # checkpoint-STEP was saved (and stored) at the last step's end
+    def on_step_end(self, args, state, control, **kwargs):
+        # one step after checkpoint-STEP was saved: TpdeCallback (before this one) has waited for
+        # its storing, which runs on a thread during that step
+        if state.global_step == self.step + 1:
             os.kill(os.getpid(), signal.SIGKILL)
 
 

