@@ -12,9 +12,10 @@ AdamW, lr 2e-5, batches of 8 random sequences of 32 tokens, the same for every c
 - Lightning: ModelCheckpoint(every_n_train_steps=1, save_top_k=-1) with the default
   TorchCheckpointIO (torch.save) vs TpdeCheckpointIO;
 - Hugging Face Trainer: save_steps=1 (model.safetensors, optimizer.pt, scheduler.pt, rng_state.pth)
-  vs the same with TpdeCallback;
+  vs the same with TpdeCallback (which stores a folder on a thread; the stall counts the Trainer's
+  save and the wait for that thread at the next step's end);
 - Accelerate: accelerator.save_state every step (model.safetensors, optimizer.bin, ...) vs
-  tpde.accelerate.save_state.
+  tpde.accelerate.save_state (storing on a thread too; the next save_state waits for it).
 
 Reported per framework and format: the checkpoint folder's size (all steps), the median time the
 training loop waits for a save (TPDE's rewrite of the previous checkpoint as a delta runs on a
@@ -163,6 +164,15 @@ def trainer(model_dir, steps, out):
                 saves[-1] += time.perf_counter() - t0
 
             cb.on_save = on_save
+            inner_step_end = cb.on_step_end
+
+            def on_step_end(*a, _inner=inner_step_end, **k):  # waits for the last folder's storing
+                t0 = time.perf_counter()
+                _inner(*a, **k)
+                if saves:
+                    saves[-1] += time.perf_counter() - t0
+
+            cb.on_step_end = on_step_end
         t0 = time.perf_counter()
         t.train()
         wall = time.perf_counter() - t0
@@ -209,7 +219,7 @@ def accelerate(model_dir, steps, out):
             s0 = time.perf_counter()
             tpde.accelerate.save_state(acc) if use_tpde else acc.save_state()
             saves.append(time.perf_counter() - s0)
-        tpde.accelerate._SERIES[acc].wait() if use_tpde else None
+        tpde.accelerate.wait(acc) if use_tpde else None
         wall = time.perf_counter() - t0
         t0 = time.perf_counter()
         tpde.accelerate.load_state(acc) if use_tpde else acc.load_state()

@@ -29,10 +29,12 @@ def test_a_killed_loop_resumes_bit_for_bit(tmp_path):
     assert p.returncode == -9, p.stderr[-3000:]
     checkpoints = project / "checkpoints"
     assert sorted(os.listdir(checkpoints)) == ["checkpoint_1", "checkpoint_2", "checkpoint_3"]  # total_limit=3
-    for c in os.listdir(checkpoints):
+    # stored on a thread: the kill came right after step 8's save_state, so checkpoint_3 may be
+    # stored, half stored (its files deleted one by one once the .tpde is whole) or not at all
+    for c in ("checkpoint_1", "checkpoint_2"):
         assert os.listdir(checkpoints / c) == ["checkpoint.tpde"]  # no pickle beside it
-    assert tpde._tpde.File(str(checkpoints / "checkpoint_1" / "checkpoint.tpde"), None).is_delta()
-    files = tpde.safe_open(checkpoints / "checkpoint_3" / "checkpoint.tpde", "pt").keys()
+    assert tpde._tpde.File(str(checkpoints / "checkpoint_1" / "checkpoint.tpde"), None).is_delta()  # against _2
+    files = tpde.safe_open(checkpoints / "checkpoint_2" / "checkpoint.tpde", "pt").keys()
     assert any(k.startswith("files/random_states_0.pkl/") for k in files)  # the RNG states are stored
     assert any(k.startswith("files/optimizer.bin/") for k in files)
     run(project, 12, "--tpde", "--resume", "--weights", tmp_path / "resumed.safetensors")

@@ -13,52 +13,84 @@ and lets Accelerate load them; a folder Accelerate wrote itself loads as before.
 pickled: a state file holding an object that only a pickle carries is a ``TpdeError`` naming it
 (Accelerate's seedable sampler is such an object: ``use_seedable_sampler`` is off by default).
 
-Single process (or one folder per process with ``save_on_each_node``) only; a sharded FSDP
+Single process only; a sharded FSDP
 model is saved by Accelerate as DCP folders, which stay as Accelerate wrote them (use
 ``tpde.torch.dcp`` directly to store them as TPDE).
 """
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 import weakref
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Optional
 
 from .torch import _folder
 from .torch.series import Series
 
-__all__ = ["save_state", "load_state"]
+__all__ = ["save_state", "load_state", "wait"]
 
-# One series per accelerator: each save is a delta base for the one before it.
-_SERIES: "weakref.WeakKeyDictionary[Any, Series]" = weakref.WeakKeyDictionary()
+class _Store:
+    """Per accelerator: its series (each save a delta base for the one before it) and the
+    storing of its last folder, running on a thread."""
+
+    def __init__(self, keyframe_every: int):
+        self.series = Series(keyframe_every=keyframe_every)
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tpde-accelerate")
+        self.storing: Optional[Future] = None
+
+    def wait(self) -> None:
+        storing, self.storing = self.storing, None
+        if storing is not None:
+            storing.result()
+        self.series.wait()
 
 
-def _series(accelerator: Any, keyframe_every: int) -> Series:
-    s = _SERIES.get(accelerator)
+_STORES: "weakref.WeakKeyDictionary[Any, _Store]" = weakref.WeakKeyDictionary()
+
+
+def _store(accelerator: Any, keyframe_every: int = 4) -> _Store:
+    s = _STORES.get(accelerator)
     if s is None:
-        s = _SERIES[accelerator] = Series(keyframe_every=keyframe_every)
+        s = _STORES[accelerator] = _Store(keyframe_every)
     return s
 
 
-def save_state(accelerator: Any, output_dir: Optional[str] = None, keyframe_every: int = 4, **kwargs: Any) -> str:
-    """``accelerator.save_state(output_dir, **kwargs)``, stored as TPDE; returns the folder.
-    Every process calls it, as ``save_state``; the main process stores the folder."""
-    location = accelerator.save_state(output_dir, **kwargs)
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        if accelerator.num_processes > 1:
-            from ._errors import error
+def wait(accelerator: Any) -> None:
+    """Blocks until the last ``save_state``'s folder is stored; raises its error, if any."""
+    if accelerator in _STORES:
+        _STORES[accelerator].wait()
 
-            raise error("unsupported-feature", "tpde.accelerate.save_state: one process only (the folder is saved by Accelerate)")
-        _folder.pack(location, _series(accelerator, keyframe_every), {"checkpoint.step": str(accelerator.step)})
-    accelerator.wait_for_everyone()
+
+def save_state(
+    accelerator: Any, output_dir: Optional[str] = None, keyframe_every: int = 4, background: bool = True, **kwargs: Any
+) -> str:
+    """``accelerator.save_state(output_dir, **kwargs)``, stored as TPDE; returns the folder.
+    Every process calls it, as ``save_state``. With ``background`` (the default) the folder,
+    complete as Accelerate wrote it, is stored on a thread while training goes on; the next
+    ``save_state`` or ``load_state`` (or ``wait``) waits for it and raises its error. A kill
+    before it ends leaves a folder that loads (the ``.tpde`` file is whole or absent, and a file
+    is deleted only once it holds it)."""
+    store = _store(accelerator, keyframe_every)
+    store.wait()  # before Accelerate's total_limit may delete old folders
+    location = accelerator.save_state(output_dir, **kwargs)
+    if accelerator.num_processes > 1:
+        from ._errors import error
+
+        raise error("unsupported-feature", "tpde.accelerate.save_state: one process only (the folder is left as Accelerate wrote it)")
+    job = (location, store.series, {"checkpoint.step": str(accelerator.step)})
+    if background:
+        store.storing = store.pool.submit(_folder.pack, *job)
+    else:
+        _folder.pack(*job)
     return location
 
 
 def load_state(accelerator: Any, input_dir: Optional[str] = None, **kwargs: Any) -> None:
     """``accelerator.load_state(input_dir, **kwargs)`` from a folder ``save_state`` stored (or one
     Accelerate wrote); ``input_dir`` None: the newest under automatic checkpoint naming."""
+    store = _store(accelerator)
+    store.wait()
     if input_dir is None:
         checkpoints = os.path.join(accelerator.project_dir, "checkpoints")
         names = [n for n in os.listdir(checkpoints) if n.rsplit("_", 1)[-1].isdigit()]
@@ -67,11 +99,8 @@ def load_state(accelerator: Any, input_dir: Optional[str] = None, **kwargs: Any)
     if not os.path.exists(os.path.join(input_dir, _folder.STORED)):
         accelerator.load_state(input_dir, **kwargs)
         return
-    series = _series(accelerator, 4)
     with tempfile.TemporaryDirectory(prefix="tpde-load-state-") as tmp:
         # the folder's own name, which Accelerate reads an iteration from
         dest = os.path.join(tmp, os.path.basename(input_dir))
-        _folder.expand(input_dir, dest, series)
+        _folder.expand(input_dir, dest, store.series)
         accelerator.load_state(dest, **kwargs)
-        shutil.rmtree(dest)
-
