@@ -42,3 +42,39 @@ def test_a_killed_loop_resumes_bit_for_bit(tmp_path):
     assert plain.keys() == resumed.keys()
     for k in plain:
         assert torch.equal(plain[k], resumed[k]), k
+
+
+def test_two_processes_resume_bit_for_bit(tmp_path):
+    """Two processes (DDP over gloo, Accelerate's MULTI_CPU) under torchrun, both killed after
+    the save of step 8; the resumed run ends with the uninterrupted run's weights, which depend
+    on both processes' RNG states."""
+
+    def launch(*args, check=True):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(29500 + os.getpid() % 1000),
+               str(RUN), *map(str, args)]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        if check and p.returncode != 0:
+            raise AssertionError(p.stderr[-3000:])
+        return p
+
+    launch(tmp_path / "plain", 12, "--weights", tmp_path / "plain.safetensors")
+    project = tmp_path / "tpde"
+    assert launch(project, 12, "--tpde", "--kill-after", 8, check=False).returncode != 0
+    files = tpde.safe_open(project / "checkpoints" / "checkpoint_2" / "checkpoint.tpde", "pt").keys()
+    assert any(k.startswith("files/random_states_1.pkl/") for k in files)  # the second process's RNG states
+    launch(project, 12, "--tpde", "--resume", "--weights", tmp_path / "resumed.safetensors")
+    plain, resumed = load_file(tmp_path / "plain.safetensors"), load_file(tmp_path / "resumed.safetensors")
+    for k in plain:
+        assert torch.equal(plain[k], resumed[k]), k
+
+
+def test_sharded_accelerate_states_are_refused_with_the_way_that_works(tmp_path):
+    import types
+
+    import tpde.accelerate
+    from accelerate.utils import DistributedType
+
+    fsdp = types.SimpleNamespace(distributed_type=DistributedType.FSDP)
+    with pytest.raises(tpde.TpdeError, match=r"under FSDP .*tpde\.torch\.dcp") as e:
+        tpde.accelerate.save_state(fsdp, str(tmp_path))
+    assert e.value.kind == "unsupported-feature" and os.listdir(tmp_path) == []

@@ -13,9 +13,11 @@ and lets Accelerate load them; a folder Accelerate wrote itself loads as before.
 pickled: a state file holding an object that only a pickle carries is a ``TpdeError`` naming it
 (Accelerate's seedable sampler is such an object: ``use_seedable_sampler`` is off by default).
 
-Single process only; a sharded FSDP
-model is saved by Accelerate as DCP folders, which stay as Accelerate wrote them (use
-``tpde.torch.dcp`` directly to store them as TPDE).
+One process or several (DDP: the main process stores the folder, every process's RNG states
+included). Under FSDP (and DeepSpeed, Megatron-LM) Accelerate writes its own sharded folders, DCP
+through its FileSystemWriter, which no hook reaches: ``save_state`` refuses, naming the way that
+works (``tpde.torch.dcp`` or ``Checkpointer(process_group=...)`` with the state from
+``torch.distributed.checkpoint.state_dict.get_state_dict``).
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Optional
 
+from ._errors import error
 from .torch import _folder
 from .torch.series import Series
 
@@ -62,35 +65,49 @@ def wait(accelerator: Any) -> None:
         _STORES[accelerator].wait()
 
 
+def _check(accelerator: Any) -> None:
+    kind = getattr(accelerator.distributed_type, "name", str(accelerator.distributed_type))
+    if kind in ("FSDP", "DEEPSPEED", "MEGATRON_LM"):
+        raise error(
+            "unsupported-feature",
+            f"tpde.accelerate: under {kind} Accelerate writes its own sharded folders (DCP's FileSystemWriter under "
+            "FSDP); save the sharded state through tpde.torch.dcp or Checkpointer(process_group=...) instead "
+            "(torch.distributed.checkpoint.state_dict.get_state_dict(model, optimizer) gives it)",
+        )
+
+
 def save_state(
     accelerator: Any, output_dir: Optional[str] = None, keyframe_every: int = 4, background: bool = True, **kwargs: Any
 ) -> str:
     """``accelerator.save_state(output_dir, **kwargs)``, stored as TPDE; returns the folder.
-    Every process calls it, as ``save_state``. With ``background`` (the default) the folder,
-    complete as Accelerate wrote it, is stored on a thread while training goes on; the next
-    ``save_state`` or ``load_state`` (or ``wait``) waits for it and raises its error. A kill
-    before it ends leaves a folder that loads (the ``.tpde`` file is whole or absent, and a file
-    is deleted only once it holds it)."""
+    Every process calls it, as ``save_state``; the main process stores the folder once every
+    process has written its part (under DDP, each its RNG states). With ``background`` (the
+    default) the folder, complete as Accelerate wrote it, is stored on a thread while training
+    goes on; the next ``save_state`` or ``load_state`` (or ``wait``) waits for it and raises its
+    error. A kill before it ends leaves a folder that loads (the ``.tpde`` file is whole or
+    absent, and a file is deleted only once it holds it)."""
+    _check(accelerator)
     store = _store(accelerator, keyframe_every)
     store.wait()  # before Accelerate's total_limit may delete old folders
     location = accelerator.save_state(output_dir, **kwargs)
-    if accelerator.num_processes > 1:
-        from ._errors import error
-
-        raise error("unsupported-feature", "tpde.accelerate.save_state: one process only (the folder is left as Accelerate wrote it)")
-    job = (location, store.series, {"checkpoint.step": str(accelerator.step)})
-    if background:
-        store.storing = store.pool.submit(_folder.pack, *job)
-    else:
-        _folder.pack(*job)
+    accelerator.wait_for_everyone()  # every process's files are in the folder
+    if accelerator.is_main_process:
+        job = (location, store.series, {"checkpoint.step": str(accelerator.step)})
+        if background:
+            store.storing = store.pool.submit(_folder.pack, *job)
+        else:
+            _folder.pack(*job)
     return location
 
 
 def load_state(accelerator: Any, input_dir: Optional[str] = None, **kwargs: Any) -> None:
     """``accelerator.load_state(input_dir, **kwargs)`` from a folder ``save_state`` stored (or one
-    Accelerate wrote); ``input_dir`` None: the newest under automatic checkpoint naming."""
+    Accelerate wrote); ``input_dir`` None: the newest under automatic checkpoint naming. Every
+    process calls it; each gives the folder back to Accelerate in a temporary folder of its own."""
+    _check(accelerator)
     store = _store(accelerator)
     store.wait()
+    accelerator.wait_for_everyone()  # the main process's storing is done before anyone reads
     if input_dir is None:
         checkpoints = os.path.join(accelerator.project_dir, "checkpoints")
         names = [n for n in os.listdir(checkpoints) if n.rsplit("_", 1)[-1].isdigit()]

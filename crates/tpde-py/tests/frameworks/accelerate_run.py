@@ -4,6 +4,9 @@ steps (automatic checkpoint naming, total_limit=3), optionally through tpde.acce
 optionally killing itself (SIGKILL) after saving step KILL, optionally resuming (load_state).
 
     python accelerate_run.py PROJECT MAX_STEPS [--tpde] [--kill-after N] [--resume] [--weights W.safetensors]
+
+Under torchrun (several processes: Accelerate's MULTI_CPU, DDP over gloo) each process draws its
+own batches (seeded by its rank), so the weights depend on every process's RNG states.
 """
 import argparse
 import os
@@ -26,9 +29,9 @@ def main():
     a = p.parse_args()
     import tpde.accelerate
 
-    set_seed(0)
     accelerator = Accelerator(cpu=True, project_config=ProjectConfiguration(
         a.project, automatic_checkpoint_naming=True, total_limit=3))
+    set_seed(0, device_specific=True)  # each process its own seed: 0 + its index
     model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Dropout(0.2), torch.nn.Linear(64, 4))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     sched = torch.optim.lr_scheduler.StepLR(opt, 3, 0.5)
@@ -51,7 +54,7 @@ def main():
             save()
             if step == a.kill_after:
                 os.kill(os.getpid(), signal.SIGKILL)
-    if a.weights:
+    if a.weights and accelerator.is_main_process:
         save_file({k: v.contiguous() for k, v in accelerator.unwrap_model(model).state_dict().items()}, a.weights)
 
 
