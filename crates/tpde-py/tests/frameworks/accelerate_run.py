@@ -53,6 +53,8 @@ def main():
         if step % 2 == 0:
             save()
             if step == a.kill_after:
+                if a.tpde and accelerator.num_processes == 1:
+                    tpde.accelerate.wait(accelerator)  # killed once the folder is stored (the 2-process test: at once)
                 os.kill(os.getpid(), signal.SIGKILL)
     if a.weights and accelerator.is_main_process:
         save_file({k: v.contiguous() for k, v in accelerator.unwrap_model(model).state_dict().items()}, a.weights)
