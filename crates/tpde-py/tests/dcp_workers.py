@@ -96,7 +96,7 @@ def run(job: dict) -> dict:
             group = dist.new_group(backend="gloo")
             dcp.async_save(sd, storage_writer=writer, process_group=group).result()
         else:
-            dcp.save(sd, storage_writer=writer)
+            dcp.save(sd, storage_writer=writer, use_collectives=job.get("use_collectives", True))
     elif action == "checkpointer":
         from tpde.torch import Checkpointer
 

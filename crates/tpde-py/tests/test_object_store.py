@@ -264,3 +264,42 @@ def test_a_failed_upload_is_aborted_and_says_so(flaky, s3, tmp_path):
         tpde.pack(tmp_path / "s0.safetensors", f"s3://{bucket}/pack.tpde")
     assert f"s3://{bucket}/pack.tpde" in str(e.value)
     assert pending_uploads(s3, proxy) == [] and not (s3.parent / bucket / "pack.tpde").exists()
+
+
+# --- DCP straight to the bucket: every rank its own object, .metadata last ---
+
+from test_dcp import load_error, loads, run_job  # noqa: E402
+
+
+def test_dcp_saves_to_a_bucket_and_loads_at_any_world_size(s3, tmp_path):
+    s1, s2 = url("dcp/s1"), url("dcp/s2")
+    run_job(tmp_path, 2, action="save", path=s1, version=0)
+    run_job(tmp_path, 2, action="save", path=s2, base=s1, version=1)
+    names = sorted(p.name for p in (s3 / "dcp" / "s2").iterdir())
+    assert names == [".metadata", "rank-00000.tpde", "rank-00001.tpde"], names
+    for r in ("rank-00000.tpde", "rank-00001.tpde"):  # deltas against the base's objects
+        assert (s3 / "dcp" / "s2" / r).stat().st_size < (s3 / "dcp" / "s1" / r).stat().st_size
+        assert tpde._tpde.File(url(f"dcp/s2/{r}"), None).is_delta()
+    loads(tmp_path, 3, s2, 1)
+    loads(tmp_path, 1, s2, 1)
+
+
+def test_dcp_async_and_without_collectives_in_a_bucket(s3, tmp_path):
+    run_job(tmp_path, 2, action="async_save", path=url("dcp/async"), version=2)
+    loads(tmp_path, 2, url("dcp/async"), 2)
+    run_job(tmp_path, 2, action="save", path=url("dcp/solo1"), version=0, use_collectives=False)
+    run_job(tmp_path, 2, action="save", path=url("dcp/solo2"), base=url("dcp/solo1"), version=1, use_collectives=False)
+    names = sorted(p.name for p in (s3 / "dcp" / "solo2").iterdir())
+    assert names == ["__0.metadata", "__1.metadata", "rank-00000.tpde", "rank-00001.tpde"], names
+    assert tpde._tpde.File(url("dcp/solo2/rank-00001.tpde"), None).is_delta()
+    loads(tmp_path, 2, url("dcp/solo2"), 1)  # each rank its own metadata: the same world size
+
+
+def test_a_dcp_save_to_a_bucket_killed_before_its_metadata_is_no_checkpoint(s3, tmp_path):
+    good, bad = url("dcp/k1"), url("dcp/k2")
+    run_job(tmp_path, 2, action="save", path=good, version=0)
+    codes, _ = run_job(tmp_path, 2, expect_exit=None, action="crash_before_finish", path=bad, base=good, version=1)
+    assert codes[0] == 17
+    assert not (s3 / "dcp" / "k2" / ".metadata").exists()
+    assert load_error(tmp_path, 2, bad)["kind"] == "not-found"
+    loads(tmp_path, 2, good, 0)  # the previous checkpoint is untouched

@@ -25,6 +25,15 @@ found through the base's metadata. A shard in no such place (moved to another ra
 another world size) is stored as keyframe chunks inside the delta file: smaller savings, never a
 wrong answer. Base files are named by relative path hints, so a folder of checkpoints can move.
 
+The folder may be an object-store prefix (``s3://bucket/run/step-200``): each rank's file is then
+an object written by multipart upload, which appears only whole (a failed upload is aborted),
+the base is found in the same bucket (or given as a local folder), a load reads each rank's
+chunks by ranged, coalesced GETs, and ``.metadata`` is one PUT, atomic in the store.
+
+Without DCP's collectives (``dcp.save(..., use_collectives=False)``) each rank plans alone,
+writes ``rank-R.tpde`` and commits its own part with ``__R.metadata`` (as FileSystemWriter does);
+such a checkpoint loads at the same world size, each rank from its own metadata.
+
 Commit: the folder is a checkpoint once ``.metadata`` exists. The coordinator removes an
 earlier ``.metadata`` before any rank writes (``prepare_global_plan``) and writes the new one
 atomically in ``finish``, after every rank's file is complete; the reader also checks each rank
@@ -93,20 +102,75 @@ def _item_name(index: MetadataIndex) -> str:
     return f"{index.fqn}@{','.join(str(o) for o in index.offset)}"
 
 
-def _read_metadata(path: str, role: str) -> Metadata:
-    """The committed DCP metadata of checkpoint folder ``path``, checked to be this module's."""
-    file = os.path.join(path, METADATA_FILE)
-    missing = "base-missing" if role == "base" else "not-found"
-    if not os.path.isdir(path):
-        raise error(missing, f"{path}: no such checkpoint folder")
+# -- where a checkpoint is: a local folder, or an object-store prefix (s3://bucket/run/step-100) --
+
+def _remote(path: str) -> bool:
+    return "://" in path
+
+
+def join(folder: str, name: str) -> str:
+    """``name`` in checkpoint folder ``folder`` (a path, or a URL prefix: ``/``-joined)."""
+    return f"{folder.rstrip('/')}/{name}" if _remote(folder) else os.path.join(folder, name)
+
+
+def _identity(path: str) -> str:
+    """What names a written file in ``_LAST``: its resolved path, or its URL."""
+    return path if _remote(path) else os.path.realpath(path)
+
+
+def _is_file(path: str) -> bool:
+    return _tpde.is_file(path) if _remote(path) else os.path.isfile(path)
+
+
+def _read_whole(path: str) -> Optional[bytes]:
+    """The bytes of the file or object ``path``; None if there is none."""
+    if _remote(path):
+        return _tpde.object_read(path)
     try:
-        with open(file, "rb") as f:
-            metadata = pickle.load(f)
+        with open(path, "rb") as f:
+            return f.read()
     except FileNotFoundError:
+        return None
+
+
+def _write_whole(path: str, data: bytes) -> None:
+    """``path`` written whole or not at all: one PUT (atomic in the store), or ``_write_atomically``."""
+    if _remote(path):
+        _tpde.object_write(path, data)
+    else:
+        _write_atomically(path, data)
+
+
+def _delete(path: str) -> None:
+    """Removes the file or object ``path`` (a missing one is not an error)."""
+    if _remote(path):
+        _tpde.remove(path)
+    elif os.path.exists(path):
+        os.remove(path)
+        _sync_folder(os.path.dirname(path) or ".")
+
+
+def metadata_name(rank: Optional[int] = None) -> str:
+    """The metadata file: ``.metadata``, or a rank's own ``__R.metadata`` for a save without
+    collectives (each rank then commits its own part, as DCP's FileSystemWriter does)."""
+    return METADATA_FILE if rank is None else f"__{rank}{METADATA_FILE}"
+
+
+def _read_metadata(path: str, role: str, rank: Optional[int] = None) -> Metadata:
+    """The committed DCP metadata of checkpoint folder ``path`` (a rank's own with ``rank``),
+    checked to be this module's."""
+    file = join(path, metadata_name(rank))
+    missing = "base-missing" if role == "base" else "not-found"
+    if not _remote(path) and not os.path.isdir(path):
+        raise error(missing, f"{path}: no such checkpoint folder")
+    data = _read_whole(file)
+    if data is None:
         raise error(
-            missing, f"{path}: not a complete checkpoint (no {METADATA_FILE}: its save did not finish)"
-        ) from None
-    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError) as e:
+            missing, f"{path}: not a complete checkpoint (no {metadata_name(rank)}: its save did not finish)"
+        )
+    try:
+        metadata = pickle.loads(data)
+    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, ValueError, TypeError) as e:
         raise error("malformed", f"{file}: unreadable DCP metadata ({e})") from None
     wrong = "base-mismatch" if role == "base" else "malformed"
     if not isinstance(metadata, Metadata) or not isinstance(metadata.storage_data, dict):
@@ -187,11 +251,18 @@ class TpdeStorageWriter(StorageWriter):
         self._base_metadata: Optional[Metadata] = None
         if self.base is not None:
             self._check_base_path()
-            self._base_metadata = _read_metadata(self.base, "base")
+            # A base saved without collectives has only per-rank metadata: read in set_up_storage_writer.
+            if _is_file(join(self.base, METADATA_FILE)) or not _is_file(join(self.base, metadata_name(0))):
+                self._base_metadata = _read_metadata(self.base, "base")
+        # Without DCP's collectives (use_collectives=False) each rank is its own coordinator.
+        self.rank: Optional[int] = None
+        self.use_collectives = True
         self.save_id = uuid.uuid4().hex
 
     def _check_base_path(self) -> None:
-        if os.path.exists(self.path) and os.path.exists(self.base) and os.path.samefile(self.path, self.base):
+        same = self.path.rstrip("/") == self.base.rstrip("/") if _remote(self.path) or _remote(self.base) else (
+            os.path.exists(self.path) and os.path.exists(self.base) and os.path.samefile(self.path, self.base))
+        if same:
             raise error("invalid-argument", f"{self.path}: a checkpoint cannot be its own base")
 
     @property
@@ -206,23 +277,32 @@ class TpdeStorageWriter(StorageWriter):
         self.save_id = uuid.uuid4().hex
 
     def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
-        if not kwargs.get("use_collectives", True):
-            raise error("invalid-argument", "TpdeStorageWriter needs DCP's collectives (use_collectives=True)")
+        self.rank = kwargs.get("rank")
+        self.use_collectives = kwargs.get("use_collectives", True)
+        if not self.use_collectives:
+            if self.rank is None:
+                raise error("invalid-argument", "TpdeStorageWriter without collectives needs DCP to say the rank")
+            if self.base is not None and self._base_metadata is None:
+                self._base_metadata = _read_metadata(self.base, "base", self.rank)
 
     def storage_meta(self) -> StorageMeta:
         return StorageMeta(checkpoint_id=self.path, save_id=self.save_id)
 
     def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
-        os.makedirs(self.path, exist_ok=True)
+        if not _remote(self.path):
+            os.makedirs(self.path, exist_ok=True)
+        if not self.use_collectives:
+            # This rank's own part: its file, and its metadata withdrawn until its file is whole.
+            _delete(join(self.path, metadata_name(self.rank)))
+            return dataclasses.replace(plan, storage_data=rank_file(self.rank))
         return plan
 
     def prepare_global_plan(self, plans: List[SavePlan]) -> List[SavePlan]:
+        if not self.use_collectives:
+            return plans  # each rank plans alone and has named its file
         # The coordinator runs this before any rank writes: withdrawing an earlier checkpoint's
         # metadata makes a save into a used folder all or nothing.
-        old = os.path.join(self.path, METADATA_FILE)
-        if os.path.exists(old):
-            os.remove(old)
-            _sync_folder(self.path)
+        _delete(join(self.path, METADATA_FILE))
         return [dataclasses.replace(p, storage_data=rank_file(i)) for i, p in enumerate(plans)]
 
     def _base_file(self, items: List[WriteItem]) -> Optional[str]:
@@ -237,9 +317,9 @@ class TpdeStorageWriter(StorageWriter):
         if not held:
             return None
         file = max(sorted(held), key=held.__getitem__)
-        path = os.path.join(self.base, file)
+        path = join(self.base, file)
         digest = next(v[2] for v in self._base_metadata.storage_data.values() if v[0] == file)
-        if not os.path.isfile(path):
+        if not _is_file(path):
             raise error("base-missing", f"{path}: the base checkpoint's file is missing")
         actual = _tpde.File(path, None).content_digest()
         if actual != digest:
@@ -273,10 +353,10 @@ class TpdeStorageWriter(StorageWriter):
             global _LAST
             base = self._base_file(plan.items)
             metadata = {**self.metadata, "dcp.format": FORMAT}
-            out = os.path.join(self.path, file)
+            out = join(self.path, file)
             with _LAST_LOCK:
                 last = _LAST
-            snapshot = last[1] if last is not None and base is not None and last[0] == os.path.realpath(base) else None
+            snapshot = last[1] if last is not None and base is not None and last[0] == _identity(base) else None
             report = _tpde.save(
                 out,
                 tensors,
@@ -290,7 +370,7 @@ class TpdeStorageWriter(StorageWriter):
                 base_snapshot=snapshot,
             )
             with _LAST_LOCK:
-                _LAST = (os.path.realpath(out), report["snapshot"]) if self.base_in_memory else None
+                _LAST = (_identity(out), report["snapshot"]) if self.base_in_memory else None
             digest = report["content_digest"]
             for item, (name, *_), size in zip(plan.items, tensors, sizes):
                 results.append(WriteResult(index=item.index, size_in_bytes=size, storage_data=(file, name, digest)))
@@ -302,11 +382,15 @@ class TpdeStorageWriter(StorageWriter):
         metadata.version = _DCP_VERSION
         metadata.storage_data = {r.index: r.storage_data for rank in results for r in rank}
         metadata.storage_meta = self.storage_meta()
-        _write_atomically(os.path.join(self.path, METADATA_FILE), pickle.dumps(metadata))
+        name = metadata_name(None if self.use_collectives else self.rank)
+        _write_whole(join(self.path, name), pickle.dumps(metadata))
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
-        return isinstance(checkpoint_id, (str, os.PathLike)) and "://" not in os.fspath(checkpoint_id)
+        if not isinstance(checkpoint_id, (str, os.PathLike)):
+            return False
+        path = os.fspath(checkpoint_id)
+        return not _remote(path) or path.startswith(("s3://", "file://"))
 
 
 class TpdeStorageReader(StorageReader):
@@ -320,8 +404,14 @@ class TpdeStorageReader(StorageReader):
         self.storage_data: Dict[MetadataIndex, Tuple[str, str, str]] = {}
         self.load_id = uuid.uuid4().hex
         # Read now, so that a folder that is no checkpoint fails here with its TpdeError: inside
-        # dcp.load, torch turns a storage reader's metadata error into an AssertionError.
-        self._metadata: Optional[Metadata] = _read_metadata(self.path, "checkpoint")
+        # dcp.load, torch turns a storage reader's metadata error into an AssertionError. A save
+        # without collectives has only per-rank metadata, which DCP asks for by rank.
+        self._metadata: Optional[Metadata] = None
+        try:
+            self._metadata = _read_metadata(self.path, "checkpoint")
+        except _tpde.TpdeError as e:
+            if e.kind != "not-found" or not _is_file(join(self.path, metadata_name(0))):
+                raise
 
     @property
     def checkpoint_id(self) -> str:
@@ -335,7 +425,11 @@ class TpdeStorageReader(StorageReader):
         self.load_id = uuid.uuid4().hex
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
-        metadata = self._metadata or _read_metadata(self.path, "checkpoint")
+        rank = kwargs.get("rank")
+        if rank is not None:
+            metadata = _read_metadata(self.path, "checkpoint", rank)
+        else:
+            metadata = self._metadata or _read_metadata(self.path, "checkpoint")
         self._metadata = None  # a later load reads the folder again
         if getattr(metadata, "storage_meta", None) is None:
             metadata.storage_meta = StorageMeta()
@@ -352,8 +446,8 @@ class TpdeStorageReader(StorageReader):
         return plans
 
     def _open(self, file: str, digest: str) -> Any:
-        path = os.path.join(self.path, file)
-        if not os.path.isfile(path):
+        path = join(self.path, file)
+        if not _remote(path) and not os.path.isfile(path):  # an object that is not there: File says so
             raise error("not-found", f"{path}: a file of the checkpoint is missing")
         f = _tpde.File(path, None)
         if f.content_digest() != digest:
@@ -391,9 +485,7 @@ class TpdeStorageReader(StorageReader):
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
-        return isinstance(checkpoint_id, (str, os.PathLike)) and os.path.isfile(
-            os.path.join(os.fspath(checkpoint_id), METADATA_FILE)
-        )
+        return isinstance(checkpoint_id, (str, os.PathLike)) and _is_file(join(os.fspath(checkpoint_id), METADATA_FILE))
 
 
 def _read_box(f: Any, name: str, offsets: Any, lengths: Any) -> torch.Tensor:
