@@ -6,7 +6,6 @@ file's content digest is unchanged.
 """
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, List, Optional, Tuple
 
@@ -82,13 +81,14 @@ def rewrite_in_background(ck: Any, job: Tuple[Optional[int], int, Optional[str],
     ck._distributed_unsettled = True
     if mode is None:
         return
-    name = _dcp().rank_file(rank(ck))  # the same name in both steps' folders
-    path, newest = os.path.join(ck.path(previous), name), os.path.join(ck.path(step), name)
-    if not (os.path.isfile(path) and os.path.isfile(newest)):  # a world size that changed
+    dcp = _dcp()
+    name = dcp.rank_file(rank(ck))  # the same name in both steps' folders
+    path, newest = dcp.join(ck.path(previous), name), dcp.join(ck.path(step), name)
+    if not (dcp.is_file(path) and dcp.is_file(newest)):  # a world size that changed
         return
-    content = last[1] if last is not None and last[0] == os.path.realpath(path) else None
-    new = _dcp().last_written()
-    snapshot = new[1] if new is not None and new[0] == os.path.realpath(newest) else None
+    content = last[1] if last is not None and last[0] == dcp.identity(path) else None
+    new = dcp.last_written()
+    snapshot = new[1] if new is not None and new[0] == dcp.identity(newest) else None
     if ck._rewriter is None:
         ck._rewriter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tpde-rewrite")
     ck._rewriting = ck._rewriter.submit(ck._rewrite, path, newest, step, mode, content, snapshot)

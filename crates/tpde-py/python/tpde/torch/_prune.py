@@ -43,8 +43,12 @@ def _prune_now(ck: Any) -> None:
     for s in _bases_last(ck, set(steps) - keep):
         path = ck.path(s)
         try:
-            if ck.distributed:
+            if ck.distributed and ck.remote:
                 # Uncommitted first: a folder being deleted is no longer a checkpoint.
+                _tpde.remove(_dcp().join(path, _dcp().METADATA_FILE))
+                for name in _tpde.list_files(path):
+                    _tpde.remove(_dcp().join(path, name))
+            elif ck.distributed:
                 os.remove(os.path.join(path, _dcp().METADATA_FILE))
                 shutil.rmtree(path)
             else:

@@ -28,9 +28,10 @@ every step and a delta finds its base tensor. The rest of the state (nesting, in
 strings, lists, tuples, ``None``, the optimizer's ``param_groups``) is stored as JSON in the
 file's metadata under ``checkpoint.state`` (schema ``tpde-state/1``, see ``_state``), never as pickle.
 
-The folder may be an object-store prefix, ``s3://bucket/prefix`` (not under
-torch.distributed): the files are then objects, written by multipart upload, each appearing
-only when its upload completes (an interrupted upload is aborted and shows nothing).
+The folder may be an object-store prefix, ``s3://bucket/prefix``: the files are then objects,
+written by multipart upload, each appearing only when its upload completes (an interrupted
+upload is aborted and shows nothing); under torch.distributed each step is a prefix holding
+every rank's object and, once they are all written, its ``.metadata`` (one PUT).
 
 Commit protocol: a checkpoint exists once its file has its final name, and a file gets its
 final name only whole (the writer writes an unnamed file, ``O_TMPFILE``, and links it into place
@@ -61,7 +62,6 @@ import collections
 import json
 import math
 import os
-import pickle
 import re
 import threading
 import time
@@ -190,12 +190,6 @@ class Checkpointer:
         self.layout = layout or ("forward" if lossy else "reverse")
         self.keyframe_every = keyframe_every or (4 if self.layout == "reverse" else 10)
         self.raw_newest = raw_newest and self.layout == "reverse"
-        if self.remote and self.distributed:
-            raise error(
-                "unsupported-feature",
-                f"{self.directory}: under torch.distributed the Checkpointer writes a local (or shared) folder; "
-                "object storage is for single-process saves",
-            )
         if not self.remote:
             os.makedirs(self.directory, exist_ok=True)
         # The group the checkpoint's collectives run on. An asynchronous save runs them on a
@@ -236,6 +230,10 @@ class Checkpointer:
         ``step-NNNNNNNNNN.tpde`` (under torch.distributed, folders holding DCP's ``.metadata``).
         A link, or an entry of the wrong kind under such a name, is not a checkpoint."""
         out = []
+        if self.remote and self.distributed:
+            # every object under the prefix: a step is a folder holding its .metadata
+            names = [n.rsplit("/", 1)[0] for n in _tpde.list_files(self.directory) if n.endswith("/" + _dcp().METADATA_FILE)]
+            return sorted(int(m.group(1)) for m in map(_NAME.match, names) if m and not m.group(2))
         for name in _tpde.list_files(self.directory) if self.remote else os.listdir(self.directory):
             m = _NAME.match(name)
             if not m or bool(m.group(2)) == self.distributed:
@@ -259,7 +257,7 @@ class Checkpointer:
     def path(self, step: int) -> str:
         """The file (under torch.distributed: the folder) of the checkpoint of ``step``."""
         if self.remote:
-            return f"{self.directory.rstrip('/')}/{_file_name(step)}"
+            return f"{self.directory.rstrip('/')}/{_file_name(step, self.distributed)}"
         return os.path.join(self.directory, _file_name(step, self.distributed))
 
     def _metadata(self, step: int) -> Dict[str, str]:
@@ -267,9 +265,8 @@ class Checkpointer:
         A file that is not one this class wrote is a ``malformed`` TpdeError naming it."""
         path = self.path(step)
         if self.distributed:
-            with open(os.path.join(path, _dcp().METADATA_FILE), "rb") as f:
-                files = {v[0] for v in pickle.load(f).storage_data.values()}
-            path = os.path.join(path, min(files))
+            files = {v[0] for v in _dcp()._read_metadata(path, "checkpoint").storage_data.values()}
+            path = _dcp().join(path, min(files))
         meta = _tpde.File(path, None, follow_hints=False).metadata()
         if meta.get("checkpoint.format") not in (SCHEMA, SCHEMA_DCP):
             raise error("malformed", f"{path}: not a Checkpointer file (no {SCHEMA} state in its metadata)")

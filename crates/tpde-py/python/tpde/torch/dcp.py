@@ -113,12 +113,12 @@ def join(folder: str, name: str) -> str:
     return f"{folder.rstrip('/')}/{name}" if _remote(folder) else os.path.join(folder, name)
 
 
-def _identity(path: str) -> str:
+def identity(path: str) -> str:
     """What names a written file in ``_LAST``: its resolved path, or its URL."""
     return path if _remote(path) else os.path.realpath(path)
 
 
-def _is_file(path: str) -> bool:
+def is_file(path: str) -> bool:
     return _tpde.is_file(path) if _remote(path) else os.path.isfile(path)
 
 
@@ -252,7 +252,7 @@ class TpdeStorageWriter(StorageWriter):
         if self.base is not None:
             self._check_base_path()
             # A base saved without collectives has only per-rank metadata: read in set_up_storage_writer.
-            if _is_file(join(self.base, METADATA_FILE)) or not _is_file(join(self.base, metadata_name(0))):
+            if is_file(join(self.base, METADATA_FILE)) or not is_file(join(self.base, metadata_name(0))):
                 self._base_metadata = _read_metadata(self.base, "base")
         # Without DCP's collectives (use_collectives=False) each rank is its own coordinator.
         self.rank: Optional[int] = None
@@ -319,7 +319,7 @@ class TpdeStorageWriter(StorageWriter):
         file = max(sorted(held), key=held.__getitem__)
         path = join(self.base, file)
         digest = next(v[2] for v in self._base_metadata.storage_data.values() if v[0] == file)
-        if not _is_file(path):
+        if not is_file(path):
             raise error("base-missing", f"{path}: the base checkpoint's file is missing")
         actual = _tpde.File(path, None).content_digest()
         if actual != digest:
@@ -356,7 +356,7 @@ class TpdeStorageWriter(StorageWriter):
             out = join(self.path, file)
             with _LAST_LOCK:
                 last = _LAST
-            snapshot = last[1] if last is not None and base is not None and last[0] == _identity(base) else None
+            snapshot = last[1] if last is not None and base is not None and last[0] == identity(base) else None
             report = _tpde.save(
                 out,
                 tensors,
@@ -370,7 +370,7 @@ class TpdeStorageWriter(StorageWriter):
                 base_snapshot=snapshot,
             )
             with _LAST_LOCK:
-                _LAST = (_identity(out), report["snapshot"]) if self.base_in_memory else None
+                _LAST = (identity(out), report["snapshot"]) if self.base_in_memory else None
             digest = report["content_digest"]
             for item, (name, *_), size in zip(plan.items, tensors, sizes):
                 results.append(WriteResult(index=item.index, size_in_bytes=size, storage_data=(file, name, digest)))
@@ -410,7 +410,7 @@ class TpdeStorageReader(StorageReader):
         try:
             self._metadata = _read_metadata(self.path, "checkpoint")
         except _tpde.TpdeError as e:
-            if e.kind != "not-found" or not _is_file(join(self.path, metadata_name(0))):
+            if e.kind != "not-found" or not is_file(join(self.path, metadata_name(0))):
                 raise
 
     @property
@@ -485,7 +485,7 @@ class TpdeStorageReader(StorageReader):
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
-        return isinstance(checkpoint_id, (str, os.PathLike)) and _is_file(join(os.fspath(checkpoint_id), METADATA_FILE))
+        return isinstance(checkpoint_id, (str, os.PathLike)) and is_file(join(os.fspath(checkpoint_id), METADATA_FILE))
 
 
 def _read_box(f: Any, name: str, offsets: Any, lengths: Any) -> torch.Tensor:
