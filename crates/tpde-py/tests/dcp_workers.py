@@ -110,6 +110,23 @@ def run(job: dict) -> dict:
         last = ck.load(state=state(mesh, 0, empty=True))
         out["bad"] = check(last, job["versions"] - 1)
         ck.close()
+    elif action == "checkpointer_outage":
+        # step 100 saves; the store refuses rank 1's upload of step 200 (the test's proxy) and
+        # then fails step 300's first requests for a while (a restart): 200 fails, 300 rides it out
+        from tpde.torch import Checkpointer
+
+        ck = Checkpointer(job["path"], keyframe_every=3)
+        ck.save(100, state(mesh, 0))
+        try:
+            ck.save(200, state(mesh, 1))
+        except BaseException as e:
+            out["error"] = _describe(e)
+        out["steps_after_failure"] = ck.steps()
+        out["bad_after_failure"] = check(ck.load(state=state(mesh, 0, empty=True)), 0)
+        ck.save(300, state(mesh, 2))
+        out["steps"] = ck.steps()
+        out["bad"] = check(ck.load(state=state(mesh, 0, empty=True)), 2)
+        ck.close()
     elif action == "load":
         sd = state(mesh, 0, empty=True)
         try:

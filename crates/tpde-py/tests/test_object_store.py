@@ -321,3 +321,32 @@ def test_the_distributed_checkpointer_in_a_bucket_saves_prunes_and_resumes(s3, t
     assert tpde._tpde.File(url(f"{prefix}/step-0000000{delta}/rank-00001.tpde"), None).is_delta()
     loads(tmp_path, 3, url(f"{prefix}/step-0000000500"), 4)  # the newest, resharded to 3 ranks
     loads(tmp_path, 1, url(f"{prefix}/step-0000000400"), 3)
+
+
+@pytest.mark.parametrize("flaky", [(0.0, 0)], indirect=True)
+def test_distributed_saves_to_a_failing_store_leave_no_half_checkpoint(flaky, s3, tmp_path, monkeypatch):
+    """Rank 1 cannot upload step 200 (every request for its object fails): the save fails on
+    both ranks and leaves nothing of step 200, step 100 still loads. Then the store fails the
+    first requests of step 300 (a server restarting): the save rides it out."""
+    proxy, bucket = flaky
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "3")
+    restarts = {"left": 4}
+
+    def fail_when(method, path):
+        if "step-0000000200/rank-00001" in path:
+            return True
+        if "step-0000000300/" in path and restarts["left"] > 0:
+            restarts["left"] -= 1
+            return True
+        return False
+
+    proxy.fail_when = fail_when
+    _, reports = run_job(tmp_path, 2, action="checkpointer_outage", path=f"s3://{bucket}/run")
+    for rep in reports:
+        assert rep["error"]["type"] in ("CheckpointException", "TpdeError"), rep["error"]
+        assert rep["steps_after_failure"] == [100] and rep["bad_after_failure"] == [], rep
+        assert rep["steps"] == [100, 300] and rep["bad"] == [], rep
+    assert restarts["left"] == 0
+    step200 = s3.parent / bucket / "run" / "step-0000000200"
+    assert not step200.exists() or not any(step200.iterdir()), list(step200.iterdir())  # no object of it
+    no_upload_left(s3, proxy)

@@ -70,8 +70,23 @@ def save(ck: Any, step: int, state: Any) -> None:
         ck._pending.append(dcp.async_save(state, storage_writer=writer, process_group=ck._group))
         ck._distributed_pending = job
     else:
-        dcp.save(state, storage_writer=writer, process_group=ck._group)
+        try:
+            dcp.save(state, storage_writer=writer, process_group=ck._group)
+        except BaseException:
+            withdraw(ck, step)
+            raise
         rewrite_in_background(ck, job)
+
+
+def withdraw(ck: Any, step: int) -> None:
+    """After a failed save (DCP raises on every rank when one fails): this rank's file of it,
+    if its write completed, is deleted, so that the step leaves nothing (it has no .metadata;
+    in a bucket, an upload that failed was aborted)."""
+    dcp = _dcp()
+    try:
+        _tpde.remove(dcp.join(ck.path(step), dcp.rank_file(rank(ck))))
+    except Exception:  # the save's own error is the one to see
+        pass
 
 
 def rewrite_in_background(ck: Any, job: Tuple[Optional[int], int, Optional[str], Any]) -> None:
