@@ -52,6 +52,17 @@ pub trait Base: Send + Sync {
     fn prefetch_range(&self, _name: &str, _range: std::ops::Range<u64>) -> Result<(), ReadError> {
         Ok(())
     }
+    /// [`Base::prefetch_range`] of several tensors' whole bytes at once: a remote base fetches
+    /// them with few requests (neighbours coalesced) rather than one or more a tensor.
+    fn prefetch_tensors(&self, names: &[&str]) -> Result<(), ReadError> {
+        for name in names {
+            if let Some((dtype, shape)) = self.tensor_info(name)? {
+                let len = shape.iter().product::<u64>() * dtype.size();
+                self.prefetch_range(name, 0..len)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 impl<S: Source + Send> Base for Reader<S> {
@@ -82,5 +93,10 @@ impl<S: Source + Send> Base for Reader<S> {
 
     fn prefetch_range(&self, name: &str, range: std::ops::Range<u64>) -> Result<(), ReadError> {
         self.prefetch_span(name, range)
+    }
+
+    fn prefetch_tensors(&self, names: &[&str]) -> Result<(), ReadError> {
+        let tensors = names.iter().filter_map(|n| Reader::tensor(self, n).ok()).collect::<Vec<_>>();
+        self.prefetch_whole(&tensors)
     }
 }

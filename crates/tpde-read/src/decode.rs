@@ -53,12 +53,29 @@ impl<S: Source> Reader<S> {
             }
         }
         let policy = self.options.checksums;
-        if self.src.prefetch_window().is_some() {
-            return tensors.into_iter().try_for_each(|(t, out)| {
-                self.decode_into(t, out, policy)?;
-                decoded(t.byte_length);
-                Ok(())
-            });
+        if let Some(window) = self.src.prefetch_window() {
+            // A remote source: tensors one after another, each a window at a time; runs of
+            // small neighbours are announced together first, so that they share requests (a
+            // request per small tensor would cost a round trip each).
+            let mut rest = tensors;
+            while !rest.is_empty() {
+                // Counted by decoded length, which bounds what the bases behind it fetch too.
+                let mut n = 0;
+                let mut bytes = 0;
+                while n < rest.len() && (n == 0 || bytes + rest[n].0.byte_length <= window) {
+                    bytes += rest[n].0.byte_length;
+                    n += 1;
+                }
+                let group: Vec<_> = rest.drain(..n).collect();
+                if group.len() > 1 {
+                    self.prefetch_whole(&group.iter().map(|(t, _)| *t).collect::<Vec<_>>())?;
+                }
+                for (t, out) in group {
+                    self.decode_into(t, out, policy)?;
+                    decoded(t.byte_length);
+                }
+            }
+            return Ok(());
         }
         let bases = tensors.iter().map(|(t, _)| self.chunk_base(t)).collect::<Result<Vec<_>, _>>()?;
         let mut jobs = Vec::new();
@@ -188,6 +205,22 @@ impl<S: Source> Reader<S> {
     ) -> Result<(), ReadError> {
         let base = self.chunk_base(t)?;
         self.decode_span(t, range, out, &base, self.options.checksums)
+    }
+
+    /// Asks the source, and the chain of bases behind it, to fetch ahead all the stored bytes of
+    /// `tensors` in one announcement ([`Base::prefetch_tensors`]).
+    pub(crate) fn prefetch_whole(&self, tensors: &[&TensorEntry]) -> Result<(), ReadError> {
+        let stored: Vec<_> =
+            tensors.iter().flat_map(|t| t.chunks.iter().map(|c| c.offset..c.offset + c.stored_length)).collect();
+        self.src.prefetch(&stored).map_err(|source| ReadError::source("chunks", &stored, source))?;
+        match &self.base {
+            Some(b) if b.reads_ranges() => {
+                let names: Vec<&str> =
+                    tensors.iter().filter(|t| self.tensor_uses_base(t)).map(|t| t.name.as_str()).collect();
+                b.prefetch_tensors(&names)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Asks the source, and the chain of bases behind it, to fetch ahead the stored bytes that
