@@ -110,6 +110,17 @@ def run(job: dict) -> dict:
         last = ck.load(state=state(mesh, 0, empty=True))
         out["bad"] = check(last, job["versions"] - 1)
         ck.close()
+    elif action == "killed_mid_upload":
+        # step 100 saves; during step 200 the test's proxy kills rank 1 (SIGKILL) as its
+        # multipart upload sends its first part: nobody aborts that upload
+        from tpde.torch import Checkpointer
+
+        ck = Checkpointer(job["path"], keyframe_every=3)
+        big = lambda v: {**state(mesh, v), "big": distribute_tensor(  # noqa: E731
+            torch.full((10 << 20,), float(v)), mesh, [Shard(0)])}  # 20 MiB a rank: a multipart upload
+        ck.save(100, big(0))
+        ck.save(200, big(1))
+        out["unexpected"] = "step 200 saved"
     elif action == "checkpointer_outage":
         # step 100 saves; the store refuses rank 1's upload of step 200 (the test's proxy) and
         # then fails step 300's first requests for a while (a restart): 200 fails, 300 rides it out
@@ -150,6 +161,8 @@ def _describe(e: BaseException) -> dict:
 def main(rank: int, world: int, store: str, job_file: str, out_dir: str) -> None:
     with open(job_file) as f:
         job = json.load(f)
+    with open(os.path.join(out_dir, f"pid-{rank}"), "w") as f:  # for a test that kills one rank
+        f.write(str(os.getpid()))
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
         result = run(job)

@@ -3,6 +3,7 @@ s3:// URLs, against a real S3 server process (s3s-fs, which tools/test.sh instal
 127.0.0.1."""
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -370,3 +371,29 @@ def test_many_small_tensors_are_read_with_few_requests(s3):
     got = tpde.torch.load_file(url("small/d.tpde"))
     for k, v in small.items():
         assert torch.equal(got[k], v + 1e-3)
+
+
+@pytest.mark.parametrize("flaky", [(0.0, 0)], indirect=True)
+def test_a_rank_killed_mid_upload_leaves_the_previous_step_loadable(flaky, s3, tmp_path):
+    """Rank 1 is killed (SIGKILL) as its multipart upload of step 200 sends its first part
+    (the proxy in front of the server does it): step 200 never gets a .metadata nor a rank-1
+    object, so no reader takes it for a checkpoint, and step 100 loads as before at another
+    world size."""
+    proxy, bucket = flaky
+    killed = []
+
+    def kill_rank_1(method, path):
+        if method == "PUT" and "step-0000000200/rank-00001.tpde" in path and "partNumber" in path and not killed:
+            pid = int(next(tmp_path.glob("job-*/pid-1")).read_text())
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        return False
+
+    proxy.fail_when = kill_rank_1
+    prefix = f"s3://{bucket}/ck-killed"
+    codes, _ = run_job(tmp_path, 2, expect_exit=None, action="killed_mid_upload", path=prefix)
+    assert killed and codes[1] == -9, codes
+    step200 = s3.parent / bucket / "ck-killed" / "step-0000000200"
+    assert not (step200 / ".metadata").exists() and not (step200 / "rank-00001.tpde").exists()
+    loads(tmp_path, 3, f"{prefix}/step-0000000100", 0)
+    assert load_error(tmp_path, 2, f"{prefix}/step-0000000200")["kind"] == "not-found"
