@@ -306,10 +306,11 @@ def test_a_dcp_save_to_a_bucket_killed_before_its_metadata_is_no_checkpoint(s3, 
     loads(tmp_path, 2, good, 0)  # the previous checkpoint is untouched
 
 
-@pytest.mark.parametrize("layout", ["reverse", "forward"])
-def test_the_distributed_checkpointer_in_a_bucket_saves_prunes_and_resumes(s3, tmp_path, layout):
-    prefix = f"ck-dist-{layout}"
-    _, reports = run_job(tmp_path, 2, action="checkpointer", path=url(prefix), versions=5, layout=layout)
+@pytest.mark.parametrize("layout,async_save,world", [("reverse", False, 2), ("forward", False, 2), ("reverse", True, 3)])
+def test_the_distributed_checkpointer_in_a_bucket_saves_prunes_and_resumes(s3, tmp_path, layout, async_save, world):
+    prefix = f"ck-dist-{layout}-{async_save}-{world}"
+    _, reports = run_job(tmp_path, world, action="checkpointer", path=url(prefix), versions=5, layout=layout,
+                         async_save=async_save)
     for rep in reports:
         assert rep["steps"] == [400, 500] and rep["bad"] == [], rep
     # keep_last=2 kept steps 400 and 500 (keyframe_every=3: 400 is a keyframe in the forward
@@ -317,7 +318,7 @@ def test_the_distributed_checkpointer_in_a_bucket_saves_prunes_and_resumes(s3, t
     kept = sorted(p.name for p in (s3 / prefix).iterdir() if p.name.startswith("step-") and any(p.iterdir()))
     assert kept == ["step-0000000400", "step-0000000500"], kept
     for step in kept:
-        assert sorted(p.name for p in (s3 / prefix / step).iterdir()) == [".metadata", "rank-00000.tpde", "rank-00001.tpde"]
+        assert sorted(p.name for p in (s3 / prefix / step).iterdir()) == [".metadata"] + [f"rank-0000{r}.tpde" for r in range(world)]
     delta = "400" if layout == "reverse" else "500"
     assert tpde._tpde.File(url(f"{prefix}/step-0000000{delta}/rank-00001.tpde"), None).is_delta()
     loads(tmp_path, 3, url(f"{prefix}/step-0000000500"), 4)  # the newest, resharded to 3 ranks
