@@ -68,16 +68,22 @@ def folder_bytes(d):
     return sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
 
 
-def worker(rank, world, args, store):
+def start_rank(rank, world, ckpt_dir, store):
+    """Joins the gloo group as ``rank``, one core per rank (torch and TPDE's threads alike, for
+    every contender); returns the device mesh and the series, sharded over it."""
     from torch.distributed.device_mesh import init_device_mesh
-    from tpde.torch.dcp import TpdeStorageReader, TpdeStorageWriter
 
-    # One core per rank, for every contender: torch and TPDE's decoder threads alike.
     torch.set_num_threads(1)
     os.environ["RAYON_NUM_THREADS"] = "1"
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     mesh = init_device_mesh("cpu", (world,))
-    states = [(step, sharded(t, mesh, step)) for step, t in series(args.ckpt_dir)]
+    return mesh, [(step, sharded(t, mesh, step)) for step, t in series(ckpt_dir)]
+
+
+def worker(rank, world, args, store):
+    from tpde.torch.dcp import TpdeStorageReader, TpdeStorageWriter
+
+    mesh, states = start_rank(rank, world, args.ckpt_dir, store)
     contenders = {
         "DCP FileSystemWriter": (lambda path, prev: dcp.FileSystemWriter(path), dcp.FileSystemReader),
         "TpdeStorageWriter, keyframes": (lambda path, prev: TpdeStorageWriter(path), TpdeStorageReader),

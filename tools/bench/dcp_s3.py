@@ -27,13 +27,11 @@ each.
 import argparse
 import json
 import os
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -42,28 +40,10 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "crates", "tpde-py", "python"))
-from dcp import _flat, series, sharded  # noqa: E402  (tools/bench/dcp.py: the same states)
+from dcp import _flat, sharded, start_rank  # noqa: E402  (tools/bench/dcp.py: the same states)
+from object_store import start_server  # noqa: E402  (tools/bench/object_store.py: the same server)
 
 BUCKET = "bench"
-
-
-def start_server(root):
-    exe = shutil.which("s3s-fs") or os.path.expanduser("~/.cargo/bin/s3s-fs")
-    os.makedirs(os.path.join(root, BUCKET))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([exe, "--host", "127.0.0.1", "--port", str(port), "--access-key", "AK", "--secret-key", "SK", root],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(200):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.05)
-    os.environ.update(AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}", AWS_ACCESS_KEY_ID="AK", AWS_SECRET_ACCESS_KEY="SK",
-                      AWS_REGION="us-east-1", AWS_ALLOW_HTTP="true")
-    return server
 
 
 def bucket_bytes(root, prefix):
@@ -75,13 +55,7 @@ def worker(rank, world, args, store):
     import tpde
     from tpde.torch.dcp import METADATA_FILE, TpdeStorageReader, TpdeStorageWriter
 
-    torch.set_num_threads(1)
-    os.environ["RAYON_NUM_THREADS"] = "1"
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
-    from torch.distributed.device_mesh import init_device_mesh
-
-    mesh = init_device_mesh("cpu", (world,))
-    states = [(step, sharded(t, mesh, step)) for step, t in series(args.ckpt_dir)]
+    mesh, states = start_rank(rank, world, args.ckpt_dir, store)
     local = os.path.join(args.out, "local")
     results = {}
 
@@ -173,7 +147,7 @@ def main():
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(dir=args.out) as tmp:
         args.out = tmp
-        server = start_server(os.path.join(tmp, "s3"))
+        server, _ = start_server(Path(tmp) / "s3")
         try:
             mp.spawn(worker, args=(args.ranks, args, os.path.join(tmp, "store")), nprocs=args.ranks)
         finally:

@@ -1,9 +1,6 @@
 """tpde.accelerate: Accelerate's save_state/load_state through TPDE; a loop killed mid-run
 resumes bit for bit (weights, optimizer, scheduler and RNG states) as the uninterrupted run."""
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -12,14 +9,11 @@ from safetensors.torch import load_file
 pytest.importorskip("accelerate")
 import tpde  # noqa: E402
 
-RUN = Path(__file__).parent / "frameworks" / "accelerate_run.py"
+import frameworks  # noqa: E402
 
 
 def run(*args, check=True):
-    p = subprocess.run([sys.executable, str(RUN), *map(str, args)], capture_output=True, text=True, timeout=300)
-    if check and p.returncode != 0:
-        raise AssertionError(p.stderr[-3000:])
-    return p
+    return frameworks.run("accelerate_run.py", *args, check=check)
 
 
 def test_a_killed_loop_resumes_bit_for_bit(tmp_path):
@@ -48,12 +42,8 @@ def test_two_processes_resume_bit_for_bit(tmp_path):
     run ends with the uninterrupted run's weights, which depend on both processes' RNG states."""
 
     def launch(*args, check=True):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(29500 + os.getpid() % 1000),
-               str(RUN), *map(str, args)]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
-        if check and p.returncode != 0:
-            raise AssertionError(p.stderr[-3000:])
-        return p
+        torchrun = ("-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(29500 + os.getpid() % 1000))
+        return frameworks.run("accelerate_run.py", *args, check=check, launcher=torchrun)
 
     launch(tmp_path / "plain", 12, "--weights", tmp_path / "plain.safetensors")
     project = tmp_path / "tpde"

@@ -1,9 +1,6 @@
 """tpde.lightning.TpdeCheckpointIO with a real Lightning Trainer: a run killed mid-training
 resumes from its TPDE checkpoint bit for bit, as the uninterrupted run; nothing is pickled."""
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,14 +11,11 @@ from safetensors.torch import load_file  # noqa: E402
 import tpde  # noqa: E402
 from tpde.torch import Series  # noqa: E402
 
-RUN = Path(__file__).parent / "frameworks" / "lightning_run.py"
+import frameworks  # noqa: E402
 
 
 def run(*args, check=True):
-    p = subprocess.run([sys.executable, str(RUN), *map(str, args)], capture_output=True, text=True, timeout=300)
-    if check and p.returncode != 0:
-        raise AssertionError(p.stderr[-3000:])
-    return p
+    return frameworks.run("lightning_run.py", *args, check=check)
 
 
 @pytest.fixture(scope="module")

@@ -2,9 +2,6 @@
 killed mid-run, resumes bit for bit as the uninterrupted run; nothing pickled stays."""
 import datetime
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,14 +13,11 @@ from tpde.torch import Series, _folder
 pytest.importorskip("accelerate")  # the Trainer needs it
 import tpde.transformers  # noqa: E402
 
-RUN = Path(__file__).parent / "frameworks" / "hf_run.py"
+import frameworks  # noqa: E402
 
 
 def run(*args, check=True):
-    p = subprocess.run([sys.executable, str(RUN), *map(str, args)], capture_output=True, text=True, timeout=300)
-    if check and p.returncode != 0:
-        raise AssertionError(p.stderr[-3000:])
-    return p
+    return frameworks.run("hf_run.py", *args, check=check)
 
 
 def test_a_killed_trainer_resumes_bit_for_bit(tmp_path):
