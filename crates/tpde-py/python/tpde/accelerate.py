@@ -24,38 +24,22 @@ from __future__ import annotations
 import os
 import tempfile
 import weakref
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Optional
 
 from ._errors import error
 from .torch import _folder
-from .torch.series import Series
 
 __all__ = ["save_state", "load_state", "wait"]
 
-class _Store:
-    """Per accelerator: its series (each save a delta base for the one before it) and the
-    storing of its last folder, running on a thread."""
-
-    def __init__(self, keyframe_every: int):
-        self.series = Series(keyframe_every=keyframe_every)
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tpde-accelerate")
-        self.storing: Optional[Future] = None
-
-    def wait(self) -> None:
-        storing, self.storing = self.storing, None
-        if storing is not None:
-            storing.result()
-        self.series.wait()
+# One storer per accelerator: its series (each save a delta base for the one before it) and the
+# storing of its last folder.
+_STORES: "weakref.WeakKeyDictionary[Any, _folder.Storer]" = weakref.WeakKeyDictionary()
 
 
-_STORES: "weakref.WeakKeyDictionary[Any, _Store]" = weakref.WeakKeyDictionary()
-
-
-def _store(accelerator: Any, keyframe_every: int = 4) -> _Store:
+def _store(accelerator: Any, keyframe_every: int = 4) -> _folder.Storer:
     s = _STORES.get(accelerator)
     if s is None:
-        s = _STORES[accelerator] = _Store(keyframe_every)
+        s = _STORES[accelerator] = _folder.Storer(keyframe_every)
     return s
 
 
@@ -63,6 +47,7 @@ def wait(accelerator: Any) -> None:
     """Blocks until the last ``save_state``'s folder is stored; raises its error, if any."""
     if accelerator in _STORES:
         _STORES[accelerator].wait()
+        _STORES[accelerator].series.wait()
 
 
 def _check(accelerator: Any) -> None:
@@ -88,15 +73,11 @@ def save_state(
     absent, and a file is deleted only once it holds it)."""
     _check(accelerator)
     store = _store(accelerator, keyframe_every)
-    store.wait()  # before Accelerate's total_limit may delete old folders
+    wait(accelerator)  # before Accelerate's total_limit may delete old folders
     location = accelerator.save_state(output_dir, **kwargs)
     accelerator.wait_for_everyone()  # every process's files are in the folder
     if accelerator.is_main_process:
-        job = (location, store.series, {"checkpoint.step": str(accelerator.step)})
-        if background:
-            store.storing = store.pool.submit(_folder.pack, *job)
-        else:
-            _folder.pack(*job)
+        store.submit(_folder.pack, location, store.series, {"checkpoint.step": str(accelerator.step)}, now=not background)
     return location
 
 
@@ -106,7 +87,7 @@ def load_state(accelerator: Any, input_dir: Optional[str] = None, **kwargs: Any)
     process calls it; each gives the folder back to Accelerate in a temporary folder of its own."""
     _check(accelerator)
     store = _store(accelerator)
-    store.wait()
+    wait(accelerator)
     accelerator.wait_for_everyone()  # the main process's storing is done before anyone reads
     if input_dir is None:
         checkpoints = os.path.join(accelerator.project_dir, "checkpoints")

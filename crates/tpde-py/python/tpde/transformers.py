@@ -30,11 +30,12 @@ import os
 import re
 import shutil
 import warnings
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Optional
 
 from transformers import TrainerCallback
 
+from . import _tpde
+from ._errors import error
 from .torch import _folder, _rewrite
 from .torch.series import Series
 
@@ -52,29 +53,18 @@ class TpdeCallback(TrainerCallback):
     end of the next step waits for it; an error there is raised at that step."""
 
     def __init__(self, keyframe_every: int = 4, codec: str = "auto", background: bool = True):
-        self.series = Series(keyframe_every=keyframe_every, codec=codec)
-        self._warned = False
         # Storing a folder runs on a thread while training goes on (the folder is complete on disk);
         # the next step's end waits for it, before the Trainer's next save may rotate folders.
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tpde-trainer") if background else None
-        self._storing: Optional[Future] = None
-
-    def _wait(self) -> None:
-        storing, self._storing = self._storing, None
-        if storing is not None:
-            storing.result()
+        self.storer = _folder.Storer(keyframe_every, codec, background)
+        self.series = self.storer.series
+        self._warned = False
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._wait()
+        self.storer.wait()
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._wait()
         # the state's values now: the Trainer goes on changing it while the thread runs
-        job = (args, state.global_step, state.best_model_checkpoint)
-        if self._pool is None:
-            self._store(*job)
-        else:
-            self._storing = self._pool.submit(self._store, *job)
+        self.storer.submit(self._store, args, state.global_step, state.best_model_checkpoint)
 
     def _store(self, args: Any, step: int, best: Optional[str]) -> None:
         if args.world_size > 1:
@@ -101,13 +91,11 @@ class TpdeCallback(TrainerCallback):
             return
         path = os.path.join(best, _folder.STORED)
         self.series.wait()
-        from . import _tpde
-
         if os.path.isfile(path) and _tpde.File(path, None, follow_hints=False).is_delta():
             _rewrite.rewrite(path, None, {}, self.series.codec)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._wait()
+        self.storer.wait()
         self.series.wait()
         shutil.rmtree(os.path.join(args.output_dir, RESUME_DIR), ignore_errors=True)
 
@@ -120,8 +108,6 @@ def resume(checkpoint: Any) -> str:
     if not _CHECKPOINT.match(os.path.basename(checkpoint)):
         steps = [int(m.group(1)) for m in map(_CHECKPOINT.match, os.listdir(checkpoint)) if m]
         if not steps:
-            from ._errors import error
-
             raise error("not-found", f"{checkpoint}: no {PREFIX}-N folder in it")
         checkpoint = os.path.join(checkpoint, f"{PREFIX}-{max(steps)}")
     if not os.path.exists(os.path.join(checkpoint, _folder.STORED)):

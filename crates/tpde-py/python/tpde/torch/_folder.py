@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Any, Dict, List
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 import torch
 
 from .._errors import error
+from .series import Series
 
 STORED = "checkpoint.tpde"
 FORMAT = "tpde-folder/1"  # checkpoint.folder: the state is a folder's files
@@ -53,11 +55,36 @@ def _read_torch(path: str) -> Any:
         ) from None
 
 
+class Storer:
+    """A framework's folders stored one after another (``pack``) through one ``Series``, each on
+    a thread of its own while training goes on (with ``background``), or at once. The caller
+    ``wait``s before the framework may delete old folders."""
+
+    def __init__(self, keyframe_every: int = 4, codec: str = "auto", background: bool = True):
+        self.series = Series(keyframe_every=keyframe_every, codec=codec)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tpde-folder") if background else None
+        self._storing: Optional[Future] = None
+
+    def submit(self, job: Callable[..., Any], *args: Any, now: bool = False) -> None:
+        """Runs ``job(*args)`` (which stores a folder) on the thread, after the one before it;
+        without ``background`` (or with ``now``), here and now."""
+        self.wait()
+        if self._pool is None or now:
+            job(*args)
+        else:
+            self._storing = self._pool.submit(job, *args)
+
+    def wait(self) -> None:
+        """Blocks until the folder last submitted is stored; raises its error, if any."""
+        storing, self._storing = self._storing, None
+        if storing is not None:
+            storing.result()
+
+
 def pack(folder: str, series: Any, metadata: Dict[str, str]) -> List[str]:
     """Stores ``folder``'s tensor and state files in ``folder/checkpoint.tpde`` through ``series``
     and deletes them; returns their names (none: nothing is written)."""
     from safetensors import safe_open
-    from safetensors.torch import load_file
 
     files: Dict[str, Any] = {}
     for name in sorted(os.listdir(folder)):
@@ -65,9 +92,9 @@ def pack(folder: str, series: Any, metadata: Dict[str, str]) -> List[str]:
         if os.path.islink(path) or not os.path.isfile(path):
             continue
         if name.endswith(".safetensors"):
-            with safe_open(path, "pt") as f:
-                meta = f.metadata()
-            files[name] = {"safetensors": {"metadata": meta, "tensors": load_file(path)}}
+            with safe_open(path, "pt") as f:  # metadata and tensors in one opening
+                st = {"metadata": f.metadata(), "tensors": {k: f.get_tensor(k) for k in f.keys()}}
+            files[name] = {"safetensors": st}
         elif name.endswith(_TORCH_FILES):
             files[name] = {"torch": _read_torch(path)}
     if not files:

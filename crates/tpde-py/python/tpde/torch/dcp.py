@@ -466,6 +466,9 @@ class TpdeStorageReader(StorageReader):
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> "Future[None]":
         files: Dict[str, Any] = {}
         located = []
+        # Whole stored tensors (a load at the world size of the save asks for nothing else) are
+        # decoded in one parallel pass per file: from a bucket, every chunk's GET at once.
+        whole_names: Dict[str, List[str]] = {}
         for req in plan.items:
             stored = self.storage_data.get(req.storage_index)
             if stored is None:
@@ -473,21 +476,18 @@ class TpdeStorageReader(StorageReader):
             file, name, digest = stored
             if file not in files:
                 files[file] = self._open(file, digest)
-            located.append((req, files[file], name))
-        # Whole stored tensors (a load at the world size of the save asks for nothing else) are
-        # decoded in one parallel pass per file: from a bucket, every chunk's GET at once.
-        whole: Dict[int, Any] = {}
-        for f in {id(f): f for _, f, _ in located}.values():
-            names = [n for req, g, n in located if g is f and _is_whole(req, g, n)]
+            located.append((req, files[file], file, name))
+            if _is_whole(req, files[file], name):
+                whole_names.setdefault(file, []).append(name)
+        whole: Dict[Tuple[str, str], Any] = {}
+        for file, names in whole_names.items():
             if len(names) > 1:
-                flats = f.read_many(names)
-                whole.update({(id(f), n): x for n, x in zip(names, flats)})
-        for req, f, name in located:
+                whole.update({(file, n): x for n, x in zip(names, files[file].read_many(names))})
+        for req, f, file, name in located:
+            flat = whole.get((file, name))
             if req.type == LoadItemType.BYTE_IO:
-                flat = whole.get((id(f), name))
                 planner.load_bytes(req, io.BytesIO((f.read(name) if flat is None else flat).tobytes()))
                 continue
-            flat = whole.get((id(f), name))
             if flat is not None:
                 dtype, shape = f.info(name)
                 part = _dtypes.to_framework(flat, dtype, shape, "pt")
