@@ -14,9 +14,11 @@ through the path hints the files record, spec §7.3). The reader opens the file 
 reads every tensor in directory order, then verifies it (spec §9.1), and prints one JSON object:
 
     {"tensors": [{"name": ..., "dtype": ..., "shape": [...], "sha256": ...}, ...],
-     "metadata": [{"key": ..., "type": ..., "bytes": ...}, ...]}
+     "metadata": [{"key": ..., "type": ..., "bytes": ...}, ...],
+     "files": [{"path": ..., "length": ..., "sha256": ...}, ...]}
 
-(sha256 of the tensor's logical bytes, `bytes` the metadata value as stored, both lowercase hex),
+(sha256 of the tensor's logical bytes or the file's bytes, `bytes` the metadata value as stored,
+all lowercase hex; `files` is the file table of spec §5.5, empty or absent when there is none),
 or, if it rejects the file, {"error": CATEGORY} with the spec §9 category (`malformed`,
 `checksum-mismatch`, ...). The runner compares that with the manifest and prints one line per
 file (the rule it tests, and for a failure what the reader did instead); it exits 0 only if
@@ -64,6 +66,10 @@ def check(case, got):
     got_m = [(m.get("key"), m.get("type"), m.get("bytes")) for m in got.get("metadata", [])]
     if got_m != want_m:
         return f"metadata {got_m}, expected {want_m}"
+    want_f = [(f["path"], f["length"], f["sha256"]) for f in expect.get("files", [])]
+    got_f = [(f.get("path"), f.get("length"), f.get("sha256")) for f in got.get("files", [])]
+    if got_f != want_f:
+        return f"files {got_f}, expected {want_f}"
     return None
 
 

@@ -21,6 +21,7 @@ pub mod digest;
 pub mod directory;
 pub mod dtype;
 pub mod error;
+pub mod files;
 pub mod header;
 pub mod limits;
 pub mod metadata;

@@ -30,6 +30,9 @@ pub const KEY_MAX_ABS_ERROR: &str = "tpde.max_abs_error";
 /// float element decodes to within τ + ρ·|x| of the element x it was packed from (τ from
 /// `tpde.max_abs_error`, 0 when absent).
 pub const KEY_MAX_REL_ERROR: &str = "tpde.max_rel_error";
+/// Reserved key: the files of a model folder that are not tensors (`bytes`, spec §5.5, since
+/// 1.7), defined with their table in [`crate::files`].
+pub use crate::files::KEY_FILES;
 /// The reserved key prefix.
 pub const RESERVED_PREFIX: &str = "tpde.";
 
@@ -38,6 +41,7 @@ pub const RESERVED_PREFIX: &str = "tpde.";
 pub fn since_minor(key: &str) -> u16 {
     match key {
         KEY_MAX_REL_ERROR => 5,
+        KEY_FILES => 7,
         _ => 0,
     }
 }
@@ -48,6 +52,7 @@ pub fn reserved_type(key: &str) -> Option<&'static str> {
         KEY_STEP => Some("u64"),
         KEY_PRODUCER | KEY_SOURCE_FORMAT => Some("string"),
         KEY_MAX_ABS_ERROR | KEY_MAX_REL_ERROR => Some("f64"),
+        KEY_FILES => Some("bytes"),
         _ => None,
     }
 }

@@ -518,11 +518,13 @@ fn pack_report<'py>(py: Python<'py>, report: &PackReport) -> PyResult<Bound<'py,
     d.set_item("file_bytes", report.file_bytes)?;
     d.set_item("content_digest", to_hex(&report.content_digest))?;
     d.set_item("seconds", report.seconds)?;
+    d.set_item("files", report.files)?;
+    d.set_item("skipped_files", report.skipped_files)?;
     Ok(d)
 }
 
-/// `tpde pack`: a `.safetensors` file or a Hugging Face sharded folder into one `.tpde` file
-/// at `output`, a delta against `base` if given.
+/// `tpde pack`: a `.safetensors` file or a Hugging Face model folder into one `.tpde` file at
+/// `output`, a delta against `base` (a `.tpde`, a `.safetensors` or a model folder) if given.
 #[pyfunction]
 #[pyo3(signature = (input, output, base=None, codec="auto", max_abs_error=None, max_rel_error=None, progress=None))]
 #[allow(clippy::too_many_arguments)]
@@ -557,7 +559,7 @@ fn pack<'py>(
 }
 
 /// `tpde unpack`: a `.tpde` file into a `.safetensors` file, or, if it was packed from a
-/// sharded folder and `output` does not end in `.safetensors`, into that folder again.
+/// model folder and `output` does not end in `.safetensors`, into that folder again.
 /// Ctrl-C stops it, leaving no file; `progress(done, total)` is called as it goes.
 #[pyfunction]
 #[pyo3(signature = (input, output, base=None, progress=None))]

@@ -34,6 +34,7 @@ mod base;
 pub mod chain;
 mod decode;
 mod error;
+pub mod files;
 mod inputs;
 mod open;
 mod source;

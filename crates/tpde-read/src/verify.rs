@@ -21,8 +21,8 @@ pub struct VerifyReport {
 }
 
 impl<S: Source> Reader<S> {
-    /// Checks the whole file: every chunk's CRC and decoding, every tensor's digest, and that
-    /// the bytes between payloads are zero. [`Reader::verify_tensor`] and
+    /// Checks the whole file: every chunk's CRC and decoding, every tensor's digest, that
+    /// the bytes between payloads are zero, and the file table (`tpde.files`) if there is one. [`Reader::verify_tensor`] and
     /// [`Reader::verify_padding`] do the parts.
     pub fn verify(&self) -> Result<VerifyReport, ReadError> {
         self.verify_with(|_| {})
@@ -40,6 +40,7 @@ impl<S: Source> Reader<S> {
             report.logical_bytes += t.byte_length;
         }
         self.verify_padding()?;
+        self.files()?; // the file table (R31), when the file carries one
         Ok(report)
     }
 

@@ -54,4 +54,4 @@ pub use atomic::AtomicFile;
 pub use error::WriteError;
 pub use options::{PredictInput, TensorInput, WriteOptions, DEFAULT_CHUNK_BYTES};
 use pipeline::*;
-pub use writer::{FileWriter, Writer};
+pub use writer::{files_frame, FileWriter, Writer};

@@ -3,6 +3,21 @@
 
 use super::*;
 
+/// The Zstandard level of a file table (`tpde.files`): the table is small (configs,
+/// tokenizers) and written once, and it decodes as fast at any level.
+const FILES_ZSTD_LEVEL: i32 = 19;
+
+/// The value of a `tpde.files` entry (spec §5.5): the table of `files` in one Zstandard frame
+/// that records its content size. Paths and sizes are checked as a reader checks them.
+pub fn files_frame(files: &[tpde_format::files::FileEntry]) -> Result<Vec<u8>, WriteError> {
+    use tpde_format::files::{encode_table, KEY_FILES};
+    let invalid = |e: &dyn std::fmt::Display| WriteError::invalid(KEY_FILES, e.to_string());
+    let table = encode_table(files).map_err(|e| invalid(&e))?;
+    let mut cctx = zstd::bulk::Compressor::new(FILES_ZSTD_LEVEL).map_err(|e| invalid(&e))?;
+    cctx.include_contentsize(true).map_err(|e| invalid(&e))?;
+    cctx.compress(&table).map_err(|e| invalid(&e))
+}
+
 /// A streaming TPDE writer.
 pub struct Writer<W: Write> {
     pub(crate) out: W,
@@ -81,6 +96,13 @@ impl<W: Write> Writer<W> {
         }
         self.directory.metadata.push(MetadataEntry::new(key, value));
         Ok(())
+    }
+
+    /// Adds the files of a model folder that are not tensors (spec §5.5): the reserved entry
+    /// `tpde.files`, their table in one Zstandard frame ([`files_frame`]). The file must have
+    /// been started as 1.7 or later (`WriteOptions::min_minor_version`).
+    pub fn add_files(&mut self, files: &[tpde_format::files::FileEntry]) -> Result<(), WriteError> {
+        self.add_metadata(tpde_format::files::KEY_FILES, MetadataValue::Bytes(files_frame(files)?))
     }
 
     /// Sets the encoder for the tensors added from now on (a file may mix codecs, chunk by

@@ -21,6 +21,7 @@ pub struct ReadmeDoctests;
 #[cfg(doctest)]
 pub struct GuideDoctests;
 
+pub mod files;
 pub mod location;
 pub mod memory;
 pub mod open;

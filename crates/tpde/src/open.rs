@@ -112,7 +112,8 @@ impl HintPolicy {
 }
 
 /// Opens a checkpoint to use as a base: a `.tpde` file, local or remote, with its own chain
-/// found through its path hints, or a local `.safetensors` file.
+/// found through its path hints, a local `.safetensors` file, or a local model folder (its
+/// shards, or its one `.safetensors` file: [`crate::sharded::Folder`]).
 pub fn open_base(at: &Location) -> Result<Arc<dyn Base>, Error> {
     open_base_with(at, &OpenOptions::default())
 }
@@ -120,6 +121,7 @@ pub fn open_base(at: &Location) -> Result<Arc<dyn Base>, Error> {
 /// [`open_base`], following the hints `hints` allows.
 pub fn open_base_with(at: &Location, opts: &OpenOptions) -> Result<Arc<dyn Base>, Error> {
     match at {
+        Location::Local(path) if path.is_dir() => Ok(Arc::new(crate::sharded::open_model_folder(path)?)),
         Location::Local(path) if !is_tpde(path)? => Ok(Arc::new(SafetensorsFile::open(path)?)),
         _ => Ok(Arc::new(open_chain_with(at, opts)?)),
     }
@@ -195,7 +197,8 @@ pub fn open_reader_with(at: &Location, read: ReadOptions) -> Result<FileReader, 
 }
 
 /// Opens a `.tpde` file for decoding: with `base` given, attached to it; otherwise, if it is a
-/// delta, to the base its path hint names (a `.tpde` with its own chain, or a `.safetensors`).
+/// delta, to the base its path hint names (a `.tpde` with its own chain, a `.safetensors`, or a
+/// model folder).
 /// When the hint leads nowhere the reader is returned as it is, and decoding a delta chunk fails
 /// naming the base's digest and hint.
 pub fn open_tpde(at: &Location, base: Option<&Location>) -> Result<FileReader, Error> {
@@ -223,7 +226,7 @@ pub fn open_tpde_with(at: &Location, base: Option<&Location>, opts: &OpenOptions
     // A hinted base that is not there leaves the reader as it is; a remote one is found
     // missing by opening it, not by a HEAD request first.
     match base_at {
-        Location::Local(p) if !p.is_file() => Ok(reader),
+        Location::Local(p) if !p.is_file() && !p.is_dir() => Ok(reader),
         base_at => match open_base_with(&base_at, opts) {
             Err(e) if e.kind() == ErrorKind::NotFound && base_at.as_path().is_none() => Ok(reader),
             opened => {

@@ -43,6 +43,10 @@ pub struct PackReport {
     pub content_digest: Digest,
     /// Wall time.
     pub seconds: f64,
+    /// Files beside the weights carried in the file (`tpde.files`).
+    pub files: u64,
+    /// Files of the folder left out (weights in other formats, hidden folders).
+    pub skipped_files: u64,
 }
 
 /// How to pack: the writer's options, and for a delta the base and an optional lossy bound.
@@ -126,21 +130,54 @@ pub fn pack(
 ) -> Result<Packed, Error> {
     match source {
         PackSource::Tensors { tensors, metadata, format } => {
-            pack_tensors(tensors, metadata, format, destination, job, bar).map(|(packed, _)| packed)
+            let source = Source { tensors, metadata, files: &[], format };
+            pack_tensors(source, destination, job, bar).map(|(packed, _)| packed)
         }
-        PackSource::Path(dir) if dir.is_dir() => match crate::sharded::lone_safetensors(dir)? {
-            Some(file) => pack_file(&SafetensorsFile::open(&file)?, &file, destination, job, bar),
-            None => {
-                let folder = crate::sharded::open_folder(dir)?;
-                let tensors: Vec<TensorRef<'_>> = folder.tensors().collect();
-                let metadata = folder.layout.to_metadata();
-                pack_tensors(&tensors, &metadata, crate::sharded::SOURCE_FORMAT, destination, job, bar)
-                    .map(|(packed, _)| packed)
-                    .map_err(|e| if e.is_usage() { e } else { e.context(dir.display()) })
-            }
-        },
+        PackSource::Path(dir) if dir.is_dir() => pack_folder(dir, destination, job, bar),
         PackSource::Path(file) => pack_file(&SafetensorsFile::open(file)?, file, destination, job, bar),
     }
+}
+
+/// [`pack`] of a model folder: its tensors, its layout (to write the folder back) and the files
+/// beside the weights (spec §5.5).
+fn pack_folder(dir: &Path, destination: &Location, job: PackJob<'_>, bar: &dyn Progress) -> Result<Packed, Error> {
+    let folder = crate::sharded::open_model_folder(dir)?;
+    let gathered = crate::files::gather(dir, &folder.layout)?;
+    let tensors: Vec<TensorRef<'_>> = folder.tensors().collect();
+    let mut metadata = folder.layout.to_metadata();
+    let format = match folder.is_one_file() {
+        true => {
+            // As a lone `.safetensors` file packs: its `__metadata__` under its own keys.
+            let mut own: Vec<(String, String)> =
+                folder.shards[0].metadata().into_iter().flatten().map(|(k, v)| (k.clone(), v.clone())).collect();
+            own.sort();
+            metadata.extend(own);
+            "safetensors"
+        }
+        false => crate::sharded::SOURCE_FORMAT,
+    };
+    let source = Source { tensors: &tensors, metadata: &metadata, files: &gathered.files, format };
+    let (mut packed, _) = pack_tensors(source, destination, job, bar).map_err(|e| {
+        if e.is_usage() || e.is_located() {
+            e
+        } else {
+            e.context(dir.display())
+        }
+    })?;
+    packed.report.skipped_files = gathered.skipped.len() as u64;
+    Ok(packed)
+}
+
+/// What [`pack_tensors`] writes besides the writer's own entries.
+pub(crate) struct Source<'a> {
+    /// The tensors, in this order.
+    pub tensors: &'a [TensorRef<'a>],
+    /// String metadata under the caller's keys (outside the reserved `tpde.` namespace).
+    pub metadata: &'a [(String, String)],
+    /// The files beside the weights (`tpde.files`, spec §5.5); none for tensors alone.
+    pub files: &'a [tpde_format::files::FileEntry],
+    /// Recorded as `tpde.source_format`.
+    pub format: &'a str,
 }
 
 /// [`pack`] of a safetensors file already open (a series reuses it as the next delta's base).
@@ -156,7 +193,8 @@ pub(crate) fn pack_file(
     let mut metadata: Vec<(String, String)> =
         src.metadata().into_iter().flatten().map(|(k, v)| (k.clone(), v.clone())).collect();
     metadata.sort();
-    let (packed, digests) = pack_tensors(&tensors, &metadata, "safetensors", output, job, bar).map_err(|e| {
+    let source = Source { tensors: &tensors, metadata: &metadata, files: &[], format: "safetensors" };
+    let (packed, digests) = pack_tensors(source, output, job, bar).map_err(|e| {
         if e.is_usage() || e.is_located() {
             e
         } else {
@@ -170,14 +208,11 @@ pub(crate) fn pack_file(
     Ok(packed)
 }
 
-/// Writes `tensors` (in this order) and the string `metadata` (under the caller's keys, outside
-/// the reserved `tpde.` namespace) to a TPDE file at `output`, atomically; a delta if the job
-/// has a base. `source_format` is recorded as `tpde.source_format`. Returns what was written
-/// and the tensors' digests in order.
+/// Writes `source` (its tensors in order, its metadata and files) to a TPDE file at `output`,
+/// atomically; a delta if the job has a base. Returns what was written and the tensors'
+/// digests in order.
 pub(crate) fn pack_tensors(
-    tensors: &[TensorRef<'_>],
-    metadata: &[(String, String)],
-    source_format: &str,
+    source: Source<'_>,
     output: &Location,
     job: PackJob<'_>,
     bar: &dyn Progress,
@@ -199,6 +234,10 @@ pub(crate) fn pack_tensors(
     if job.max_rel_error.is_some() {
         options.min_minor_version = options.min_minor_version.max(metadata::since_minor(KEY_MAX_REL_ERROR));
     }
+    if !source.files.is_empty() {
+        options.min_minor_version = options.min_minor_version.max(metadata::since_minor(metadata::KEY_FILES));
+    }
+    let Source { tensors, metadata, files, format: source_format } = source;
     if let Some(k) = metadata.iter().map(|(k, _)| k).find(|k| k.starts_with(RESERVED_PREFIX)) {
         return Err(Error::new(
             ErrorKind::InvalidArgument,
@@ -221,6 +260,9 @@ pub(crate) fn pack_tensors(
     }
     for (k, v) in metadata {
         w.add_metadata(k.clone(), MetadataValue::String(v.clone()))?;
+    }
+    if !files.is_empty() {
+        w.add_files(files)?;
     }
     bar.set_length(tensors.iter().map(|t| t.3.len() as u64).sum());
     let mut report = PackReport::default();
@@ -289,6 +331,7 @@ pub(crate) fn pack_tensors(
         // The reconstruction is what the file decodes to: the file's digest is its digest.
         k.set_content_digest(report.content_digest);
     }
+    report.files = files.len() as u64;
     report.file_bytes = w.finish().map_err(|e| writing(e.into()))?.commit().map_err(writing)?;
     report.seconds = start.elapsed().as_secs_f64();
     bar.finish();

@@ -129,6 +129,11 @@ impl SafetensorsFile {
         let _ = self.digests.set(Digests { content, tensors });
     }
 
+    /// The tensors' digests, in file order (computed on first use).
+    pub(crate) fn tensor_digests(&self) -> &[Digest] {
+        &self.digests().tensors
+    }
+
     fn digests(&self) -> &Digests {
         self.digests.get_or_init(|| {
             let tensors: Vec<Digest> =

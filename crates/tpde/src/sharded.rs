@@ -15,9 +15,12 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use serde_json::{json, Map, Value};
+use tpde_format::digest::{content_digest, Digest, DigestInput};
 use tpde_format::ErrorKind;
+use tpde_read::{Base, BaseTensor, ReadError};
 
 use crate::location::{FileReader, Location};
 use crate::open::open_reader;
@@ -44,11 +47,12 @@ pub struct Shard {
     pub metadata: Option<BTreeMap<String, String>>,
 }
 
-/// The layout of a sharded folder, as recorded in a TPDE file.
+/// The layout of a model folder, as recorded in a TPDE file: its shards and their index, or
+/// its one `.safetensors` file (no index).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Layout {
-    /// The index file's name.
-    pub index_name: String,
+    /// The index file's name; `None` for a folder with one `.safetensors` file and no index.
+    pub index_name: Option<String>,
     /// The index's `metadata` object (`total_size`, ...), as it was.
     pub index_metadata: Map<String, Value>,
     /// The shards, in name order.
@@ -98,12 +102,18 @@ fn check_file_name(name: &str, what: &str, suffix: &str) -> Result<(), Error> {
     }
 }
 
-/// A sharded folder opened: its shards, in name order, and its layout.
+/// A model folder opened: its shards (or its one `.safetensors` file), in name order, and its
+/// layout. It is also a base a delta decodes against ([`Base`]): the tensors of all its shards,
+/// whose content digest is that of a `.tpde` packed from it.
 pub struct Folder {
     /// The shards, mapped, in the layout's order.
     pub shards: Vec<SafetensorsFile>,
     /// What a packed file records to write the folder back.
     pub layout: Layout,
+    /// Which shard holds each tensor.
+    shard_of: HashMap<String, usize>,
+    /// The content digest, computed when first asked for.
+    digest: OnceLock<Digest>,
 }
 
 impl Folder {
@@ -161,34 +171,91 @@ pub fn open_folder(dir: &Path) -> Result<Folder, Error> {
         return Err(malformed(format!("tensor {missing:?} is in the index but in none of its shards")));
     }
     let layout = Layout {
-        index_name: index_path.file_name().unwrap_or_default().to_string_lossy().into_owned(),
+        index_name: Some(index_path.file_name().unwrap_or_default().to_string_lossy().into_owned()),
         index_metadata,
         shards,
     };
-    Ok(Folder { shards: opened.into_iter().map(|(_, st)| st).collect(), layout })
+    Ok(Folder::new(opened.into_iter().map(|(_, st)| st).collect(), layout))
+}
+
+/// Opens the model folder `dir`: a sharded folder (see [`open_folder`]), or one with a single
+/// `.safetensors` file and no index (a model small enough for one file).
+pub fn open_model_folder(dir: &Path) -> Result<Folder, Error> {
+    let Some(file) = lone_safetensors(dir)? else {
+        return open_folder(dir);
+    };
+    let st = SafetensorsFile::open(&file)?;
+    let shard = Shard {
+        file: file.file_name().unwrap_or_default().to_string_lossy().into_owned(),
+        tensors: st.tensors().map(|t| t.0.to_string()).collect(),
+        metadata: st.metadata().map(|m| m.clone().into_iter().collect()),
+    };
+    Ok(Folder::new(vec![st], Layout { index_name: None, index_metadata: Map::new(), shards: vec![shard] }))
+}
+
+impl Folder {
+    fn new(shards: Vec<SafetensorsFile>, layout: Layout) -> Folder {
+        let shard_of =
+            layout.shards.iter().enumerate().flat_map(|(i, s)| s.tensors.iter().map(move |t| (t.clone(), i))).collect();
+        Folder { shards, layout, shard_of, digest: OnceLock::new() }
+    }
+
+    /// Whether the folder has one `.safetensors` file and no index.
+    pub fn is_one_file(&self) -> bool {
+        self.layout.index_name.is_none()
+    }
+}
+
+impl Base for Folder {
+    fn content_digest(&self) -> Result<Digest, ReadError> {
+        Ok(*self.digest.get_or_init(|| {
+            let digests: Vec<&[Digest]> = self.shards.iter().map(SafetensorsFile::tensor_digests).collect();
+            content_digest(self.shards.iter().zip(digests).flat_map(|(s, ds)| {
+                s.tensors().zip(ds).map(|((name, dtype, shape, _), digest)| DigestInput { name, dtype, shape, digest })
+            }))
+        }))
+    }
+
+    fn tensor(&self, name: &str) -> Result<Option<BaseTensor<'_>>, ReadError> {
+        match self.shard_of.get(name) {
+            Some(&i) => self.shards[i].tensor(name),
+            None => Ok(None),
+        }
+    }
 }
 
 impl Layout {
     /// The two metadata entries that record this layout.
     pub fn to_metadata(&self) -> Vec<(String, String)> {
-        let index = json!({"name": self.index_name, "metadata": self.index_metadata});
         let shards: Vec<Value> =
             self.shards.iter().map(|s| json!({"file": s.file, "tensors": s.tensors, "metadata": s.metadata})).collect();
-        vec![(KEY_INDEX.into(), index.to_string()), (KEY_SHARDS.into(), Value::Array(shards).to_string())]
+        let mut out = vec![(KEY_SHARDS.to_string(), Value::Array(shards).to_string())];
+        if let Some(name) = &self.index_name {
+            let index = json!({"name": name, "metadata": self.index_metadata});
+            out.insert(0, (KEY_INDEX.into(), index.to_string()));
+        }
+        out
     }
 
     /// The layout a file records, if it was packed from a sharded folder; checked against the
     /// file's tensors (each in exactly one shard) and for plain file names.
     pub fn of(r: &FileReader) -> Result<Option<Layout>, Error> {
         let get = |key: &str| r.directory().metadata.iter().find(|m| m.key == key).map(|m| m.value.to_string());
-        let (Some(index), Some(shards)) = (get(KEY_INDEX), get(KEY_SHARDS)) else {
+        let Some(shards) = get(KEY_SHARDS) else {
             return Ok(None);
         };
         let bad = |what: &str| Error::malformed(format!("the {what} metadata of a sharded layout is not valid"));
-        let index: Value = serde_json::from_str(&index).map_err(|_| bad(KEY_INDEX))?;
-        let index_name = index.get("name").and_then(Value::as_str).ok_or_else(|| bad(KEY_INDEX))?.to_string();
-        check_file_name(&index_name, "index", INDEX_SUFFIX)?;
-        let index_metadata = index.get("metadata").and_then(Value::as_object).cloned().ok_or_else(|| bad(KEY_INDEX))?;
+        let (index_name, index_metadata) = match get(KEY_INDEX) {
+            None => (None, Map::new()),
+            Some(index) => {
+                let index: Value = serde_json::from_str(&index).map_err(|_| bad(KEY_INDEX))?;
+                let name = index.get("name").and_then(Value::as_str).ok_or_else(|| bad(KEY_INDEX))?.to_string();
+                check_file_name(&name, "index", INDEX_SUFFIX)?;
+                let metadata =
+                    index.get("metadata").and_then(Value::as_object).cloned().ok_or_else(|| bad(KEY_INDEX))?;
+                (Some(name), metadata)
+            }
+        };
         let shards: Vec<Value> = serde_json::from_str(&shards).map_err(|_| bad(KEY_SHARDS))?;
         let names: HashMap<&str, usize> = r.tensors().iter().enumerate().map(|(i, t)| (t.name.as_str(), i)).collect();
         let mut seen = HashSet::new();
@@ -216,10 +283,14 @@ impl Layout {
         if seen.len() != r.tensors().len() {
             return Err(Error::malformed("the sharded layout leaves tensors of the file out"));
         }
+        if index_name.is_none() && out.len() != 1 {
+            return Err(Error::malformed(format!("a layout without {KEY_INDEX} has one file, not {}", out.len())));
+        }
         Ok(Some(Layout { index_name, index_metadata, shards: out }))
     }
 
-    /// The `*.safetensors.index.json` that names every tensor's shard, as the folder had it.
+    /// The `*.safetensors.index.json` that names every tensor's shard, as the folder had it
+    /// (with [`Layout::index_name`]).
     pub fn index_text(&self) -> Result<String, Error> {
         let weight_map: BTreeMap<&str, &str> =
             self.shards.iter().flat_map(|s| s.tensors.iter().map(|t| (t.as_str(), s.file.as_str()))).collect();
@@ -230,7 +301,7 @@ impl Layout {
     }
 }
 
-/// Whether the TPDE file at `at` was packed from a sharded folder (it records a layout).
+/// Whether the TPDE file at `at` was packed from a model folder (it records a layout).
 pub fn is_sharded(at: &Location) -> Result<bool, Error> {
     let r = open_reader(at)?;
     Ok(r.directory().metadata.iter().any(|m| m.key == KEY_SHARDS))
@@ -257,7 +328,7 @@ pub(crate) fn lone_safetensors(dir: &Path) -> Result<Option<PathBuf>, Error> {
 }
 
 /// Whether `tpde unpack` of `input` to `output` writes a folder: when the file was packed from a
-/// sharded folder, unless `output` ends in `.safetensors` (then one file holds every tensor).
+/// model folder, unless `output` ends in `.safetensors` (then one file holds every tensor).
 pub fn unpacks_to_folder(input: &Location, output: &Path) -> Result<bool, Error> {
     Ok(folder_output(output) && is_sharded(input)?)
 }

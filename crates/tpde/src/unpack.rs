@@ -15,7 +15,7 @@ use tpde_read::TensorChunks;
 use crate::location::{FileReader, Location, Stored};
 use crate::open::open_tpde;
 use crate::safetensors::{dtype_to_safetensors, write as safetensors_out};
-use crate::sharded::{folder_output, Layout};
+use crate::sharded::{folder_output, Layout, KEY_INDEX, KEY_SHARDS};
 use crate::{Error, Progress};
 
 /// What an unpack did.
@@ -29,21 +29,22 @@ pub struct UnpackReport {
     pub seconds: f64,
 }
 
-/// The safetensors `__metadata__` map a TPDE file carries: every non-reserved entry, strings
-/// as they are and other types in their text form.
+/// The safetensors `__metadata__` map a TPDE file carries: every non-reserved entry but a
+/// model folder's layout ([`crate::sharded`]), strings as they are and other types in their
+/// text form.
 pub fn safetensors_metadata<S: tpde_read::Source>(r: &tpde_read::Reader<S>) -> BTreeMap<String, String> {
     r.directory()
         .metadata
         .iter()
-        .filter(|m| !m.key.starts_with(RESERVED_PREFIX))
+        .filter(|m| !m.key.starts_with(RESERVED_PREFIX) && m.key != KEY_INDEX && m.key != KEY_SHARDS)
         .map(|m| (m.key.clone(), m.value.to_string()))
         .collect()
 }
 
 /// Decodes every tensor of the TPDE file at `source` (CRCs checked) and writes it to `target`,
 /// chunk by chunk: one safetensors file, written atomically (see [`safetensors_out`]); or, for a
-/// file packed from a sharded folder and a `target` that does not end in `.safetensors`, that
-/// folder again ([`crate::sharded`]: every shard, then the index). A delta decodes against
+/// file packed from a model folder and a `target` that does not end in `.safetensors`, that
+/// folder again ([`crate::sharded`]: the files beside the weights, every shard, then the index). A delta decodes against
 /// `base` if given, else against the chain its path hints name. The one way out, for every
 /// front end.
 pub fn unpack(
@@ -174,10 +175,15 @@ pub fn unpack_report(r: &FileReader, start: Instant) -> UnpackReport {
     }
 }
 
-/// Writes the shards of `layout` from the open file `r` into the folder `output`, each
-/// atomically, then the index, so that a folder whose index exists is complete.
+/// Writes the folder `layout` records from the open file `r` into `output`: the files beside
+/// the weights (`tpde.files`), then every shard, each atomically, then the index (as the folder
+/// had it, from the file table, or written from the layout), so that a folder whose index
+/// exists is complete.
 fn write_folder(r: &FileReader, layout: &Layout, output: &Path, bar: &dyn Progress) -> Result<(), Error> {
     std::fs::create_dir_all(output).map_err(|e| Error::from(e).context(output.display()))?;
+    let files = r.files()?;
+    let is_index = |f: &&tpde_format::files::FileEntry| Some(&f.path) == layout.index_name.as_ref();
+    crate::files::write(output, files.iter().filter(|f| !is_index(f)), layout)?;
     let index_of: std::collections::HashMap<&str, usize> =
         r.tensors().iter().enumerate().map(|(i, t)| (t.name.as_str(), i)).collect();
     bar.set_length(r.tensors().iter().map(|t| t.byte_length).sum());
@@ -185,11 +191,17 @@ fn write_folder(r: &FileReader, layout: &Layout, output: &Path, bar: &dyn Progre
         let select: Vec<usize> = shard.tensors.iter().map(|t| index_of[t.as_str()]).collect();
         unpack_tensors(r, &select, &shard.metadata.clone().unwrap_or_default(), &output.join(&shard.file), bar)?;
     }
-    let path = output.join(&layout.index_name);
-    let io = |e: std::io::Error| Error::from(e).context(path.display());
-    let mut f = tpde_write::AtomicFile::create(&path).map_err(io)?;
-    std::io::Write::write_all(&mut f, layout.index_text()?.as_bytes()).map_err(io)?;
-    f.commit().map_err(io)?;
+    match (files.iter().find(is_index), &layout.index_name) {
+        (Some(carried), _) => crate::files::write(output, [carried], layout)?,
+        (None, Some(index_name)) => {
+            let path = output.join(index_name);
+            let io = |e: std::io::Error| Error::from(e).context(path.display());
+            let mut f = tpde_write::AtomicFile::create(&path).map_err(io)?;
+            std::io::Write::write_all(&mut f, layout.index_text()?.as_bytes()).map_err(io)?;
+            f.commit().map_err(io)?;
+        }
+        (None, None) => {}
+    }
     bar.finish();
     Ok(())
 }

@@ -56,6 +56,10 @@ pub enum Expect {
         tensors: Vec<ExpectedTensor>,
         /// Metadata entries in directory order.
         metadata: Vec<ExpectedMetadata>,
+        /// The files of its file table (`tpde.files`, spec §5.5), in table order; listed only
+        /// for a file that carries one.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        files: Vec<ExpectedFile>,
     },
     /// Opening, reading every tensor in directory order, or verifying fails first with this
     /// error category (spec §9).
@@ -90,6 +94,24 @@ pub struct ExpectedMetadata {
     pub bytes: String,
     /// The value as text, for people; not compared.
     pub text: String,
+}
+
+/// A file of a file table as it must decode (spec §5.5).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExpectedFile {
+    /// Its path.
+    pub path: String,
+    /// Its length in bytes.
+    pub length: u64,
+    /// SHA-256 of its bytes, lowercase hex.
+    pub sha256: String,
+}
+
+impl ExpectedFile {
+    /// The entry for a file with these bytes.
+    pub fn new(path: &str, data: &[u8]) -> Self {
+        ExpectedFile { path: path.into(), length: data.len() as u64, sha256: sha256_hex(data) }
+    }
 }
 
 impl ExpectedTensor {

@@ -7,7 +7,7 @@ use tpde_format::{
 };
 
 use crate::valid::{
-    CONTEXT_BASE, CONTEXT_F32, DELTA_BASE, DELTA_PACKED, DELTA_SUB_CONTEXT, DELTA_XOR, LANES_F32, LANES_PACKED,
+    CONTEXT_BASE, CONTEXT_F32, DELTA_BASE, DELTA_PACKED, DELTA_SUB_CONTEXT, DELTA_XOR, FILES, LANES_F32, LANES_PACKED,
     PREDICTED, PREDICTED_BASE, PREDICTED_CHAIN, PREDICTED_CONTEXTS, PREDICTED_EDGE_BASE, PREDICTED_SUBNORMAL,
     SMALL_PLANES, SMALL_RAW, SMALL_ZSTD,
 };
@@ -30,6 +30,7 @@ pub fn all(g: &mut Gen) {
     single_rule(g);
     predicted(g);
     predicted_edges(g);
+    files(g);
 }
 
 /// The manifest entry of `invalid/{name}.tpde`, read on its own.
@@ -1333,4 +1334,142 @@ fn predicted_edges(g: &mut Gen) {
         let bytes = surgery::with_chunk(&ctx.bytes, xi, 0, &stored).expect("surgery");
         bad_delta(g, name, "R25", &description, bytes, PREDICTED_EDGE_BASE, Malformed);
     }
+}
+
+/// `FILES` with its `tpde.files` value replaced.
+fn with_files_value(g: &Gen, value: MetadataValue) -> Vec<u8> {
+    edit_dir(&g.get(FILES).bytes, |d| {
+        let m = d.metadata.iter_mut().find(|m| m.key == tpde_format::files::KEY_FILES).expect("a file table");
+        m.value = value;
+    })
+}
+
+/// R31 (§5.5): file tables that break one rule each, in frames written by hand.
+fn files(g: &mut Gen) {
+    use crate::valid::{raw_blocks, raw_frame, table_bytes};
+    let framed = |table: &[u8]| MetadataValue::Bytes(raw_frame(table.len() as u32, table));
+    let one = |path: &[u8]| {
+        let t = table_bytes(1, &[(path, b"{}")]);
+        MetadataValue::Bytes(raw_frame(t.len() as u32, &t))
+    };
+    let good = table_bytes(1, &[(b"config.json", b"{}")]);
+    let cases: Vec<(&str, &str, MetadataValue, ErrorKind)> = vec![
+        (
+            "r31-files-not-a-frame",
+            "the value is a zip header, not a Zstandard frame",
+            MetadataValue::Bytes(b"PK\x03\x04rest".to_vec()),
+            Malformed,
+        ),
+        (
+            "r31-files-no-content-size",
+            "a frame that does not declare its content size",
+            {
+                let mut f = vec![0x28, 0xB5, 0x2F, 0xFD, 0x00, 0x00];
+                raw_blocks(&mut f, &good);
+                MetadataValue::Bytes(f)
+            },
+            Malformed,
+        ),
+        (
+            "r31-files-table-too-long",
+            "a frame declaring 64 MiB + 1 bytes of content (checked before decompressing)",
+            {
+                let mut f = vec![0x28, 0xB5, 0x2F, 0xFD, 0xE0];
+                f.extend(((64u64 << 20) + 1).to_le_bytes());
+                raw_blocks(&mut f, &good);
+                MetadataValue::Bytes(f)
+            },
+            LimitExceeded,
+        ),
+        (
+            "r31-files-window-too-large",
+            "a frame asking for a 1 GiB window for 19 bytes",
+            {
+                let mut f = vec![0x28, 0xB5, 0x2F, 0xFD, 0x80, 20 << 3];
+                f.extend((good.len() as u32).to_le_bytes());
+                raw_blocks(&mut f, &good);
+                MetadataValue::Bytes(f)
+            },
+            LimitExceeded,
+        ),
+        (
+            "r31-files-needs-dictionary",
+            "a frame that names a dictionary",
+            {
+                let mut f = vec![0x28, 0xB5, 0x2F, 0xFD, 0xA1, 7];
+                f.extend((good.len() as u32).to_le_bytes());
+                raw_blocks(&mut f, &good);
+                MetadataValue::Bytes(f)
+            },
+            Malformed,
+        ),
+        (
+            "r31-files-content-size-wrong",
+            "a frame whose content is one byte shorter than its header says",
+            MetadataValue::Bytes(raw_frame(good.len() as u32 + 1, &good)),
+            Malformed,
+        ),
+        (
+            "r31-files-after-frame",
+            "a byte after the frame",
+            {
+                let mut f = raw_frame(good.len() as u32, &good);
+                f.push(0);
+                MetadataValue::Bytes(f)
+            },
+            Malformed,
+        ),
+        (
+            "r31-files-table-trailing-byte",
+            "a byte after the last file of the table",
+            framed(&[&good[..], &[0]].concat()),
+            Malformed,
+        ),
+        (
+            "r31-files-count-past-end",
+            "a count of 2 and one file",
+            framed(&table_bytes(2, &[(b"config.json", b"{}")])),
+            Malformed,
+        ),
+        ("r31-files-count-over-limit", "a count of 4097 files", framed(&4097u32.to_le_bytes()), LimitExceeded),
+        (
+            "r31-files-length-past-end",
+            "a file whose length runs past the table",
+            {
+                let mut t = table_bytes(1, &[(b"config.json", b"{}")]);
+                t.truncate(t.len() - 1);
+                framed(&t)
+            },
+            Malformed,
+        ),
+        ("r31-files-dot-dot", "the path ../config.json", one(b"../config.json"), Malformed),
+        ("r31-files-absolute", "the path /etc/passwd", one(b"/etc/passwd"), Malformed),
+        ("r31-files-backslash", "the path a\\b", one(b"a\\b"), Malformed),
+        ("r31-files-drive", "the path C:config.json", one(b"C:config.json"), Malformed),
+        ("r31-files-empty-component", "the path a//b", one(b"a//b"), Malformed),
+        ("r31-files-dot", "the path ./config.json", one(b"./config.json"), Malformed),
+        ("r31-files-control", "a path with a newline", one(b"config\n.json"), Malformed),
+        ("r31-files-empty-path", "an empty path", one(b""), Malformed),
+        ("r31-files-path-not-utf8", "a path that is not UTF-8", one(b"config\xff.json"), Malformed),
+        ("r31-files-path-too-long", "a path of 1025 bytes", one(&[b'a'; 1025]), LimitExceeded),
+        ("r31-files-component-too-long", "a path component of 256 bytes", one(&[b'a'; 256]), LimitExceeded),
+        (
+            "r31-files-repeated",
+            "config.json twice",
+            framed(&table_bytes(2, &[(b"config.json", b"{}"), (b"config.json", b"[]")])),
+            Malformed,
+        ),
+        (
+            "r31-files-file-and-folder",
+            "a file a and a file a/b",
+            framed(&table_bytes(2, &[(b"a", b"{}"), (b"a/b", b"[]")])),
+            Malformed,
+        ),
+    ];
+    for (name, description, value, error) in cases {
+        let bytes = with_files_value(g, value);
+        bad(g, name, "R31", description, bytes, error);
+    }
+    let as_string = with_files_value(g, MetadataValue::String("config.json".into()));
+    bad(g, "r17-files-type", "R17", "tpde.files as a string (the spec says bytes)", as_string, Malformed);
 }

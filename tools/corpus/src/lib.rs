@@ -15,13 +15,14 @@ mod valid;
 use std::collections::HashMap;
 
 use tpde_codec::Encoder;
-use tpde_conformance::{Case, Expect, ExpectedMetadata, ExpectedTensor, Manifest, SCHEMA};
+use tpde_conformance::{Case, Expect, ExpectedFile, ExpectedMetadata, ExpectedTensor, Manifest, SCHEMA};
 use tpde_format::digest::{content_digest, tensor_digest, DigestInput};
+use tpde_format::files::{FileEntry, KEY_FILES};
 use tpde_format::{BaseRef, DType, MetadataValue, Prediction};
 use tpde_write::{PredictInput, TensorInput, WriteOptions, Writer};
 
 /// The spec version the corpus is generated for.
-pub const SPEC_VERSION: &str = "1.6";
+pub const SPEC_VERSION: &str = "1.7";
 
 /// The generated corpus: files (path relative to the corpus folder, bytes) and the manifest.
 pub struct Corpus {
@@ -84,6 +85,9 @@ pub(crate) struct Spec<'a> {
     pub tensors: Vec<T>,
     /// The corpus file it is a delta against.
     pub base: Option<&'a str>,
+    /// The files of its file table (spec §5.5), for the manifest; the table itself is a
+    /// metadata entry like any other.
+    pub files: Vec<FileEntry>,
 }
 
 impl<'a> Spec<'a> {
@@ -96,6 +100,7 @@ impl<'a> Spec<'a> {
             metadata: Vec::new(),
             tensors: Vec::new(),
             base: None,
+            files: Vec::new(),
         }
     }
     pub fn encoder(mut self, encoder: Encoder) -> Self {
@@ -122,6 +127,11 @@ impl<'a> Spec<'a> {
     pub fn tensors(mut self, ts: impl IntoIterator<Item = T>) -> Self {
         self.tensors.extend(ts);
         self
+    }
+    /// A file table (spec §5.5) of `files` in the frame `frame`, declaring 1.7.
+    pub fn files(mut self, files: Vec<FileEntry>, frame: Vec<u8>) -> Self {
+        self.files = files;
+        self.minor(7).meta(KEY_FILES, MetadataValue::Bytes(frame))
     }
     pub fn base(mut self, base: &'a str) -> Self {
         self.base = Some(base);
@@ -189,7 +199,7 @@ impl Gen {
             r.unwrap_or_else(|e| panic!("{}: {e}", spec.path));
         }
         let bytes = w.finish().expect("finish");
-        let expect = expect_of(&spec.tensors, &spec.metadata);
+        let expect = expect_of(&spec.tensors, &spec.metadata, &spec.files);
         let case = Case { base: spec.base.map(str::to_owned), ..case(spec.path, spec.rule, spec.description, expect) };
         self.add(case, bytes.clone(), spec.tensors);
         bytes
@@ -239,10 +249,11 @@ pub(crate) fn digest_of(tensors: &[T]) -> [u8; 32] {
     }))
 }
 
-fn expect_of(tensors: &[T], metadata: &[(String, MetadataValue)]) -> Expect {
+fn expect_of(tensors: &[T], metadata: &[(String, MetadataValue)], files: &[FileEntry]) -> Expect {
     Expect::Valid {
         tensors: tensors.iter().map(|t| ExpectedTensor::new(&t.name, t.dtype, &t.shape, &t.data)).collect(),
         metadata: metadata.iter().map(|(k, v)| ExpectedMetadata::new(k, v)).collect(),
+        files: files.iter().map(|f| ExpectedFile::new(&f.path, &f.data)).collect(),
     }
 }
 

@@ -3,6 +3,7 @@
 
 use half::{bf16, f16};
 use tpde_codec::Encoder;
+use tpde_format::files::FileEntry;
 use tpde_format::limits::{MAX_KEY_LEN, MAX_NAME_LEN, MAX_RANK};
 use tpde_format::metadata::{KEY_MAX_ABS_ERROR, KEY_MAX_REL_ERROR, KEY_PRODUCER, KEY_SOURCE_FORMAT, KEY_STEP};
 use tpde_format::{surgery, CodecTag, DType, MetadataEntry, MetadataValue, Prediction};
@@ -42,6 +43,7 @@ pub fn all(g: &mut Gen) {
     relative_bound(g);
     predicted(g);
     predicted_edges(g);
+    files(g);
 }
 
 /// Bytes of `values` as `dtype` (a float dtype that `half` or the std covers, or an integer).
@@ -1086,4 +1088,87 @@ fn predicted_edges(g: &mut Gen) {
     use tpde_codec::planes::PlaneRecord::{BaseContexts, Stored};
     assert!(records.iter().any(|r| matches!(r, BaseContexts(..))), "x has a base-context record: {records:?}");
     assert!(records.iter().any(|r| matches!(r, Stored(..))), "x has a stored plane: {records:?}");
+}
+
+/// 1.7's model folder file (§5.5): the files beside the weights, libzstd's frame at level 19.
+pub const FILES: &str = "valid/files-model-folder.tpde";
+
+/// The files of a model folder, as the corpus carries them: nested, empty, hidden, non-ASCII.
+pub fn folder_files() -> Vec<FileEntry> {
+    let file = |path: &str, data: &[u8]| FileEntry { path: path.into(), data: data.to_vec() };
+    let vocab: String = (0..400).map(|i| format!("tok{i}\n")).collect();
+    vec![
+        file(".gitattributes", b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n"),
+        file("1_Pooling/config.json", b"{\"word_embedding_dimension\": 8, \"pooling_mode_mean_tokens\": true}\n"),
+        file("config.json", b"{\"architectures\": [\"BertModel\"], \"hidden_size\": 8}\n"),
+        file("docs/r\u{e9}sum\u{e9} \u{6a21}\u{578b}.md", "# r\u{e9}sum\u{e9}\n".as_bytes()),
+        file("empty.txt", b""),
+        file("vocab.txt", vocab.as_bytes()),
+    ]
+}
+
+/// A file table's bytes (spec §5.5): the count, then each path and file; `count` may lie.
+pub fn table_bytes(count: u32, entries: &[(&[u8], &[u8])]) -> Vec<u8> {
+    let mut out = count.to_le_bytes().to_vec();
+    for (path, data) in entries {
+        out.extend((path.len() as u16).to_le_bytes());
+        out.extend_from_slice(path);
+        out.extend((data.len() as u64).to_le_bytes());
+        out.extend_from_slice(data);
+    }
+    out
+}
+
+/// A Zstandard frame (RFC 8878) of raw blocks, written by hand so that its bytes depend on no
+/// library: single segment, a 4-byte content size of `declared`.
+pub fn raw_frame(declared: u32, content: &[u8]) -> Vec<u8> {
+    let mut out = vec![0x28, 0xB5, 0x2F, 0xFD, 0xA0];
+    out.extend(declared.to_le_bytes());
+    raw_blocks(&mut out, content);
+    out
+}
+
+/// `content` as raw blocks of at most 1 KiB, the last one flagged.
+pub fn raw_blocks(out: &mut Vec<u8>, content: &[u8]) {
+    let blocks: Vec<&[u8]> = if content.is_empty() { vec![&[][..]] } else { content.chunks(1024).collect() };
+    for (i, b) in blocks.iter().enumerate() {
+        let last = u32::from(i + 1 == blocks.len());
+        out.extend_from_slice(&((b.len() as u32) << 3 | last).to_le_bytes()[..3]);
+        out.extend_from_slice(b);
+    }
+}
+
+fn files(g: &mut Gen) {
+    let small = || T::new("w", DType::F32, &[2], encode(DType::F32, &[1.0, -2.0]));
+    let files = folder_files();
+    let frame = tpde_write::files_frame(&files).expect("a valid table");
+    g.valid(
+        Spec::new(
+            FILES,
+            "§5.5",
+            "1.7: a model folder's files beside its weights (nested, empty, hidden, non-ASCII paths) in tpde.files, compressed by libzstd",
+        )
+        .files(files.clone(), frame)
+        .tensor(small()),
+    );
+    // Raw blocks, a window descriptor (not single segment) and a 2-byte content size (+256).
+    let entries: Vec<(&[u8], &[u8])> = files.iter().map(|f| (f.path.as_bytes(), &f.data[..])).collect();
+    let table = table_bytes(entries.len() as u32, &entries);
+    let mut frame = vec![0x28, 0xB5, 0x2F, 0xFD, 0x40, 0x00];
+    frame.extend(((table.len() - 256) as u16).to_le_bytes());
+    raw_blocks(&mut frame, &table);
+    g.valid(
+        Spec::new(
+            "valid/files-raw-blocks.tpde",
+            "§5.5",
+            "the same files in a frame of raw blocks with a 1 KiB window and a 2-byte content size",
+        )
+        .files(files, frame)
+        .tensor(small()),
+    );
+    g.valid(
+        Spec::new("valid/files-none.tpde", "§5.5", "a file table of no files")
+            .files(Vec::new(), raw_frame(4, &table_bytes(0, &[])))
+            .tensor(small()),
+    );
 }

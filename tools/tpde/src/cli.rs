@@ -24,16 +24,17 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Pack a safetensors file, or a Hugging Face sharded folder (its shards and
-    /// *.safetensors.index.json), into one .tpde file: a keyframe, or with --base a delta.
+    /// Pack a safetensors file, or a Hugging Face model folder (its model.safetensors or its
+    /// shards and *.safetensors.index.json, and the files beside them: config, tokenizer,
+    /// README), into one .tpde file: a keyframe, or with --base a delta.
     Pack {
-        /// The .safetensors input, or a sharded folder.
+        /// The .safetensors input, or a model folder.
         input: PathBuf,
         /// The .tpde output (written atomically), a path or an s3://bucket/key URL.
         #[arg(short, long, value_parser = location)]
         output: Location,
         /// The checkpoint to write a delta against: a .tpde (keyframe or delta, a path or a
-        /// URL) or a .safetensors.
+        /// URL), a .safetensors, or a model folder (a fine-tune against its base model).
         #[arg(long, value_parser = location)]
         base: Option<Location>,
         #[command(flatten)]
@@ -53,8 +54,9 @@ enum Command {
         #[command(flatten)]
         codec: CodecArgs,
     },
-    /// Unpack a .tpde file into a safetensors file; a file packed from a sharded folder into
-    /// that folder again (its shards, then its index), unless the output ends in .safetensors.
+    /// Unpack a .tpde file into a safetensors file; a file packed from a model folder into
+    /// that folder again (its files, its weights, then its index), unless the output ends in
+    /// .safetensors.
     Unpack {
         /// The .tpde input: a path or an s3://bucket/key URL.
         #[arg(value_parser = location)]
@@ -523,8 +525,13 @@ fn location(s: &str) -> Result<Location, String> {
 }
 
 fn pack_line(r: &PackReport) -> String {
+    let files = match (r.files, r.skipped_files) {
+        (0, 0) => String::new(),
+        (n, 0) => format!(" and {n} files"),
+        (n, s) => format!(" and {n} files ({s} left out: weights in other formats, hidden folders)"),
+    };
     format!(
-        "packed {} tensors ({} as deltas): {} -> {} (ratio {:.3}) in {:.2} s, {:.0} MB/s",
+        "packed {} tensors ({} as deltas){files}: {} -> {} (ratio {:.3}) in {:.2} s, {:.0} MB/s",
         r.tensors,
         r.delta_tensors,
         HumanBytes(r.logical_bytes),

@@ -90,7 +90,9 @@ fn check(dir: &Path, case: &Case, cases: &HashMap<&str, &Case>, backend: Backend
         Backend::Gpu(gpu) => match *gpu {},
     };
     match (&case.expect, result) {
-        (Expect::Valid { tensors, metadata }, Ok(read)) => compare(tensors, metadata, &read).map(|()| None),
+        (Expect::Valid { tensors, metadata, files }, Ok(read)) => {
+            compare(tensors, metadata, files, &read).map(|()| None)
+        }
         (Expect::Valid { .. }, Err((kind, e))) => Err(format!("rejected ({kind}): {e}")),
         (Expect::Invalid { error }, Ok(_)) => Err(format!("accepted; expected {error}")),
         (Expect::Invalid { error }, Err((kind, e))) if kind.as_str() == error => Ok(Some(e)),
@@ -124,7 +126,8 @@ pub fn read_one_json(file: &Path, bases: &[PathBuf], follow_hints: bool) -> Stri
         read_all(&r)
     })();
     let value = match result {
-        Ok(read) => serde_json::json!({"tensors": read.tensors, "metadata": read.metadata}),
+        Ok(read) if read.files.is_empty() => serde_json::json!({"tensors": read.tensors, "metadata": read.metadata}),
+        Ok(read) => serde_json::json!({"tensors": read.tensors, "metadata": read.metadata, "files": read.files}),
         Err(e) => serde_json::json!({"error": e.kind().as_str(), "message": e.to_string()}),
     };
     value.to_string()
@@ -134,6 +137,12 @@ pub fn read_one_json(file: &Path, bases: &[PathBuf], follow_hints: bool) -> Stri
 struct Read {
     tensors: Vec<ExpectedTensor>,
     metadata: Vec<ExpectedMetadata>,
+    files: Vec<ExpectedFile>,
+}
+
+/// The files of `r`'s file table (spec §5.5) as the manifest lists them.
+fn files_of(r: &Reader) -> Result<Vec<ExpectedFile>, ReadError> {
+    Ok(r.files()?.iter().map(|f| ExpectedFile::new(&f.path, &f.data)).collect())
 }
 
 /// Opens the file with its base, reads every tensor in directory order, then verifies: the
@@ -151,7 +160,7 @@ fn read_all(r: &Reader) -> Result<Read, ReadError> {
     }
     r.verify()?;
     let metadata = r.directory().metadata.iter().map(|m| ExpectedMetadata::new(&m.key, &m.value)).collect();
-    Ok(Read { tensors, metadata })
+    Ok(Read { tensors, metadata, files: files_of(r)? })
 }
 
 fn open_case(dir: &Path, case: &Case, cases: &HashMap<&str, &Case>, depth: usize) -> Result<Reader, ReadError> {
@@ -186,8 +195,9 @@ fn gpu_read_case(gpu: &Gpu, dir: &Path, case: &Case, cases: &HashMap<&str, &Case
         tensors.push(ExpectedTensor::new(&t.name, t.dtype, &t.shape, &data));
     }
     reader.verify_padding()?;
+    let files = files_of(&reader)?;
     let metadata = reader.directory().metadata.iter().map(|m| ExpectedMetadata::new(&m.key, &m.value)).collect();
-    Ok(Read { tensors, metadata })
+    Ok(Read { tensors, metadata, files })
 }
 
 /// The checkpoint of `case` on the device, its manifest base first.
@@ -207,7 +217,12 @@ fn gpu_checkpoint(
     gpu.load(&reader, base.as_ref())
 }
 
-fn compare(tensors: &[ExpectedTensor], metadata: &[ExpectedMetadata], read: &Read) -> Result<(), String> {
+fn compare(
+    tensors: &[ExpectedTensor],
+    metadata: &[ExpectedMetadata],
+    files: &[ExpectedFile],
+    read: &Read,
+) -> Result<(), String> {
     if read.tensors.len() != tensors.len() {
         return Err(format!("{} tensors, expected {}", read.tensors.len(), tensors.len()));
     }
@@ -221,6 +236,9 @@ fn compare(tensors: &[ExpectedTensor], metadata: &[ExpectedMetadata], read: &Rea
     let want: Vec<_> = metadata.iter().map(key).collect();
     if got != want {
         return Err(format!("metadata {got:?}, expected {want:?}"));
+    }
+    if read.files != files {
+        return Err(format!("files {:?}, expected {files:?}", read.files));
     }
     Ok(())
 }

@@ -47,8 +47,22 @@ pub struct Report {
     pub content_digest: String,
     /// Metadata entries in file order.
     pub metadata: Vec<Metadata>,
+    /// The files of its file table (`tpde.files`, spec §5.5), in table order.
+    pub files: Vec<FileRow>,
+    /// Why the file table could not be read, if it could not (spec R31).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub files_error: Option<String>,
     /// Tensors in file order.
     pub tensors: Vec<Tensor>,
+}
+
+/// A file of the file table.
+#[derive(Serialize, Debug)]
+pub struct FileRow {
+    /// Its path in the folder.
+    pub path: String,
+    /// Its length in bytes.
+    pub bytes: u64,
 }
 
 /// Format version.
@@ -173,6 +187,10 @@ pub fn report<S: Source>(file: &str, r: &Reader<S>, with_chunks: bool) -> Report
         .filter(|c| chunks.insert((c.offset, c.stored_length)))
         .map(|c| c.stored_length)
         .sum();
+    let (files, files_error) = match r.files() {
+        Ok(f) => (Some(f.into_iter().map(|f| FileRow { path: f.path, bytes: f.data.len() as u64 }).collect()), None),
+        Err(e) => (None, Some(e.to_string())),
+    };
     Report {
         schema: SCHEMA,
         file: file.to_owned(),
@@ -193,6 +211,8 @@ pub fn report<S: Source>(file: &str, r: &Reader<S>, with_chunks: bool) -> Report
             .iter()
             .map(|m| Metadata { key: m.key.clone(), type_name: m.value.type_name(), value: m.value.to_string() })
             .collect(),
+        files: files.unwrap_or_default(),
+        files_error,
         tensors: r.tensors().iter().map(|t| tensor_row(t, with_chunks)).collect(),
     }
 }
@@ -238,7 +258,7 @@ pub fn render_text(rep: &Report, full: bool) -> String {
                 Some(_) if !full => {
                     cut = true;
                     let head: String = value.chars().take(METADATA_SHOWN).collect();
-                    format!("{head}... ({} bytes in all)", m.value.len())
+                    format!("{head}... ({} characters in all)", m.value.chars().count())
                 }
                 _ => value,
             };
@@ -247,6 +267,21 @@ pub fn render_text(rep: &Report, full: bool) -> String {
         if cut {
             let _ = writeln!(w, "  (values cut to a line: --full or --json shows them whole)");
         }
+    }
+    if !rep.files.is_empty() {
+        let total: u64 = rep.files.iter().map(|f| f.bytes).sum();
+        let _ = writeln!(
+            w,
+            "files       {} ({}), written back by `tpde unpack` into a folder",
+            rep.files.len(),
+            HumanBytes(total)
+        );
+        for f in &rep.files {
+            let _ = writeln!(w, "  {:>10}  {}", HumanBytes(f.bytes).to_string(), f.path);
+        }
+    }
+    if let Some(e) = &rep.files_error {
+        let _ = writeln!(w, "files       unreadable: {e}");
     }
     let rows: Vec<[String; 7]> = rep
         .tensors

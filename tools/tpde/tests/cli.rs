@@ -790,7 +790,157 @@ fn inspect_counts_shared_chunks_once_and_cuts_long_metadata() {
 
     let text = tpde().arg("inspect").arg(&packed).assert().success().get_output().stdout.clone();
     let text = String::from_utf8(text).unwrap();
-    assert!(!text.contains(&long) && text.contains("(5000 bytes in all)"), "{text}");
+    assert!(!text.contains(&long) && text.contains("(5000 characters in all)"), "{text}");
     let full = tpde().arg("inspect").arg(&packed).arg("--full").assert().success().get_output().stdout.clone();
     assert!(String::from_utf8(full).unwrap().contains(&long));
+}
+
+/// Every file under `dir` (links to files read through, links to folders left out), by path:
+/// what a folder holds, byte for byte.
+fn folder_files(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(p) = pending.pop() {
+        for e in std::fs::read_dir(&p).unwrap() {
+            let path = e.unwrap().path();
+            let link = std::fs::symlink_metadata(&path).unwrap().file_type().is_symlink();
+            if path.is_dir() && !link {
+                pending.push(path);
+            } else if path.is_file() {
+                out.insert(
+                    path.strip_prefix(dir).unwrap().to_string_lossy().into_owned(),
+                    std::fs::read(&path).unwrap(),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// A model folder as the Hub has one: sharded weights, their index and the files beside them
+/// (nested, hidden, a link to a file as a Hugging Face cache snapshot has), with what a pack
+/// leaves out (weights in another format, a hidden folder, a link to a folder).
+fn model_folder(dir: &Path, scale: f32) -> std::path::PathBuf {
+    let folder = sharded_folder(dir, scale);
+    let write = |rel: &str, data: &[u8]| {
+        let p = folder.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, data).unwrap();
+    };
+    write("config.json", format!("{{\"architectures\": [\"BertModel\"], \"scale\": {scale}}}\n").as_bytes());
+    write("tokenizer.json", "{\"model\": {\"vocab\": {\"[PAD]\": 0, \"h\u{e9}llo\": 1}}}".as_bytes());
+    write("1_Pooling/config.json", b"{\"pooling_mode_mean_tokens\": true}");
+    write(".gitattributes", b"*.safetensors filter=lfs\n");
+    write("empty.txt", b"");
+    std::fs::write(dir.join(format!("blob-{scale}")), b"the README, a blob in the cache").unwrap();
+    std::os::unix::fs::symlink(dir.join(format!("blob-{scale}")), folder.join("README.md")).unwrap();
+    // Left out:
+    write("pytorch_model.bin", b"pickled weights");
+    write(".cache/huggingface/download/model.lock", b"");
+    std::os::unix::fs::symlink(dir, folder.join("linked-folder")).unwrap();
+    folder
+}
+
+#[test]
+fn model_folders_carry_their_files_and_are_bases_of_their_fine_tunes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (base, tuned) = (model_folder(d, 1.0), model_folder(d, 1.001));
+    let packed =
+        tpde().arg("pack").arg(&tuned).arg("--base").arg(&base).arg("-o").arg(d.join("ft.tpde")).assert().success();
+    let said = String::from_utf8_lossy(&packed.get_output().stderr).into_owned();
+    assert!(said.contains("4 as deltas) and 7 files (3 left out"), "{said}");
+    // The delta names the base folder by the content digest its .tpde has: they are one base.
+    tpde().arg("pack").arg(&base).arg("-o").arg(d.join("base.tpde")).assert().success();
+    let ft = tpde::read::Reader::open(d.join("ft.tpde")).unwrap();
+    let base_tpde = tpde::read::Reader::open(d.join("base.tpde")).unwrap();
+    assert_eq!(ft.header().minor_version, 7);
+    assert_eq!(ft.directory().base.as_ref().unwrap().digest, base_tpde.content_digest());
+    assert_eq!(ft.directory().base.as_ref().unwrap().path_hint, "model-1");
+
+    // Unpacked through the hint (a folder), or against the base's .tpde: the folder again, byte
+    // for byte, but for what was left out.
+    let mut want = folder_files(&tuned);
+    want.retain(|p, _| !p.starts_with(".cache") && p != "pytorch_model.bin");
+    for (out, base_arg) in [("out-hint", None), ("out-tpde", Some(d.join("base.tpde")))] {
+        let mut cmd = tpde();
+        cmd.arg("unpack").arg(d.join("ft.tpde")).arg("-o").arg(d.join(out));
+        if let Some(b) = base_arg {
+            cmd.arg("--base").arg(b);
+        }
+        cmd.assert().success();
+        let got = folder_files(&d.join(out));
+        assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>(), "{out}");
+        for (p, bytes) in &want {
+            if !p.ends_with(".safetensors") {
+                assert_eq!(&got[p], bytes, "{out}/{p}");
+            }
+        }
+        for shard in ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"] {
+            assert_eq!(verify::compare_safetensors(&tuned.join(shard), &d.join(out).join(shard)).unwrap(), None);
+        }
+    }
+    inspect().arg(d.join("ft.tpde")).assert().success().stdout(predicates::str::contains("1_Pooling/config.json"));
+
+    // Unpacking never writes through a link it finds in the output folder.
+    let (out, elsewhere) = (d.join("out-link"), d.join("elsewhere"));
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, out.join("1_Pooling")).unwrap();
+    tpde()
+        .arg("unpack")
+        .arg(d.join("ft.tpde"))
+        .arg("-o")
+        .arg(&out)
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("not a folder (a link or a file)"));
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0, "nothing written through the link");
+    // A file that links out is replaced, not written through.
+    let victim = d.join("victim.txt");
+    std::fs::write(&victim, b"keep me").unwrap();
+    let out = d.join("out-file-link");
+    std::fs::create_dir_all(&out).unwrap();
+    std::os::unix::fs::symlink(&victim, out.join("config.json")).unwrap();
+    tpde().arg("unpack").arg(d.join("ft.tpde")).arg("-o").arg(&out).assert().success();
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep me");
+    assert!(!std::fs::symlink_metadata(out.join("config.json")).unwrap().file_type().is_symlink());
+}
+
+#[test]
+fn a_one_file_model_folder_unpacks_to_the_same_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let folder = d.join("model");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::copy(small_model(d), folder.join("model.safetensors")).unwrap();
+    std::fs::write(folder.join("config.json"), b"{\"model_type\": \"bert\"}").unwrap();
+    std::fs::write(folder.join("vocab.txt"), b"[PAD]\n[UNK]\n").unwrap();
+    tpde().arg("pack").arg(&folder).arg("-o").arg(d.join("m.tpde")).assert().success();
+    tpde().arg("unpack").arg(d.join("m.tpde")).arg("-o").arg(d.join("out")).assert().success();
+    let (got, want) = (folder_files(&d.join("out")), folder_files(&folder));
+    assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>());
+    assert_eq!(got["config.json"], want["config.json"]);
+    assert_eq!(got["vocab.txt"], want["vocab.txt"]);
+    assert_eq!(
+        verify::compare_safetensors(&folder.join("model.safetensors"), &d.join("out/model.safetensors")).unwrap(),
+        None
+    );
+    // One file when asked for one.
+    tpde().arg("unpack").arg(d.join("m.tpde")).arg("-o").arg(d.join("one.safetensors")).assert().success();
+    assert_eq!(
+        verify::compare_safetensors(&folder.join("model.safetensors"), &d.join("one.safetensors")).unwrap(),
+        None
+    );
+    // A delta of a file against the folder.
+    tpde()
+        .arg("pack")
+        .arg(folder.join("model.safetensors"))
+        .arg("--base")
+        .arg(&folder)
+        .arg("-o")
+        .arg(d.join("same.tpde"))
+        .assert()
+        .success();
+    tpde().arg("verify").arg(d.join("same.tpde")).assert().success();
 }

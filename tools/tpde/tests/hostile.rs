@@ -167,3 +167,60 @@ fn a_hint_that_cannot_be_read_is_named() {
         assert!(!stderr.contains("given"), "{stderr}");
     }
 }
+
+/// A model folder's file table that names a path outside the output folder (spec §5.5, R31):
+/// `tpde unpack` and `tpde verify` refuse it, and nothing is written, inside or outside.
+#[test]
+fn a_file_table_that_leaves_the_folder_is_refused() {
+    use tpde_format::files::KEY_FILES;
+    use tpde_format::MetadataValue;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let folder = d.join("model");
+    std::fs::create_dir_all(&folder).unwrap();
+    demo::write_checkpoint(
+        demo::DemoModel { vocab: 64, d_model: 16, d_ff: 48, layers: 1 },
+        1,
+        1,
+        &folder.join("model.safetensors"),
+    )
+    .unwrap();
+    std::fs::write(folder.join("config.json"), b"{}").unwrap();
+    tpde().arg("pack").arg(&folder).arg("-o").arg(d.join("ok.tpde")).assert().success();
+    // The table {"../evil.txt": "pwned"} in a frame of one raw block, written by hand.
+    let path = b"../evil.txt";
+    let mut table = 1u32.to_le_bytes().to_vec();
+    table.extend((path.len() as u16).to_le_bytes());
+    table.extend_from_slice(path);
+    table.extend(5u64.to_le_bytes());
+    table.extend_from_slice(b"pwned");
+    let mut frame = vec![0x28, 0xB5, 0x2F, 0xFD, 0xA0];
+    frame.extend((table.len() as u32).to_le_bytes());
+    frame.extend_from_slice(&((table.len() as u32) << 3 | 1).to_le_bytes()[..3]);
+    frame.extend_from_slice(&table);
+    let ok = std::fs::read(d.join("ok.tpde")).unwrap();
+    let evil = tpde_format::surgery::with_directory(&ok, |dir| {
+        dir.metadata.iter_mut().find(|m| m.key == KEY_FILES).unwrap().value = MetadataValue::Bytes(frame.clone());
+    })
+    .unwrap();
+    std::fs::write(d.join("evil.tpde"), evil).unwrap();
+    let out = d.join("out");
+    tpde()
+        .arg("unpack")
+        .arg(d.join("evil.tpde"))
+        .arg("-o")
+        .arg(&out)
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains("../evil.txt"));
+    assert!(!d.join("evil.txt").exists());
+    assert!(!out.join("model.safetensors").exists(), "no weights written either");
+    tpde()
+        .arg("verify")
+        .arg(d.join("evil.tpde"))
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains("malformed file table"));
+    // The tensors still read: a reader of tensors ignores the table, as a 1.6 reader does.
+    tpde().arg("unpack").arg(d.join("evil.tpde")).arg("-o").arg(d.join("one.safetensors")).assert().success();
+}

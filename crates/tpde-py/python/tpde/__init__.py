@@ -40,11 +40,13 @@ def pack(
     max_rel_error: Optional[float] = None,
     progress: Any = None,
 ) -> Dict[str, Any]:
-    """As ``tpde pack``: a ``.safetensors`` file, or a Hugging Face sharded folder (its shards
-    and ``*.safetensors.index.json``), into one ``.tpde`` file; a delta against ``base`` (a
-    ``.tpde`` or ``.safetensors``) if given. Returns what was written (sizes, digest).
-    ``progress``: None draws a bar on an interactive terminal, False none, or a callable gets
-    ``(done, total)`` bytes as it goes."""
+    """As ``tpde pack``: a ``.safetensors`` file, or a Hugging Face model folder (its
+    ``model.safetensors`` or its shards and ``*.safetensors.index.json``, with the files beside
+    them: config, tokenizer, README), into one ``.tpde`` file; a delta against ``base`` (a
+    ``.tpde``, a ``.safetensors`` or a model folder: a fine-tune against its base model) if
+    given. Returns what was written (sizes, digest, ``files`` carried, ``skipped_files`` left
+    out: weights in other formats, hidden folders). ``progress``: None draws a bar on an
+    interactive terminal, False none, or a callable gets ``(done, total)`` bytes as it goes."""
     from ._progress import resolve
     from ._tpde import pack as _pack
 
@@ -55,8 +57,9 @@ def pack(
 
 def unpack(input: PathLike, output: PathLike, base: Optional[PathLike] = None, progress: Any = None) -> None:
     """As ``tpde unpack``: a ``.tpde`` file into a ``.safetensors`` file; a file packed from a
-    sharded folder into that folder again (same shards, same index), unless ``output`` ends in
-    ``.safetensors``. ``progress`` as for ``pack``."""
+    model folder into that folder again (its files, its weights, its index: byte for byte what
+    was packed, loadable by ``from_pretrained``), unless ``output`` ends in ``.safetensors``.
+    ``progress`` as for ``pack``."""
     from ._progress import resolve
     from ._tpde import unpack as _unpack
 
