@@ -413,8 +413,9 @@ impl<S: Source> Reader<S> {
         };
         let ctx = ChunkContext { dtype: t.dtype, base };
         let stored = self.stored(t, i, c, policy)?;
-        tpde_codec::decode(c.codec, ctx, &c.params, &stored, out)
-            .map_err(|source| ReadError::Codec { location: chunk_location(t, i, c), source })
+        tpde_codec::decode(c.codec, ctx, &c.params, &stored, out).map_err(|source| {
+            ReadError::Codec { location: chunk_location(t, i, c), source }.in_file_of_minor(self.header().minor_version)
+        })
     }
 
     /// The prediction of a `delta-predicted` chunk `c` over bytes `range` of its tensor, whose

@@ -106,6 +106,16 @@ pub enum ReadError {
         /// What happened.
         detail: String,
     },
+    /// A file that declares a newer minor version than this reader's breaks a rule as this reader
+    /// knows it: the file may use what a newer minor version adds (spec §11), so the message
+    /// says so. The category is the error's own.
+    #[error("{source} (the file declares format 1.{minor}, newer than this reader's 1.{}: it may use something this reader does not know; a newer reader may read it)", tpde_format::FORMAT_MINOR)]
+    Newer {
+        /// The file's minor version.
+        minor: u16,
+        /// The error.
+        source: Box<ReadError>,
+    },
     /// A caller's buffer has the wrong length.
     #[error("buffer for {name:?} is {found} bytes, {expected} expected")]
     BufferLength {
@@ -137,6 +147,19 @@ impl ReadError {
             ReadError::BaseMismatch { .. } => ErrorKind::BaseMismatch,
             ReadError::BaseTensor { .. } => ErrorKind::Malformed,
             ReadError::BaseChain { .. } => ErrorKind::BaseChain,
+            ReadError::Newer { source, .. } => source.kind(),
+        }
+    }
+
+    /// This error of a file that declares minor version `minor`: wrapped in [`ReadError::Newer`]
+    /// when that is newer than this reader's and the error is one a newer version could explain
+    /// (something unknown or malformed in what a later minor version may add: a codec, a dtype,
+    /// a flag, a plane record).
+    pub fn in_file_of_minor(self, minor: u16) -> Self {
+        let explained = matches!(self.kind(), ErrorKind::Malformed | ErrorKind::UnsupportedFeature);
+        match minor > tpde_format::FORMAT_MINOR && explained && !matches!(self, ReadError::Newer { .. }) {
+            true => ReadError::Newer { minor, source: Box::new(self) },
+            false => self,
         }
     }
 }

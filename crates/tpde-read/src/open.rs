@@ -68,13 +68,15 @@ impl<S: Source> Reader<S> {
             }
             .into());
         }
-        let directory = Directory::parse(&dir_bytes).map_err(|e| e.offset_by(dir_at))?;
-        validate(&header, &directory, dir_at)?;
+        // Errors past the header of a file newer than this reader say that it is newer.
+        let newer = |e: ReadError| e.in_file_of_minor(header.minor_version);
+        let directory = Directory::parse(&dir_bytes).map_err(|e| newer(e.offset_by(dir_at).into()))?;
+        validate(&header, &directory, dir_at).map_err(|e| newer(e.into()))?;
         for t in &directory.tensors {
             for (i, c) in t.chunks.iter().enumerate() {
                 tpde_codec::decoder(c.codec)
                     .check_lengths(c.stored_length, c.decoded_length)
-                    .map_err(|source| ReadError::Codec { location: chunk_location(t, i, c), source })?;
+                    .map_err(|source| newer(ReadError::Codec { location: chunk_location(t, i, c), source }))?;
             }
         }
         let index = directory.tensors.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
