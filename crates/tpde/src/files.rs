@@ -21,7 +21,7 @@ pub struct Gathered {
     /// The files, in path order.
     pub files: Vec<FileEntry>,
     /// Left out: weights in other formats, hidden folders (`.git`, `.cache`), links to folders
-    /// and anything that is not a file.
+    /// or to nothing, and anything that is not a file.
     pub skipped: Vec<String>,
 }
 
@@ -39,7 +39,7 @@ pub fn gather(dir: &Path, layout: &Layout) -> Result<Gathered, Error> {
         let io = |e: std::io::Error| Error::from(e).context(folder.display());
         let mut entries: Vec<_> = fs::read_dir(&folder).map_err(io)?.collect::<Result<_, _>>().map_err(io)?;
         entries.sort_by_key(|e| e.file_name());
-        for entry in entries.into_iter().rev() {
+        for entry in entries {
             let name = entry.file_name();
             let Some(name) = name.to_str() else {
                 return Err(Error::usage(format!("{}: a file name that is not UTF-8", entry.path().display())));
@@ -49,14 +49,20 @@ pub fn gather(dir: &Path, layout: &Layout) -> Result<Gathered, Error> {
                 false => format!("{}/{name}", rel.to_string_lossy()),
             };
             let link = entry.file_type().map_err(io)?.is_symlink();
-            let meta = fs::metadata(entry.path()).map_err(|e| Error::from(e).context(entry.path().display()))?;
+            // What a link leads to; a link that leads nowhere is left out, like anything else
+            // that is not a file or a folder.
+            let (is_dir, is_file, len) = match fs::metadata(entry.path()) {
+                Ok(m) => (m.is_dir(), m.is_file(), m.len()),
+                Err(_) if link => (false, false, 0),
+                Err(e) => return Err(Error::from(e).context(entry.path().display())),
+            };
             let other_weights =
                 Path::new(name).extension().is_some_and(|e| OTHER_WEIGHTS.contains(&&*e.to_string_lossy()));
-            if meta.is_dir() && !link && !name.starts_with('.') {
+            if is_dir && !link && !name.starts_with('.') {
                 pending.push(rel.join(name));
-            } else if meta.is_file() && !weights.contains(&path) && !other_weights {
+            } else if is_file && !weights.contains(&path) && !other_weights {
                 check_path(&path).map_err(|e| Error::usage(format!("{}: {e}", entry.path().display())))?;
-                total += meta.len();
+                total += len;
                 if total > MAX_TABLE_LEN {
                     return Err(Error::new(
                         tpde_format::ErrorKind::LimitExceeded,
@@ -64,7 +70,7 @@ pub fn gather(dir: &Path, layout: &Layout) -> Result<Gathered, Error> {
                             "{}: the files beside the weights pass {} MiB at {path} ({} bytes); a .tpde carries configs and tokenizers, not data",
                             dir.display(),
                             MAX_TABLE_LEN >> 20,
-                            meta.len()
+                            len
                         ),
                     ));
                 }
