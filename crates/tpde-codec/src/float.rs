@@ -129,6 +129,32 @@ impl Dense {
     }
 }
 
+impl Dense {
+    /// [`ChunkCodec::encode`], with sparse plane records (spec §6.2.5, format 1.8) allowed in
+    /// the base-context form where they are smaller.
+    pub fn encode_planes(
+        &self,
+        ctx: ChunkContext,
+        input: &[u8],
+        sparse: bool,
+        out: &mut Vec<u8>,
+    ) -> Result<Vec<u8>, CodecError> {
+        let base = base_for(self.tag(), ctx, input.len())?;
+        ELEMENTS.with_borrow_mut(|d| {
+            Dense::forward_into(self.0, ctx.dtype, input, base, d);
+            if self.1 == PlaneForm::BaseContexts {
+                CONTEXTS.with_borrow_mut(|contexts| {
+                    planes::base_contexts(ctx.dtype, base, contexts);
+                    planes::encode_against_base(d, width(ctx.dtype), contexts, sparse, out);
+                });
+            } else {
+                planes::encode(d, width(ctx.dtype), self.1, out);
+            }
+        });
+        Ok(Vec::new())
+    }
+}
+
 impl ChunkCodec for Dense {
     fn tag(&self) -> CodecTag {
         match self {
@@ -143,19 +169,7 @@ impl ChunkCodec for Dense {
     }
 
     fn encode(&self, ctx: ChunkContext, input: &[u8], out: &mut Vec<u8>) -> Result<Vec<u8>, CodecError> {
-        let base = base_for(self.tag(), ctx, input.len())?;
-        ELEMENTS.with_borrow_mut(|d| {
-            Dense::forward_into(self.0, ctx.dtype, input, base, d);
-            if self.1 == PlaneForm::BaseContexts {
-                CONTEXTS.with_borrow_mut(|contexts| {
-                    planes::base_contexts(ctx.dtype, base, contexts);
-                    planes::encode_against_base(d, width(ctx.dtype), contexts, out);
-                });
-            } else {
-                planes::encode(d, width(ctx.dtype), self.1, out);
-            }
-        });
-        Ok(Vec::new())
+        self.encode_planes(ctx, input, false, out)
     }
 
     fn check_lengths(&self, _stored: u64, _decoded: u64) -> Result<(), CodecError> {

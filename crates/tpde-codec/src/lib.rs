@@ -195,7 +195,22 @@ pub enum Encoder {
 
 impl Encoder {
     /// Encodes one chunk, appending its stored bytes to `out`; returns the tag and parameters.
+    /// What a file of any minor version may hold (see [`Encoder::encode_in`]).
     pub fn encode(self, ctx: ChunkContext, input: &[u8], out: &mut Vec<u8>) -> Result<(CodecTag, Vec<u8>), CodecError> {
+        self.encode_in(ctx, input, 0, out)
+    }
+
+    /// [`Encoder::encode`] for a file that declares minor version `minor`: from 1.8,
+    /// [`Encoder::Auto`]'s dense deltas may code a plane that is almost all one byte as a sparse
+    /// record (spec §6.2.5), where that is smaller.
+    pub fn encode_in(
+        self,
+        ctx: ChunkContext,
+        input: &[u8],
+        minor: u16,
+        out: &mut Vec<u8>,
+    ) -> Result<(CodecTag, Vec<u8>), CodecError> {
+        let sparse = minor >= planes::SPARSE_PLANES_SINCE_MINOR;
         let tag = match self {
             Encoder::Raw => CodecTag::Raw,
             Encoder::Zstd { level } => return Ok((CodecTag::Zstd, Zstd { level }.encode(ctx, input, out)?)),
@@ -204,8 +219,8 @@ impl Encoder {
                 _ => CodecTag::PlanesLanes,
             },
             Encoder::Codec(tag) => tag,
-            Encoder::Auto => return select::encode_best(ctx, input, PlaneForm::Lanes, out),
-            Encoder::AutoSerial => return select::encode_best(ctx, input, PlaneForm::Serial, out),
+            Encoder::Auto => return select::encode_best(ctx, input, PlaneForm::Lanes, sparse, out),
+            Encoder::AutoSerial => return select::encode_best(ctx, input, PlaneForm::Serial, false, out),
         };
         Ok((tag, decoder(tag).encode(ctx, input, out)?))
     }

@@ -9,14 +9,18 @@
 //! ```text
 //! plane   u8 mode: 0 stored (n bytes follow) | 1 rANS (table, stream) | 2 rANS lanes (table,
 //!         lanes) | 3 rANS lanes with contexts (map, tables, lanes) | 4 rANS lanes with base
-//!         contexts (map, tables, lanes); see rans.rs. The serial tags use modes 0 and 1, the
-//!         lane tags 0 and 2, `planes-context` 0, 2 and 3, the delta context tags 0, 2 and 4.
+//!         contexts (map, tables, lanes); see rans.rs | 5 sparse (a fill byte, the positions
+//!         that differ from it, a mode 0 or 2 record of their bytes; since 1.8). The serial tags
+//!         use modes 0 and 1, the lane tags 0 and 2, `planes-context` 0, 2 and 3,
+//!         `delta-xor-context` and `delta-sub-context` 0, 2, 4 and 5, `delta-predicted` 0, 2
+//!         and 4.
 //! ```
 
 use std::ops::Range;
 
 use tpde_format::{CodecTag, DType};
 
+use crate::positions::PositionCoder;
 use crate::rans::{self, context, Contexts, LaneLayout, Table};
 #[cfg(test)]
 use crate::shuffle::split;
@@ -30,6 +34,14 @@ const RANS: u8 = 1;
 const RANS_LANES: u8 = 2;
 const RANS_CONTEXTS: u8 = 3;
 const RANS_BASE_CONTEXTS: u8 = 4;
+const SPARSE: u8 = 5;
+
+/// The minor version of format 1 that defines sparse plane records (mode 5, spec §6.2.5): a
+/// writer writes them only into files that declare it.
+pub const SPARSE_PLANES_SINCE_MINOR: u16 = 8;
+
+/// How a sparse plane record codes its positions (spec §6.2.5): the byte after its count.
+const SPARSE_CODERS: [PositionCoder; 2] = [PositionCoder::Rice, PositionCoder::Packed];
 
 /// How a codec's rANS planes are laid out: one serial stream (spec §6.2.2) or independent lanes
 /// (§6.2.3) that a GPU decodes in parallel.
@@ -93,6 +105,57 @@ pub enum PlaneRecord {
     Contexts(Contexts, LaneLayout),
     /// Mode 4: a base-context map, its tables and rANS lanes.
     BaseContexts(Contexts, LaneLayout),
+    /// Mode 5: a fill byte, the positions where the plane differs from it and a mode 0 or 2
+    /// record of the bytes there.
+    Sparse(SparsePlane),
+}
+
+/// A sparse plane record (mode 5, spec §6.2.5).
+#[derive(Clone, Debug)]
+pub struct SparsePlane {
+    /// The byte at every position not listed.
+    pub fill: u8,
+    /// Positions listed.
+    pub count: usize,
+    /// Their coder.
+    pub coder: PositionCoder,
+    /// The coded positions.
+    pub positions: Range<usize>,
+    /// The record of the bytes at those positions: [`PlaneRecord::Stored`] or
+    /// [`PlaneRecord::Lanes`], of `count` symbols.
+    pub values: Box<PlaneRecord>,
+}
+
+impl SparsePlane {
+    /// Decodes the plane into `out` (n bytes): the positions, then the bytes there (into
+    /// `values`, a buffer of any length), then fill and scatter. A listed byte equal to the
+    /// fill byte is malformed: a writer lists exactly the bytes that differ.
+    pub fn decode(
+        &self,
+        stored: &[u8],
+        positions: &mut Vec<u32>,
+        values: &mut Vec<u8>,
+        out: &mut [u8],
+    ) -> Result<(), String> {
+        self.coder.decode(&stored[self.positions.clone()], self.count, out.len() as u64, positions)?;
+        let bytes: &[u8] = match &*self.values {
+            PlaneRecord::Stored(at) => &stored[*at..*at + self.count],
+            PlaneRecord::Lanes(table, layout) => {
+                values.resize(self.count, 0);
+                rans::decode_lanes(table, stored, layout, values)?;
+                values
+            }
+            _ => unreachable!("parse admits stored and lane records only"),
+        };
+        out.fill(self.fill);
+        for (&p, &v) in positions.iter().zip(bytes) {
+            if v == self.fill {
+                return Err(format!("position {p} is listed with the fill byte {v:#04x}"));
+            }
+            out[p as usize] = v;
+        }
+        Ok(())
+    }
 }
 
 thread_local! {
@@ -290,25 +353,27 @@ pub struct BaseElements<'a> {
 /// plane rANS-coded with a table of its own, or stored when rANS would shrink it by under 2%
 /// (not worth its decode time).
 pub fn encode(elements: &[u8], w: usize, form: PlaneForm, out: &mut Vec<u8>) {
-    encode_with(elements, w, form, None, out);
+    encode_with(elements, w, form, None, false, out);
 }
 
-/// [`encode`] in [`PlaneForm::BaseContexts`], the elements' base contexts given.
-pub fn encode_against_base(elements: &[u8], w: usize, contexts: &[u8], out: &mut Vec<u8>) {
-    encode_with(elements, w, PlaneForm::BaseContexts, Some(contexts), out);
+/// [`encode`] in [`PlaneForm::BaseContexts`], the elements' base contexts given; with
+/// `sparse`, a plane almost all one byte may take a sparse record (spec §6.2.5, format 1.8).
+pub fn encode_against_base(elements: &[u8], w: usize, contexts: &[u8], sparse: bool, out: &mut Vec<u8>) {
+    encode_with(elements, w, PlaneForm::BaseContexts, Some(contexts), sparse, out);
 }
 
-fn encode_with(elements: &[u8], w: usize, form: PlaneForm, contexts: Option<&[u8]>, out: &mut Vec<u8>) {
+fn encode_with(elements: &[u8], w: usize, form: PlaneForm, contexts: Option<&[u8]>, sparse: bool, out: &mut Vec<u8>) {
     let n = elements.len() / w;
     // A plane that a sample shows to be near-random (the low mantissa bytes) is stored without
     // being counted in full: the full count of every plane was a tenth of a delta pack.
     let sampled = (n >= SAMPLE_FROM).then(|| sampled_histograms(n, w, |r| &elements[r]));
     SCRATCH.with_borrow_mut(|planes| {
         split_into(elements, w, planes);
-        encode_planes(planes, n, w, sampled.as_deref(), form, contexts, out)
+        encode_planes(planes, n, w, sampled.as_deref(), form, contexts, sparse, out)
     })
 }
 
+#[allow(clippy::too_many_arguments)]
 fn encode_planes(
     planes: &[u8],
     n: usize,
@@ -316,6 +381,7 @@ fn encode_planes(
     sampled: Option<&[[u64; 256]]>,
     form: PlaneForm,
     contexts: Option<&[u8]>,
+    sparse: bool,
     out: &mut Vec<u8>,
 ) {
     // The map whose table indices INDICES holds for this chunk's contexts, if any.
@@ -328,6 +394,7 @@ fn encode_planes(
             let table = Table::from_histogram(&hist);
             let order0 = coded_bytes(&table, &hist, n, form);
             if order0 < n as f64 * 0.98 {
+                let start = out.len();
                 let written = match (form, contexts) {
                     (PlaneForm::Contexts, _) => write_contexts(plane, order0, out),
                     (PlaneForm::BaseContexts, Some(c)) => write_base_contexts(plane, c, order0, &mut indexed, out),
@@ -335,6 +402,9 @@ fn encode_planes(
                 };
                 if !written {
                     table.write_record(form, plane, out);
+                }
+                if sparse {
+                    write_sparse_if_smaller(plane, &hist, start, out);
                 }
                 continue;
             }
@@ -346,6 +416,56 @@ fn encode_planes(
         out.resize(out.len() + w, STORED);
     }
 }
+
+/// Replaces the record of `plane` written at `start` of `out` by a sparse record (spec §6.2.5)
+/// when at most [`SPARSE_SHARE`] of the plane differs from its commonest byte and the sparse
+/// record is smaller: it then decodes faster too (a fill, a few positions, their bytes).
+fn write_sparse_if_smaller(plane: &[u8], hist: &[u64; 256], start: usize, out: &mut Vec<u8>) {
+    let n = plane.len();
+    let fill = (0..256).max_by_key(|&b| hist[b]).expect("256 symbols") as u8;
+    if (n as u64 - hist[usize::from(fill)]) as f64 > n as f64 * SPARSE_SHARE {
+        return;
+    }
+    SPARSE_SCRATCH.with_borrow_mut(|(positions, values)| {
+        positions.clear();
+        positions.extend((0..n as u32).filter(|&i| plane[i as usize] != fill));
+        values.clear();
+        values.extend(positions.iter().map(|&p| plane[p as usize]));
+        let mut record = vec![SPARSE, fill];
+        record.extend((positions.len() as u32).to_le_bytes());
+        // The smaller coder: Golomb-Rice, or the packed blocks a GPU decodes in parallel.
+        let (k, coder) = SPARSE_CODERS
+            .into_iter()
+            .enumerate()
+            .min_by_key(|(_, c)| c.cost_bits(positions).div_ceil(8))
+            .expect("two coders");
+        record.push(k as u8);
+        let len_at = record.len();
+        record.extend([0; 4]);
+        coder.encode(positions, &mut record);
+        let len = (record.len() - len_at - 4) as u32;
+        record[len_at..len_at + 4].copy_from_slice(&len.to_le_bytes());
+        let vhist = rans::histogram(values);
+        let vtable = Table::from_histogram(&vhist);
+        if !values.is_empty()
+            && coded_bytes(&vtable, &vhist, values.len(), PlaneForm::Lanes) < values.len() as f64 * 0.98
+        {
+            vtable.write_record(PlaneForm::Lanes, values, &mut record);
+        } else {
+            record.push(STORED);
+            record.extend_from_slice(values);
+        }
+        if record.len() < out.len() - start {
+            out.truncate(start);
+            out.extend_from_slice(&record);
+        }
+    });
+}
+
+/// The most of a plane a sparse record lists: beyond it, decoding its positions one by one
+/// costs about what decoding every symbol of a lane record does (measured on this project's
+/// CPUs: `examples/plane_records`).
+const SPARSE_SHARE: f64 = 1.0 / 32.0;
 
 /// A sampled plane estimated at this share of its length or more is stored without a full
 /// count: well above the 0.98 at which a counted plane is, so that sampling decides only what
@@ -416,11 +536,50 @@ pub fn parse(
                 at = layout.bytes.end;
                 PlaneRecord::BaseContexts(model, layout)
             }
+            (SPARSE, PlaneForm::BaseContexts) if codec != CodecTag::DeltaPredicted => {
+                let (sparse, end) =
+                    parse_sparse(codec, stored, at, n).map_err(|e| corrupt(format!("plane {j}: {e}")))?;
+                at = end;
+                PlaneRecord::Sparse(sparse)
+            }
             (m, _) => return Err(corrupt(format!("plane {j} has mode {m}, not one of {codec}'s"))),
         };
         records.push(record);
     }
     Ok((records, at))
+}
+
+/// Reads a sparse plane record's fields after its mode byte, at `at`, for a plane of `n`
+/// bytes; returns it and the offset after it.
+fn parse_sparse(codec: CodecTag, stored: &[u8], at: usize, n: usize) -> Result<(SparsePlane, usize), String> {
+    let head = stored.get(at..at + 10).ok_or("the sparse record's header is cut short")?;
+    let fill = head[0];
+    let count = u32::from_le_bytes(head[1..5].try_into().expect("4 bytes")) as usize;
+    let coder =
+        *SPARSE_CODERS.get(usize::from(head[5])).ok_or_else(|| format!("position coder {} is not 0 or 1", head[5]))?;
+    let len = u32::from_le_bytes(head[6..10].try_into().expect("4 bytes")) as usize;
+    if count > n {
+        return Err(format!("{count} positions listed in a plane of {n}"));
+    }
+    let start = at + 10;
+    if len > stored.len() - start {
+        return Err(format!("{len} bytes of positions run past the chunk"));
+    }
+    let positions = start..start + len;
+    let mode = *stored.get(positions.end).ok_or("the record of the listed bytes is missing")?;
+    let rest = positions.end + 1;
+    let (values, end) = match mode {
+        STORED if stored.len() - rest >= count => (PlaneRecord::Stored(rest), rest + count),
+        STORED => return Err("the listed bytes are cut short".into()),
+        RANS_LANES => {
+            let (table, after) = Table::read(&stored[rest..])?;
+            let layout = LaneLayout::read(stored, stored.len() - after.len(), count)?;
+            let end = layout.bytes.end;
+            (PlaneRecord::Lanes(table, layout), end)
+        }
+        m => return Err(format!("the listed bytes have mode {m}, not 0 or 2 ({codec})")),
+    };
+    Ok((SparsePlane { fill, count, coder, positions, values: Box::new(values) }, end))
 }
 
 /// Decodes `w` planes at offset `at` of `stored` into `out` (the elements, still transformed,
@@ -451,6 +610,8 @@ thread_local! {
     /// This thread's buffer for the table index of every element of a chunk with base-context
     /// records.
     static INDICES: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// This thread's buffers for a sparse plane's positions and listed bytes.
+    static SPARSE_SCRATCH: std::cell::RefCell<(Vec<u32>, Vec<u8>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -489,6 +650,12 @@ fn decode_with(
             PlaneRecord::Contexts(model, layout) => {
                 let plane = free.next().expect("a buffer per coded plane");
                 model.decode_lanes(stored, layout, plane).map_err(&corrupt)?;
+            }
+            PlaneRecord::Sparse(sparse) => {
+                let plane = free.next().expect("a buffer per coded plane");
+                SPARSE_SCRATCH
+                    .with_borrow_mut(|(positions, values)| sparse.decode(stored, positions, values, plane))
+                    .map_err(&corrupt)?;
             }
             PlaneRecord::BaseContexts(model, layout) => {
                 let plane = free.next().expect("a buffer per coded plane");

@@ -83,10 +83,12 @@ fn estimate_all(ctx: ChunkContext, input: &[u8], base: &[u8], form: PlaneForm) -
 }
 
 /// Encodes the chunk in its smallest estimated form.
+/// `sparse`: the dense deltas' planes may take sparse records (spec §6.2.5, format 1.8).
 pub fn encode_best(
     ctx: ChunkContext,
     input: &[u8],
     form: PlaneForm,
+    sparse: bool,
     out: &mut Vec<u8>,
 ) -> Result<(CodecTag, Vec<u8>), CodecError> {
     let keyframe = Planes(form.keyframe());
@@ -99,6 +101,11 @@ pub fn encode_best(
     if let (Some(coder), Some(positions)) = (PositionCoder::of(best), &est.positions) {
         Sparse(coder, form).write(ctx.dtype, input, base, positions, out);
         return Ok((best, Vec::new()));
+    }
+    for op in [DenseOp::Xor, DenseOp::Sub] {
+        if best == Dense(op, form.dense()).tag() {
+            return Ok((best, Dense(op, form.dense()).encode_planes(ctx, input, sparse, out)?));
+        }
     }
     Ok((best, crate::decoder(best).encode(ctx, input, out)?))
 }

@@ -12,7 +12,8 @@ const DTYPES: [DType; 8] =
     [DType::U8, DType::BF16, DType::F16, DType::F32, DType::F64, DType::I64, DType::F8E4M3, DType::Bool];
 
 fn encoders() -> Vec<Encoder> {
-    let mut e = vec![Encoder::Raw, Encoder::Zstd { level: 1 }, Encoder::Zstd { level: 19 }, Encoder::AutoSerial];
+    let mut e =
+        vec![Encoder::Raw, Encoder::Zstd { level: 1 }, Encoder::Zstd { level: 19 }, Encoder::AutoSerial, Encoder::Auto];
     e.extend(
         CodecTag::ALL
             .into_iter()
@@ -70,12 +71,18 @@ proptest! {
     }
 
     #[test]
-    fn round_trip_is_bit_exact((dtype, base, cur) in checkpoint_pair(), which in any::<prop::sample::Index>(), with_base: bool) {
+    fn round_trip_is_bit_exact(
+        (dtype, base, cur) in checkpoint_pair(),
+        which in any::<prop::sample::Index>(),
+        with_base: bool,
+        minor in 0u16..=8,
+    ) {
         let encoders = encoders();
         let enc = encoders[which.index(encoders.len())];
         let ctx = ChunkContext { dtype, base: with_base.then_some(&base[..]) };
         let mut stored = Vec::new();
-        let (tag, params) = enc.encode(ctx, &cur, &mut stored).unwrap();
+        // From 1.8 on, `auto` may write sparse plane records.
+        let (tag, params) = enc.encode_in(ctx, &cur, minor, &mut stored).unwrap();
         prop_assert!(with_base || !tag.needs_base(), "{tag} chosen without a base");
         tpde_codec::decoder(tag).check_lengths(stored.len() as u64, cur.len() as u64).unwrap();
         let mut out = vec![0xAB; cur.len()];
@@ -94,7 +101,7 @@ proptest! {
         let enc = encoders[which.index(encoders.len())];
         let ctx = ChunkContext { dtype, base: Some(&base) };
         let mut stored = Vec::new();
-        let (tag, params) = enc.encode(ctx, &cur, &mut stored).unwrap();
+        let (tag, params) = enc.encode_in(ctx, &cur, 8, &mut stored).unwrap();
         if !stored.is_empty() {
             for (i, b) in flips {
                 let i = i.index(stored.len());
@@ -430,4 +437,55 @@ fn structured_cases_produce_context_records_and_many_lanes() {
     assert!(seen.contexts > 0, "no mode 3 context record");
     assert!(seen.base_contexts > 0, "no mode 4 base-context record");
     assert!(seen.max_lanes >= 32, "at most {} lanes in a context record", seen.max_lanes);
+}
+
+/// 1.8's sparse plane records (spec §6.2.5): `auto` writes one for a dense delta's top plane
+/// when few exponents changed and it is smaller, only in a file of 1.8 or later; it decodes to
+/// the same bytes; a constant plane lists no position.
+#[test]
+fn sparse_plane_records_only_from_1_8_and_only_where_smaller() {
+    let n = 100_000usize;
+    let base: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 0.02).collect();
+    let cur: Vec<f32> = base
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| {
+            let nudged = f32::from_bits(x.to_bits() ^ (1 + (i as u32).wrapping_mul(2_654_435_761) % 255));
+            if i % 97 == 3 {
+                nudged * 2.0
+            } else {
+                nudged
+            } // 1% of the exponents move
+        })
+        .collect();
+    let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let (base, cur) = (bytes(&base), bytes(&cur));
+    let ctx = ChunkContext { dtype: DType::F32, base: Some(&base) };
+    let top = |stored: &[u8], tag: CodecTag| {
+        let (records, _) = tpde_codec::planes::parse(tag, stored, 0, 4, n).unwrap();
+        records
+    };
+    let (mut old, mut new) = (Vec::new(), Vec::new());
+    let (old_tag, _) = Encoder::Auto.encode_in(ctx, &cur, 7, &mut old).unwrap();
+    let (tag, params) = Encoder::Auto.encode_in(ctx, &cur, 8, &mut new).unwrap();
+    assert!(matches!(tag, CodecTag::DeltaXorContext | CodecTag::DeltaSubContext), "{tag}");
+    assert!(top(&old, old_tag).iter().all(|r| !matches!(r, PlaneRecord::Sparse(_))), "a 1.7 file has no sparse record");
+    let records = top(&new, tag);
+    let PlaneRecord::Sparse(s) = &records[3] else { panic!("the top plane is {:?}", records[3]) };
+    assert!(s.count > n / 200 && s.count < n / 50, "{} positions", s.count);
+    assert!(new.len() < old.len(), "{} bytes against {}", new.len(), old.len());
+    let mut out = vec![0u8; cur.len()];
+    decode(tag, ctx, &params, &new, &mut out).unwrap();
+    assert_eq!(out, cur);
+    // No exponent moves: a constant top plane, no position listed.
+    let same: Vec<u8> = base
+        .chunks_exact(4)
+        .flat_map(|b| (f32::from_le_bytes(b.try_into().unwrap()).to_bits() ^ 1).to_le_bytes())
+        .collect();
+    let mut stored = Vec::new();
+    let (tag, params) = Encoder::Auto.encode_in(ctx, &same, 8, &mut stored).unwrap();
+    let records = top(&stored, tag);
+    assert!(records.iter().any(|r| matches!(r, PlaneRecord::Sparse(s) if s.count == 0)), "{records:?}");
+    decode(tag, ctx, &params, &stored, &mut out).unwrap();
+    assert_eq!(out, same);
 }

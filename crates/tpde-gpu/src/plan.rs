@@ -170,6 +170,13 @@ impl ChunkWork {
                     Src::Blob(self.append_blob(&plane))
                 }
                 PlaneRecord::Lanes(table, layout) => self.lane_job(&[table], None, false, &layout, stored_at, n),
+                // A sparse plane (spec §6.2.5) is a fill and a few listed bytes: materialised here
+                // and uploaded, like a serial plane.
+                PlaneRecord::Sparse(sparse) => {
+                    let mut plane = vec![0u8; n];
+                    sparse.decode(stored, &mut Vec::new(), &mut Vec::new(), &mut plane).map_err(rans::corrupt(tag))?;
+                    Src::Blob(self.append_blob(&plane))
+                }
                 PlaneRecord::Contexts(model, layout) => {
                     let map = self.append_blob(model.map());
                     self.lane_job(model.tables(), Some(map), false, &layout, stored_at, n)

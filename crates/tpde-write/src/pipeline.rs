@@ -40,13 +40,13 @@ pub(crate) fn receive<T>(finished: &mpsc::Receiver<T>) -> T {
     }
 }
 
-/// Encodes `parts` in parallel.
-pub(crate) fn encode_parts(encoder: Encoder, parts: &[Part<'_>]) -> Vec<Encoded> {
-    parts.par_iter().map(|p| encode_part(encoder, p)).collect()
+/// Encodes `parts` in parallel, for a file of minor version `minor`.
+pub(crate) fn encode_parts(encoder: Encoder, minor: u16, parts: &[Part<'_>]) -> Vec<Encoded> {
+    parts.par_iter().map(|p| encode_part(encoder, minor, p)).collect()
 }
 
-/// Encodes one chunk.
-pub(crate) fn encode_part(encoder: Encoder, p: &Part<'_>) -> Encoded {
+/// Encodes one chunk, for a file of minor version `minor` (what its records may use).
+pub(crate) fn encode_part(encoder: Encoder, minor: u16, p: &Part<'_>) -> Encoded {
     if encoder == Encoder::Raw {
         // Raw chunks are written straight from the input; only the CRC here.
         let crc32 = crc32fast::hash(p.data);
@@ -55,7 +55,8 @@ pub(crate) fn encode_part(encoder: Encoder, p: &Part<'_>) -> Encoded {
     // Room for the chunk stored whole and its plane headers: growing the buffer copies what is
     // already coded.
     let mut stored = Vec::with_capacity(p.data.len() + 4096);
-    let (mut tag, mut params) = encoder.encode(ChunkContext { dtype: p.dtype, base: p.base }, p.data, &mut stored)?;
+    let ctx = ChunkContext { dtype: p.dtype, base: p.base };
+    let (mut tag, mut params) = encoder.encode_in(ctx, p.data, minor, &mut stored)?;
     if let (Some((prediction, exp_avg, other)), Some(base)) = (p.predict, p.base) {
         // Coded against the prediction where that is smaller: a wrong guess about the
         // optimizer costs the time of one more encoding, never bytes.

@@ -263,7 +263,7 @@ impl<W: Write> Writer<W> {
         // are written in order as they come: no thread waits for another's slowest chunk, and
         // the output is written while the next chunks encode.
         let in_flight = self.chunks_in_flight();
-        let encoder = self.encoder;
+        let (encoder, minor) = (self.encoder, self.header.minor_version);
         let (done, finished) = mpsc::channel();
         let mut ready = HashMap::new();
         rayon::in_place_scope(|s| {
@@ -279,7 +279,7 @@ impl<W: Write> Writer<W> {
                 let done = done.clone();
                 s.spawn(move |_| {
                     // A panic is sent on, to be raised here, where the writer waits.
-                    let encoded = panic::catch_unwind(AssertUnwindSafe(|| encode_part(encoder, &part)));
+                    let encoded = panic::catch_unwind(AssertUnwindSafe(|| encode_part(encoder, minor, &part)));
                     let _ = done.send((k, encoded));
                 });
             };
@@ -395,7 +395,7 @@ impl<W: Write> Writer<W> {
                 .chunks(self.chunk_bytes as usize)
                 .map(|data| Part { dtype, data, base: None, predict: None })
                 .collect();
-            for (part, encoded) in parts.iter().zip(encode_parts(self.encoder, &parts)) {
+            for (part, encoded) in parts.iter().zip(encode_parts(self.encoder, self.header.minor_version, &parts)) {
                 let encoded = encoded.map_err(|source| WriteError::Codec { tensor: name.to_owned(), source })?;
                 self.write_chunk(&mut entry, part.data, encoded)?;
             }

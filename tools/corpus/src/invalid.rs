@@ -9,7 +9,7 @@ use tpde_format::{
 use crate::valid::{
     CONTEXT_BASE, CONTEXT_F32, DELTA_BASE, DELTA_PACKED, DELTA_SUB_CONTEXT, DELTA_XOR, FILES, LANES_F32, LANES_PACKED,
     PREDICTED, PREDICTED_BASE, PREDICTED_CHAIN, PREDICTED_CONTEXTS, PREDICTED_EDGE_BASE, PREDICTED_SUBNORMAL,
-    SMALL_PLANES, SMALL_RAW, SMALL_ZSTD,
+    SMALL_PLANES, SMALL_RAW, SMALL_ZSTD, SPARSE_PLANES, SPARSE_PLANES_BASE,
 };
 use crate::Gen;
 use tpde_codec::planes::PlaneRecord;
@@ -31,6 +31,7 @@ pub fn all(g: &mut Gen) {
     predicted(g);
     predicted_edges(g);
     files(g);
+    sparse_planes(g);
 }
 
 /// The manifest entry of `invalid/{name}.tpde`, read on its own.
@@ -940,7 +941,9 @@ fn contexts(g: &mut Gen) {
     let at = match &records[2] {
         PlaneRecord::Stored(at) => at + n,
         PlaneRecord::Lanes(_, layout) | PlaneRecord::Contexts(_, layout) => layout.bytes.end,
-        PlaneRecord::Serial(..) | PlaneRecord::BaseContexts(..) => unreachable!("not a planes-context record"),
+        PlaneRecord::Serial(..) | PlaneRecord::BaseContexts(..) | PlaneRecord::Sparse(..) => {
+            unreachable!("not a planes-context record")
+        }
     };
     assert_eq!(stored[at], 3, "the exponent plane is a context record");
     let map = at + 1;
@@ -1472,4 +1475,86 @@ fn files(g: &mut Gen) {
     }
     let as_string = with_files_value(g, MetadataValue::String("config.json".into()));
     bad(g, "r17-files-type", "R17", "tpde.files as a string (the spec says bytes)", as_string, Malformed);
+}
+
+/// An edit of a chunk's stored bytes, given where its sparse record starts, the record and n.
+type SparseEdit = dyn Fn(&mut Vec<u8>, usize, &tpde_codec::planes::SparsePlane, usize);
+
+/// R25 (§6.2.5): the sparse plane records of `SPARSE_PLANES`, each broken one way.
+fn sparse_planes(g: &mut Gen) {
+    let file = g.get(SPARSE_PLANES).bytes.clone();
+    let d = dir(&file);
+    // The sparse top plane of tensor `ti`: the chunk's stored bytes and where the record starts.
+    let record = |ti: usize| {
+        let c = d.tensors[ti].chunks[0].clone();
+        let stored = file[c.offset as usize..(c.offset + c.stored_length) as usize].to_vec();
+        let n = c.element_count as usize;
+        let (records, _) = tpde_codec::planes::parse(c.codec, &stored, 0, 4, n).expect("valid");
+        let PlaneRecord::Sparse(s) = &records[3] else { unreachable!("the generator checked it") };
+        let at = s.positions.start - 10 - 1; // mode, fill, count, coder, positions_len
+        assert_eq!(stored[at], 5, "a sparse record");
+        (stored, at, s.clone(), n)
+    };
+    let edit = |ti: usize, f: &SparseEdit| {
+        let (mut stored, at, s, n) = record(ti);
+        f(&mut stored, at, &s, n);
+        surgery::with_chunk(&file, ti, 0, &stored).expect("surgery")
+    };
+    let (b, c) = (1, 2);
+    let (_, _, sb, _) = record(b);
+    assert!(matches!(*sb.values, PlaneRecord::Stored(_)), "b's listed bytes are stored");
+    let cases: Vec<(&str, &str, Vec<u8>)> = vec![
+        (
+            "r25-sparse-plane-count-over-n",
+            "a sparse record that lists n + 1 positions",
+            edit(b, &|s, at, _, n| s[at + 2..at + 6].copy_from_slice(&(n as u32 + 1).to_le_bytes())),
+        ),
+        (
+            "r25-sparse-plane-coder-2",
+            "a sparse record whose position coder is 2",
+            edit(b, &|s, at, _, _| s[at + 6] = 2),
+        ),
+        (
+            "r25-sparse-plane-value-is-fill",
+            "a sparse record that lists a byte equal to its fill byte",
+            edit(b, &|s, at, sp, _| {
+                let PlaneRecord::Stored(v) = *sp.values else { unreachable!() };
+                s[v] = s[at + 1];
+            }),
+        ),
+        (
+            "r25-sparse-plane-position-past-end",
+            "a sparse record whose first packed block starts at position n",
+            edit(c, &|s, _, sp, n| {
+                s[sp.positions.start..sp.positions.start + 4].copy_from_slice(&(n as u32).to_le_bytes())
+            }),
+        ),
+        (
+            "r25-sparse-plane-byte-after-positions",
+            "a sparse record with a zero byte after its Golomb-Rice codes, counted in positions_len",
+            edit(b, &|s, at, sp, _| {
+                s.insert(sp.positions.end, 0);
+                let len = (sp.positions.len() + 1) as u32;
+                s[at + 7..at + 11].copy_from_slice(&len.to_le_bytes());
+            }),
+        ),
+        (
+            "r25-sparse-plane-values-mode",
+            "a sparse record whose listed bytes are a context record (mode 3)",
+            edit(c, &|s, _, sp, _| s[sp.positions.end] = 3),
+        ),
+        (
+            "r25-sparse-plane-cut",
+            "a delta-xor-context chunk cut inside its sparse record's header",
+            edit(b, &|s, at, _, _| s.truncate(at + 6)),
+        ),
+        (
+            "r25-sparse-plane-lanes-tag",
+            "a chunk with a sparse record relabelled delta-xor-lanes (0x000A), which has no mode 5",
+            edit_dir(&file, |d| d.tensors[0].chunks[0].codec = CodecTag::DeltaXorLanes),
+        ),
+    ];
+    for (path, description, bytes) in cases {
+        bad_delta(g, path, "R25", description, bytes, SPARSE_PLANES_BASE, Malformed);
+    }
 }

@@ -22,7 +22,7 @@ use tpde_format::{BaseRef, DType, MetadataValue, Prediction};
 use tpde_write::{PredictInput, TensorInput, WriteOptions, Writer};
 
 /// The spec version the corpus is generated for.
-pub const SPEC_VERSION: &str = "1.7";
+pub const SPEC_VERSION: &str = "1.8";
 
 /// The generated corpus: files (path relative to the corpus folder, bytes) and the manifest.
 pub struct Corpus {

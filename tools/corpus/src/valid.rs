@@ -44,6 +44,7 @@ pub fn all(g: &mut Gen) {
     predicted(g);
     predicted_edges(g);
     files(g);
+    sparse_planes(g);
 }
 
 /// Bytes of `values` as `dtype` (a float dtype that `half` or the std covers, or an integer).
@@ -1171,4 +1172,89 @@ fn files(g: &mut Gen) {
             .files(Vec::new(), raw_frame(4, &table_bytes(0, &[])))
             .tensor(small()),
     );
+}
+
+/// The keyframe of 1.8's sparse-plane delta.
+pub const SPARSE_PLANES_BASE: &str = "valid/delta-sparse-planes-base.tpde";
+/// 1.8's sparse plane records (§6.2.5).
+pub const SPARSE_PLANES: &str = "valid/delta-sparse-planes.tpde";
+
+/// 1.8: dense deltas whose top plane (sign and exponent) is a sparse record, as `auto` writes
+/// it in a file that declares 1.8: unchanged (a constant plane, no position listed), changed at
+/// random elements (Golomb-Rice positions) and at every 63rd (packed positions), each checked
+/// to be coded so.
+fn sparse_planes(g: &mut Gen) {
+    let mut rng = Rng::new(18);
+    let n = 4096;
+    let weights: Vec<f64> = (0..n).map(|_| rng.normal(0.05)).collect();
+    // Weights of one exponent (in [0.5, 1)): when they double, the top plane changes by one
+    // byte value, which the sparse record's values code in a lane record.
+    let m = 16384;
+    let halves: Vec<f64> = (0..m).map(|_| 0.5 + 0.49 * rng.unit()).collect();
+    let base = vec![
+        T::new("a.low-bits", DType::F32, &[n as u64], encode(DType::F32, &weights)),
+        T::new("b.random", DType::F32, &[n as u64], encode(DType::F32, &weights)),
+        T::new("c.strided", DType::F32, &[m as u64], encode(DType::F32, &halves)),
+    ];
+    g.valid(
+        Spec::new(
+            SPARSE_PLANES_BASE,
+            "§7.3",
+            "the keyframe of delta-sparse-planes: f32 weights, twice 4096 of N(0, 0.05²) and 16384 in [0.5, 1)",
+        )
+        .encoder(Encoder::Codec(CodecTag::Planes))
+        .tensors(base.clone()),
+    );
+    // Every element moves in its low mantissa bits; some also double (the exponent moves).
+    let step = |from: &[f64], doubled: &dyn Fn(usize) -> bool, rng: &mut Rng| -> Vec<u8> {
+        let values: Vec<f32> = from
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| {
+                let w = w as f32;
+                let nudged = f32::from_bits(w.to_bits() ^ (1 + (rng.next() % 255) as u32));
+                if doubled(i) {
+                    nudged * 2.0
+                } else {
+                    nudged
+                }
+            })
+            .collect();
+        values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    };
+    let picked: Vec<bool> = (0..n).map(|_| rng.unit() < 0.012).collect();
+    let tensors = vec![
+        step(&weights, &|_| false, &mut rng),
+        step(&weights, &|i| picked[i], &mut rng),
+        step(&halves, &|i| i % 63 == 17, &mut rng),
+    ];
+    let delta: Vec<T> = base
+        .iter()
+        .zip(tensors)
+        .map(|(b, data)| T { delta: true, ..T::new(&b.name, DType::F32, &b.shape, data) })
+        .collect();
+    let bytes = g.valid(
+        Spec::new(
+            SPARSE_PLANES,
+            "§6.2.5",
+            "1.8 sparse plane records: the top plane of a dense delta chunk constant (no position listed), with 1.2% of the exponents changed at random (Golomb-Rice positions, stored bytes), with every 63rd changed (packed positions, a lane record of the bytes)",
+        )
+        .encoder(Encoder::Auto)
+        .minor(8)
+        .tensors(delta)
+        .base(SPARSE_PLANES_BASE),
+    );
+    // The generator's promise: each tensor's top plane is the sparse record its name says.
+    let dir = tpde_format::surgery::directory(&bytes).expect("a valid file");
+    for (t, (count, coder)) in dir.tensors.iter().zip([(Some(0), None), (None, Some(0u8)), (None, Some(1u8))]) {
+        let c = &t.chunks[0];
+        let stored = &bytes[c.offset as usize..(c.offset + c.stored_length) as usize];
+        let (records, _) = tpde_codec::planes::parse(c.codec, stored, 0, 4, c.element_count as usize).expect("valid");
+        let tpde_codec::planes::PlaneRecord::Sparse(s) = &records[3] else {
+            panic!("{}: its top plane is {:?}, not a sparse record", t.name, records[3]);
+        };
+        assert!(count.is_none_or(|m| s.count == m), "{}: {} positions", t.name, s.count);
+        let coder_byte = stored[s.positions.start - 5];
+        assert!(coder.is_none_or(|k| coder_byte == k), "{}: coder {coder_byte}", t.name);
+    }
 }
