@@ -1,9 +1,8 @@
-//! What a "mostly one byte" plane record would buy a delta (issue 38): on real checkpoint pairs,
-//! measures each dense delta chunk as `auto` codes it today, and its top plane (the `planes`
-//! transform's sign and exponent) alone, as today's order-0 lane record and as a sparse plane (a
-//! fill byte, the other positions coded by a §6.5.1 coder, their bytes as an order-0 lane
-//! record): sizes (tables counted at about 2 bytes a symbol) and decode times on one core.
-//! Measurement only; no such record is in the format.
+//! What sparse plane records (spec §6.2.5, format 1.8) buy a delta: on real checkpoint pairs,
+//! measures each dense delta chunk as `auto` codes it in a 1.7 file and in a 1.8 one (sparse
+//! records allowed), and its top plane (the `planes` transform's sign and exponent) alone, as an
+//! order-0 lane record and as a sparse record with either position coder: sizes (tables counted
+//! at about 2 bytes a symbol) and decode times on one core.
 //!
 //!     cargo run --release -p tpde --example plane_records -- NEW.safetensors BASE.safetensors
 //!
@@ -52,8 +51,9 @@ fn top_plane(dtype: DType, new: &[u8], base: &[u8]) -> Vec<u8> {
 #[derive(Default)]
 struct Sums {
     elements: u64,
-    chunk_stored: u64,
-    chunk_decode: f64,
+    /// In a 1.7 file, then a 1.8 one.
+    chunk_stored: [u64; 2],
+    chunk_decode: [f64; 2],
     lanes_bytes: u64,
     lanes_decode: f64,
     /// Packed positions, then Golomb-Rice.
@@ -79,15 +79,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let w = dtype.size() as usize;
         for (a, b) in data.chunks(CHUNK).zip(bdata.chunks(CHUNK)) {
             let n = a.len() / w;
-            // The chunk as `auto` codes a delta today, decoded whole.
+            // The chunk as `auto` codes a delta in a 1.7 file and in a 1.8 one (sparse plane
+            // records allowed), decoded whole.
             let ctx = ChunkContext { dtype, base: Some(b) };
-            let mut stored = Vec::new();
-            let (tag, params) = Encoder::Auto.encode(ctx, a, &mut stored)?;
             let mut out = vec![0u8; a.len()];
-            tpde::codec::decode(tag, ctx, &params, &stored, &mut out)?;
-            assert_eq!(out, a, "{name}: round trip");
-            sums.chunk_decode += best(|| tpde::codec::decode(tag, ctx, &params, &stored, &mut out).unwrap());
-            sums.chunk_stored += stored.len() as u64;
+            for (k, minor) in [7, 8].into_iter().enumerate() {
+                let mut stored = Vec::new();
+                let (tag, params) = Encoder::Auto.encode_in(ctx, a, minor, &mut stored)?;
+                tpde::codec::decode(tag, ctx, &params, &stored, &mut out)?;
+                assert_eq!(out, a, "{name}: round trip");
+                sums.chunk_decode[k] += best(|| tpde::codec::decode(tag, ctx, &params, &stored, &mut out).unwrap());
+                sums.chunk_stored[k] += stored.len() as u64;
+            }
             sums.elements += n as u64;
 
             // The top plane as an order-0 lane record.
@@ -146,22 +149,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         sums.elements,
         sums.exceptions as f64 / sums.elements as f64
     );
+    for (k, minor) in [7, 8].into_iter().enumerate() {
+        println!(
+            "whole chunks as `auto` codes them in a 1.{minor} file: {} bytes stored, decoded in {:.2} ms (best of {RUNS} each, one core)",
+            sums.chunk_stored[k],
+            ms(sums.chunk_decode[k])
+        );
+    }
     println!(
-        "whole chunks as `auto` codes them: {} bytes stored, decoded in {:.2} ms (best of {RUNS} each, one core)",
-        sums.chunk_stored,
-        ms(sums.chunk_decode)
-    );
-    println!(
-        "top plane, order-0 lanes: {} bytes, decoded in {:.2} ms ({:.0}% of the chunks' decode)",
+        "top plane, order-0 lanes: {} bytes, decoded in {:.2} ms ({:.0}% of the 1.7 chunks' decode)",
         sums.lanes_bytes,
         ms(sums.lanes_decode),
-        100.0 * sums.lanes_decode / sums.chunk_decode
+        100.0 * sums.lanes_decode / sums.chunk_decode[0]
     );
     for (k, coder) in ["packed", "Golomb-Rice"].into_iter().enumerate() {
         println!(
             "top plane, fill + {coder} positions + order-0 lanes of their bytes: {} bytes ({:+.2}% of the chunks' stored), decoded in {:.2} ms",
             sums.sparse_bytes[k],
-            100.0 * (sums.sparse_bytes[k] as f64 - sums.lanes_bytes as f64) / sums.chunk_stored as f64,
+            100.0 * (sums.sparse_bytes[k] as f64 - sums.lanes_bytes as f64) / sums.chunk_stored[0] as f64,
             ms(sums.sparse_decode[k])
         );
     }
