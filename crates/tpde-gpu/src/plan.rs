@@ -9,7 +9,7 @@
 
 use std::ops::Range;
 
-use tpde_codec::planes::{self, PlaneRecord};
+use tpde_codec::planes::{self, PlaneRecord, SparsePlane};
 use tpde_codec::positions::PACKED_BLOCK;
 use tpde_codec::rans::{self, LaneLayout, Table};
 use tpde_codec::{ChunkContext, CodecError, PositionCoder, SparseLayout};
@@ -27,13 +27,17 @@ const LANE_REC: usize = 11;
 const PACKED_REC: usize = 8;
 const FINISH_REC: usize = 16;
 const SPARSE_REC: usize = 16;
-const HEADER: usize = 18;
+const PLANE_REC: usize = 4;
+const HEADER: usize = 19;
 
 /// A lane job with one table, or whose contexts are not the base's (the kernel's `NO_MAP`).
 const NO_MAP: u32 = u32::MAX;
 
 /// A source offset in the scratch buffer rather than the upload (the kernel's `SCRATCH`).
 const SCRATCH: u32 = 1 << 31;
+/// A source that is a sparse plane record (the kernel's `SPARSE_PLANE`), by its index in the
+/// batch; bit 31 clear. Upload offsets stay under 2^28 (a batch's upload is at most 256 MiB).
+const SPARSE_PLANE: u32 = 1 << 30;
 
 /// What the device can take in one batch.
 #[derive(Clone, Copy, Debug)]
@@ -64,6 +68,18 @@ enum Src {
     None,
     Blob(u64),
     Scratch(u64),
+    /// The chunk's sparse plane (spec §6.2.5) of this index in [`ChunkWork::sparse_planes`].
+    SparsePlane(usize),
+}
+
+/// A sparse plane record (spec §6.2.5): its positions (u32s) and their bytes decoded here, a
+/// few bytes per listed position, uploaded; the device expands the plane as it reads it.
+#[derive(Debug)]
+struct SparsePlaneJob {
+    fill: u8,
+    count: u32,
+    positions: u64,
+    values: u64,
 }
 
 #[derive(Debug)]
@@ -114,6 +130,7 @@ pub struct ChunkWork {
     mode: u32,
     planes: [Src; 8],
     sparse: Option<SparseJob>,
+    sparse_planes: Vec<SparsePlaneJob>,
     w: u32,
     float: bool,
     n: u32,
@@ -170,13 +187,7 @@ impl ChunkWork {
                     Src::Blob(self.append_blob(&plane))
                 }
                 PlaneRecord::Lanes(table, layout) => self.lane_job(&[table], None, false, &layout, stored_at, n),
-                // A sparse plane (spec §6.2.5) is a fill and a few listed bytes: materialised here
-                // and uploaded, like a serial plane.
-                PlaneRecord::Sparse(sparse) => {
-                    let mut plane = vec![0u8; n];
-                    sparse.decode(stored, &mut Vec::new(), &mut Vec::new(), &mut plane).map_err(rans::corrupt(tag))?;
-                    Src::Blob(self.append_blob(&plane))
-                }
+                PlaneRecord::Sparse(sparse) => self.sparse_plane(tag, stored, &sparse, n)?,
                 PlaneRecord::Contexts(model, layout) => {
                     let map = self.append_blob(model.map());
                     self.lane_job(model.tables(), Some(map), false, &layout, stored_at, n)
@@ -188,6 +199,44 @@ impl ChunkWork {
             };
         }
         Ok(src)
+    }
+
+    /// A sparse plane record (spec §6.2.5): its positions and listed bytes decoded and checked
+    /// here (as the CPU reader checks them), uploaded for the device to expand.
+    fn sparse_plane(
+        &mut self,
+        tag: CodecTag,
+        stored: &[u8],
+        sparse: &SparsePlane,
+        n: usize,
+    ) -> Result<Src, CodecError> {
+        let corrupt = rans::corrupt(tag);
+        let mut positions = Vec::new();
+        sparse
+            .coder
+            .decode(&stored[sparse.positions.clone()], sparse.count, n as u64, &mut positions)
+            .map_err(&corrupt)?;
+        let values: Vec<u8> = match &*sparse.values {
+            PlaneRecord::Stored(at) => stored[*at..*at + sparse.count].to_vec(),
+            PlaneRecord::Lanes(table, layout) => {
+                let mut v = vec![0u8; sparse.count];
+                rans::decode_lanes(table, stored, layout, &mut v).map_err(&corrupt)?;
+                v
+            }
+            _ => unreachable!("parse admits stored and lane records only"),
+        };
+        if let Some((p, _)) = positions.iter().zip(&values).find(|(_, &v)| v == sparse.fill) {
+            return Err(corrupt(format!("position {p} is listed with the fill byte {:#04x}", sparse.fill)));
+        }
+        let words: Vec<u8> = positions.iter().flat_map(|p| p.to_le_bytes()).collect();
+        let job = SparsePlaneJob {
+            fill: sparse.fill,
+            count: sparse.count as u32,
+            positions: self.append_blob(&words),
+            values: self.append_blob(&values),
+        };
+        self.sparse_planes.push(job);
+        Ok(Src::SparsePlane(self.sparse_planes.len() - 1))
     }
 
     /// Queues the lanes of one plane record (with its tables, and its map if a context record)
@@ -252,6 +301,7 @@ pub fn plan_chunk(
         mode: M_COPY,
         planes: [Src::None; 8],
         sparse: None,
+        sparse_planes: Vec::new(),
         w,
         float: dtype.is_float(),
         n: n as u32,
@@ -436,11 +486,15 @@ fn window<'a>(limits: &Limits, chunks: impl Iterator<Item = &'a ChunkWork>) -> R
 fn assemble(limits: &Limits, chunks: &[ChunkWork]) -> Batch {
     let win = window(limits, chunks.iter());
     let mut b = Batch { window: win.clone(), meta: vec![0; HEADER], ..Batch::default() };
-    let src = |s: Src, blob_at: u64, scratch_at: u64| -> u32 {
+    // The batch's sparse planes, and the index of the first of the chunk being assembled.
+    let mut planes: Vec<u32> = Vec::new();
+    let mut planes_at = 0usize;
+    let src = |s: Src, blob_at: u64, scratch_at: u64, planes_at: usize| -> u32 {
         match s {
             Src::None => 0,
             Src::Blob(o) => (blob_at + o) as u32,
             Src::Scratch(o) => SCRATCH | (scratch_at * 4 + o) as u32,
+            Src::SparsePlane(j) => SPARSE_PLANE | (planes_at + j) as u32,
         }
     };
     let mut tables = Vec::new();
@@ -489,19 +543,31 @@ fn assemble(limits: &Limits, chunks: &[ChunkWork]) -> Batch {
             ]);
             block_prefix.push(block_prefix.last().unwrap() + p.count.div_ceil(PACKED_BLOCK as u32));
         }
+        for p in &c.sparse_planes {
+            planes.extend([u32::from(p.fill), p.count, (blob_at + p.positions) as u32, (blob_at + p.values) as u32]);
+        }
         let mut rec = vec![c.mode, c.w, u32::from(c.float), c.n, out, out, ci, 0];
-        rec.extend(c.planes.iter().map(|&s| src(s, blob_at, scratch_at)));
+        rec.extend(c.planes.iter().map(|&s| src(s, blob_at, scratch_at, planes_at)));
         finish.extend(rec);
         let bytes = u64::from(c.n) * u64::from(c.w);
         let words = if bytes == 0 { 0 } else { (u64::from(out) + bytes).div_ceil(4) - u64::from(out) / 4 };
         word_prefix.push(word_prefix.last().unwrap() + words as u32);
         if let Some(s) = &c.sparse {
-            let mut rec =
-                vec![c.w, u32::from(c.float), c.n, s.count, src(s.positions, blob_at, scratch_at), out, ci, 0];
-            rec.extend(s.values.iter().map(|&v| src(v, blob_at, scratch_at)));
+            let mut rec = vec![
+                c.w,
+                u32::from(c.float),
+                c.n,
+                s.count,
+                src(s.positions, blob_at, scratch_at, planes_at),
+                out,
+                ci,
+                0,
+            ];
+            rec.extend(s.values.iter().map(|&v| src(v, blob_at, scratch_at, planes_at)));
             sparse.extend(rec);
             changed_prefix.push(changed_prefix.last().unwrap() + s.count);
         }
+        planes_at += c.sparse_planes.len();
         b.chunks.push(c.index);
     }
     b.blob.extend_from_slice(&[0; 4]);
@@ -534,6 +600,8 @@ fn assemble(limits: &Limits, chunks: &[ChunkWork]) -> Batch {
     put(m, 15, &sparse);
     put(m, 16, &changed_prefix);
     m[17] = b.changed;
+    debug_assert_eq!(planes.len() / PLANE_REC, planes_at);
+    put(m, 18, &planes);
     b
 }
 

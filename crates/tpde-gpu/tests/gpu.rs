@@ -6,7 +6,7 @@
 //! `cargo test --features skip-gpu-tests` reports these tests as ignored (never as passed).
 
 use std::sync::OnceLock;
-use tpde_testkit::{write, Checkpoint};
+use tpde_testkit::{write, write_in, Checkpoint};
 
 use proptest::prelude::*;
 use tpde_codec::Encoder;
@@ -503,4 +503,49 @@ fn predictions_on_the_device_are_the_cpus_bit_for_bit() {
             differ.iter().map(|&i| show(&o, i)).collect::<Vec<_>>(),
         );
     }
+}
+
+/// 1.8's sparse plane records (spec §6.2.5) expand on the device as the CPU reader expands
+/// them: a delta whose exponents moved at 1% of the elements (its top plane a sparse record)
+/// and one where none moved (a constant plane), several chunks each.
+#[test]
+fn sparse_plane_records_decode_on_the_device() {
+    let gpu = gpu();
+    let n = 1usize << 16;
+    let w: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 0.02).collect();
+    let step = |doubled: &dyn Fn(usize) -> bool| -> Vec<u8> {
+        w.iter()
+            .enumerate()
+            .flat_map(|(i, &x)| {
+                let nudged = f32::from_bits(x.to_bits() ^ (1 + (i as u32).wrapping_mul(2_654_435_761) % 255));
+                (if doubled(i) { nudged * 2.0 } else { nudged }).to_le_bytes()
+            })
+            .collect()
+    };
+    let bytes: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let a: Checkpoint = vec![
+        ("moved".into(), DType::F32, vec![n as u64], bytes.clone()),
+        ("still".into(), DType::F32, vec![n as u64], bytes),
+    ];
+    let b: Checkpoint = vec![
+        ("moved".into(), DType::F32, vec![n as u64], step(&|i| i % 97 == 3)),
+        ("still".into(), DType::F32, vec![n as u64], step(&|_| false)),
+    ];
+    let key = write(&a, None, Encoder::Auto, 1 << 16);
+    let delta = write_in(&b, Some((&a, "")), Encoder::Auto, 1 << 16, 8);
+    let r = Reader::from_source(delta.clone()).unwrap();
+    let mut sparse = 0;
+    for t in r.tensors() {
+        for (i, c) in t.chunks.iter().enumerate() {
+            let stored = r.chunk_bytes(t, i).unwrap();
+            let (records, _) = tpde_codec::planes::parse(c.codec, &stored, 0, 4, c.element_count as usize).unwrap();
+            sparse += records.iter().filter(|r| matches!(r, tpde_codec::planes::PlaneRecord::Sparse(_))).count();
+        }
+    }
+    assert!(sparse >= 8, "{sparse} sparse records in 8 chunks");
+    let cpu_key = Reader::from_source(key).unwrap();
+    let on_device = gpu.load(&cpu_key, None).unwrap();
+    let cpu_delta = Reader::from_source(delta).unwrap().with_base(std::sync::Arc::new(cpu_key)).unwrap();
+    let delta_on_device = gpu.load(&cpu_delta, Some(&on_device)).unwrap();
+    assert_same(gpu, &delta_on_device, &cpu_delta, &b);
 }

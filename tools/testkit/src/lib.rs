@@ -28,8 +28,26 @@ pub fn digest_of(ck: &Checkpoint) -> [u8; 32] {
 /// checkpoint and the hint recorded for it) a delta, each tensor whose base counterpart has its
 /// name, dtype and shape coded against it.
 pub fn write(ck: &Checkpoint, base: Option<(&Checkpoint, &str)>, encoder: Encoder, chunk: u64) -> Vec<u8> {
+    write_in(ck, base, encoder, chunk, 0)
+}
+
+/// [`write`] into a file that declares at least minor version `minor` (which the encoder may
+/// use: from 1.8, `auto`'s sparse plane records).
+pub fn write_in(
+    ck: &Checkpoint,
+    base: Option<(&Checkpoint, &str)>,
+    encoder: Encoder,
+    chunk: u64,
+    minor: u16,
+) -> Vec<u8> {
     let base_ref = base.map(|(b, hint)| BaseRef { digest: digest_of(b), path_hint: hint.into() });
-    let opts = WriteOptions { encoder, chunk_bytes: chunk, base: base_ref, ..WriteOptions::default() };
+    let opts = WriteOptions {
+        encoder,
+        chunk_bytes: chunk,
+        base: base_ref,
+        min_minor_version: minor,
+        ..WriteOptions::default()
+    };
     let mut w = Writer::new(Vec::new(), opts).unwrap();
     for (name, dtype, shape, bytes) in ck {
         match base.and_then(|(b, _)| b.iter().find(|t| &t.0 == name && t.1 == *dtype && &t.2 == shape)) {

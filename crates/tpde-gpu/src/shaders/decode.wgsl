@@ -35,12 +35,14 @@ const H_SPARSE: u32 = 14u;
 const H_SPARSE_AT: u32 = 15u;
 const H_SPARSE_PREFIX: u32 = 16u;
 const H_CHANGED: u32 = 17u;
+const H_PLANES_AT: u32 = 18u;
 
 // Record sizes in u32s (plan.rs writes the same layouts).
 const LANE_REC: u32 = 11u;
 const PACKED_REC: u32 = 8u;
 const FINISH_REC: u32 = 16u;
 const SPARSE_REC: u32 = 16u;
+const PLANE_REC: u32 = 4u;
 
 // finish modes
 const M_COPY: u32 = 0u;
@@ -61,7 +63,9 @@ const E_ORDER: u32 = 8u;
 const E_ZERO_DELTA: u32 = 9u;
 
 // A plane or position source: bit 31 set for scratch, clear for blob; the rest a byte offset.
+// Bit 30 set (and 31 clear): a sparse plane record (§6.2.5), the rest its index.
 const SCRATCH: u32 = 0x80000000u;
+const SPARSE_PLANE: u32 = 0x40000000u;
 
 // A lane job with one table; otherwise the blob byte of its context map (§6.2.4). Also: a lane
 // job whose contexts are not its base's (§6.4.1).
@@ -107,7 +111,36 @@ fn src_byte(src: u32, i: u32) -> u32 {
     if ((src & SCRATCH) != 0u) {
         return scratch_byte((src & ~SCRATCH) + i);
     }
+    if ((src & SPARSE_PLANE) != 0u) {
+        return sparse_plane_byte(src & ~SPARSE_PLANE, i);
+    }
     return blob_byte(src + i);
+}
+
+// Byte i of sparse plane j (§6.2.5): the byte listed at position i, or the fill byte. The host
+// checked and uploaded the positions (u32s, increasing) and their bytes: a binary search.
+// record: fill, count, positions (blob byte), values (blob byte)
+fn sparse_plane_byte(j: u32, i: u32) -> u32 {
+    let d = jobs[H_PLANES_AT] + j * PLANE_REC;
+    let count = jobs[d + 1u];
+    let positions = jobs[d + 2u];
+    var lo = 0u;
+    var hi = count;
+    loop {
+        if (lo >= hi) {
+            break;
+        }
+        let mid = (lo + hi) / 2u;
+        if (blob_u32(positions + 4u * mid) < i) {
+            lo = mid + 1u;
+        } else {
+            hi = mid;
+        }
+    }
+    if (lo < count && blob_u32(positions + 4u * lo) == i) {
+        return blob_byte(jobs[d + 3u] + lo);
+    }
+    return jobs[d];
 }
 
 fn fail(chunk: u32, code: u32) {
