@@ -127,17 +127,18 @@ pub struct SparsePlane {
 }
 
 impl SparsePlane {
-    /// Decodes the plane into `out` (n bytes): the positions, then the bytes there (into
-    /// `values`, a buffer of any length), then fill and scatter. A listed byte equal to the
-    /// fill byte is malformed: a writer lists exactly the bytes that differ.
-    pub fn decode(
+    /// The record's positions (into `positions`) and the bytes listed there (borrowed from
+    /// `stored`, or decoded into `values`, a buffer of any length), checked: a listed byte equal
+    /// to the fill byte is malformed, since a writer lists exactly the bytes that differ. For a
+    /// plane of `n` bytes.
+    pub fn listed<'a>(
         &self,
-        stored: &[u8],
+        stored: &'a [u8],
+        n: usize,
         positions: &mut Vec<u32>,
-        values: &mut Vec<u8>,
-        out: &mut [u8],
-    ) -> Result<(), String> {
-        self.coder.decode(&stored[self.positions.clone()], self.count, out.len() as u64, positions)?;
+        values: &'a mut Vec<u8>,
+    ) -> Result<&'a [u8], String> {
+        self.coder.decode(&stored[self.positions.clone()], self.count, n as u64, positions)?;
         let bytes: &[u8] = match &*self.values {
             PlaneRecord::Stored(at) => &stored[*at..*at + self.count],
             PlaneRecord::Lanes(table, layout) => {
@@ -147,11 +148,23 @@ impl SparsePlane {
             }
             _ => unreachable!("parse admits stored and lane records only"),
         };
+        if let Some((p, &v)) = positions.iter().zip(bytes).find(|(_, &v)| v == self.fill) {
+            return Err(format!("position {p} is listed with the fill byte {v:#04x}"));
+        }
+        Ok(bytes)
+    }
+
+    /// Decodes the plane into `out` (n bytes): [`SparsePlane::listed`], then fill and scatter.
+    pub fn decode(
+        &self,
+        stored: &[u8],
+        positions: &mut Vec<u32>,
+        values: &mut Vec<u8>,
+        out: &mut [u8],
+    ) -> Result<(), String> {
+        let bytes = self.listed(stored, out.len(), positions, values)?;
         out.fill(self.fill);
         for (&p, &v) in positions.iter().zip(bytes) {
-            if v == self.fill {
-                return Err(format!("position {p} is listed with the fill byte {v:#04x}"));
-            }
             out[p as usize] = v;
         }
         Ok(())

@@ -210,24 +210,8 @@ impl ChunkWork {
         sparse: &SparsePlane,
         n: usize,
     ) -> Result<Src, CodecError> {
-        let corrupt = rans::corrupt(tag);
-        let mut positions = Vec::new();
-        sparse
-            .coder
-            .decode(&stored[sparse.positions.clone()], sparse.count, n as u64, &mut positions)
-            .map_err(&corrupt)?;
-        let values: Vec<u8> = match &*sparse.values {
-            PlaneRecord::Stored(at) => stored[*at..*at + sparse.count].to_vec(),
-            PlaneRecord::Lanes(table, layout) => {
-                let mut v = vec![0u8; sparse.count];
-                rans::decode_lanes(table, stored, layout, &mut v).map_err(&corrupt)?;
-                v
-            }
-            _ => unreachable!("parse admits stored and lane records only"),
-        };
-        if let Some((p, _)) = positions.iter().zip(&values).find(|(_, &v)| v == sparse.fill) {
-            return Err(corrupt(format!("position {p} is listed with the fill byte {:#04x}", sparse.fill)));
-        }
+        let (mut positions, mut decoded) = (Vec::new(), Vec::new());
+        let values = sparse.listed(stored, n, &mut positions, &mut decoded).map_err(rans::corrupt(tag))?.to_vec();
         let words: Vec<u8> = positions.iter().flat_map(|p| p.to_le_bytes()).collect();
         let job = SparsePlaneJob {
             fill: sparse.fill,
