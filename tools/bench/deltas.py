@@ -58,8 +58,11 @@ def zipnn_all(tensors, threads):
             sizes[g] = sizes.get(g, 0) + len(b)
             continue
         z = coders.setdefault(dt, zipnn.ZipNN(input_format="byte", bytearray_dtype=ZIPNN_DTYPE[dt], threads=threads))
+        # A copy: ZipNN 0.5.4's compress reorders its input's bytes in place, which made every
+        # later run compress scrambled bytes and compare its round trip with them.
+        src = bytearray(b)
         t = time.perf_counter()
-        c = z.compress(b)
+        c = z.compress(src)
         tc += time.perf_counter() - t
         t = time.perf_counter()
         d = z.decompress(c)
