@@ -39,9 +39,16 @@ fn estimate_all(ctx: ChunkContext, input: &[u8], base: &[u8], form: PlaneForm) -
     // made on their order-0 estimates.
     let dense = form.dense();
     let mut choices = vec![Choice { tag: Dense(DenseOp::Xor, dense).tag(), bytes: xor_cost }];
+    // Subtraction is estimated however few elements changed: on real bf16 weights where 80–86%
+    // are unchanged, a changed one moves by a unit or two in its last place, which subtraction
+    // keeps in the low plane where XOR carries it into the next.
+    let sub_cost = planes::estimate(&hists_of(DenseOp::Sub));
+    choices.push(Choice { tag: Dense(DenseOp::Sub, dense).tag(), bytes: sub_cost });
     // Sparse: the changed values are the nonzero XOR elements, so their histograms are the
     // XOR's less the unchanged elements' zeros. Positions are only found and costed when a
-    // sparse form could win, with at least one bit per position.
+    // sparse form could beat both dense ones, with at least one bit per position (finding
+    // and costing them was 13% of a one-core bf16 weights delta pack whose subtraction was
+    // far smaller).
     let changed = Sparse::count_changed(input, base, w);
     let mut value_hists = xor_hists;
     for h in &mut value_hists {
@@ -49,7 +56,7 @@ fn estimate_all(ctx: ChunkContext, input: &[u8], base: &[u8], form: PlaneForm) -
     }
     let values_cost = planes::estimate(&value_hists);
     let mut positions = None;
-    if 8.0 + values_cost + changed as f64 / 8.0 < xor_cost {
+    if 8.0 + values_cost + changed as f64 / 8.0 < xor_cost.min(sub_cost) {
         let pos = Sparse::positions(input, base, w);
         // The lane form has one position coder, the packed blocks a GPU decodes in parallel.
         let coders: &[PositionCoder] = match form {
@@ -62,10 +69,6 @@ fn estimate_all(ctx: ChunkContext, input: &[u8], base: &[u8], form: PlaneForm) -
         }
         positions = Some(pos);
     }
-    // Subtraction is estimated however few elements changed: on real bf16 weights where 80–86%
-    // are unchanged, a changed one moves by a unit or two in its last place, which subtraction
-    // keeps in the low plane where XOR carries it into the next.
-    choices.push(Choice { tag: Dense(DenseOp::Sub, dense).tag(), bytes: planes::estimate(&hists_of(DenseOp::Sub)) });
     // A fresh keyframe, only when the delta saves little (a re-initialised tensor, or Adam's
     // first moment many steps apart, where a keyframe measured smaller than delta-sub).
     if xor_cost > input.len() as f64 * 0.75 {
