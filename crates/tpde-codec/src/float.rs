@@ -30,13 +30,15 @@ impl ChunkCodec for Planes {
 
     fn encode(&self, ctx: ChunkContext, input: &[u8], out: &mut Vec<u8>) -> Result<Vec<u8>, CodecError> {
         let w = width(ctx.dtype);
+        // A chunk of a keyframe file, or a delta file's chunk coded as a keyframe.
+        let encode = if ctx.base.is_none() { planes::encode_keyframe } else { planes::encode };
         if !planes::rotates(ctx.dtype) {
-            planes::encode(input, w, self.0, out);
+            encode(input, w, self.0, out);
             return Ok(Vec::new());
         }
         ELEMENTS.with_borrow_mut(|elements| {
             planes::rotated_into(input, w, elements);
-            planes::encode(elements, w, self.0, out);
+            encode(elements, w, self.0, out);
         });
         Ok(Vec::new())
     }

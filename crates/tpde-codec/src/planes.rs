@@ -258,15 +258,15 @@ impl Table {
 }
 
 /// For a plane about to be coded with one table, at `order0` estimated bytes: writes it as a
-/// context record if that is estimated under 98% of it (16 tables decode more slowly than one,
-/// so a smaller gain is not worth it), returning whether it did. Chosen from a sample of
+/// context record if that is estimated under `gain` of it (16 tables decode more slowly than
+/// one, so a smaller gain is not worth it), returning whether it did. Chosen from a sample of
 /// the pairs, as the forms are.
-fn write_contexts(plane: &[u8], order0: f64, out: &mut Vec<u8>) -> bool {
+fn write_contexts(plane: &[u8], order0: f64, gain: f64, out: &mut Vec<u8>) -> bool {
     let n = plane.len();
     let lanes = rans::lane_count(n);
     let sampled = n >= SAMPLE_FROM;
     let pairs = context::pair_counts(plane, lanes, sampled);
-    let Some(map) = worth(&pairs, n, order0 * 0.98) else {
+    let Some(map) = worth(&pairs, n, order0 * gain) else {
         return false;
     };
     out.push(RANS_CONTEXTS);
@@ -309,6 +309,17 @@ fn write_base_contexts(
 /// A base-context record is written where it is estimated under this share of the order-0
 /// record's bytes.
 const BASE_CONTEXT_GAIN: f64 = 0.95;
+
+/// A neighbour-context record in a keyframe is written where it is estimated under this share
+/// of the order-0 record's bytes. A context symbol decodes in about 1.8 ns on a Zen 3 core, an
+/// order-0 one in 1.1: at 0.98 (the gain in a delta's keyframe chunks, whose files must not
+/// grow), the top planes of Adam's moments took 81 ms of a 121 ms keyframe decode; at 0.95,
+/// 63 ms, for 0.2% more bytes (issue 38: a keyframe may grow by 0.3% for speed;
+/// `examples/keyframe_planes`).
+const KEYFRAME_CONTEXT_GAIN: f64 = 0.95;
+
+/// The same in a delta file's keyframe chunks.
+const DELTA_KEYFRAME_CONTEXT_GAIN: f64 = 0.98;
 
 /// The map grouping these pair counts (of a plane of `n` symbols, or a sample of it) when its
 /// record is estimated under `limit` bytes.
@@ -366,23 +377,37 @@ pub struct BaseElements<'a> {
 /// plane rANS-coded with a table of its own, or stored when rANS would shrink it by under 2%
 /// (not worth its decode time).
 pub fn encode(elements: &[u8], w: usize, form: PlaneForm, out: &mut Vec<u8>) {
-    encode_with(elements, w, form, None, false, out);
+    encode_with(elements, w, form, None, false, DELTA_KEYFRAME_CONTEXT_GAIN, out);
+}
+
+/// [`encode`] for a keyframe file's chunk: neighbour contexts only where they save more, since
+/// a keyframe is what a resume reads.
+pub fn encode_keyframe(elements: &[u8], w: usize, form: PlaneForm, out: &mut Vec<u8>) {
+    encode_with(elements, w, form, None, false, KEYFRAME_CONTEXT_GAIN, out);
 }
 
 /// [`encode`] in [`PlaneForm::BaseContexts`], the elements' base contexts given; with
 /// `sparse`, a plane almost all one byte may take a sparse record (spec §6.2.5, format 1.8).
 pub fn encode_against_base(elements: &[u8], w: usize, contexts: &[u8], sparse: bool, out: &mut Vec<u8>) {
-    encode_with(elements, w, PlaneForm::BaseContexts, Some(contexts), sparse, out);
+    encode_with(elements, w, PlaneForm::BaseContexts, Some(contexts), sparse, DELTA_KEYFRAME_CONTEXT_GAIN, out);
 }
 
-fn encode_with(elements: &[u8], w: usize, form: PlaneForm, contexts: Option<&[u8]>, sparse: bool, out: &mut Vec<u8>) {
+fn encode_with(
+    elements: &[u8],
+    w: usize,
+    form: PlaneForm,
+    contexts: Option<&[u8]>,
+    sparse: bool,
+    gain: f64,
+    out: &mut Vec<u8>,
+) {
     let n = elements.len() / w;
     // A plane that a sample shows to be near-random (the low mantissa bytes) is stored without
     // being counted in full: the full count of every plane was a tenth of a delta pack.
     let sampled = (n >= SAMPLE_FROM).then(|| sampled_histograms(n, w, |r| &elements[r]));
     SCRATCH.with_borrow_mut(|planes| {
         split_into(elements, w, planes);
-        encode_planes(planes, n, w, sampled.as_deref(), form, contexts, sparse, out)
+        encode_planes(planes, n, w, sampled.as_deref(), form, contexts, sparse, gain, out)
     })
 }
 
@@ -395,6 +420,7 @@ fn encode_planes(
     form: PlaneForm,
     contexts: Option<&[u8]>,
     sparse: bool,
+    gain: f64,
     out: &mut Vec<u8>,
 ) {
     // The map whose table indices INDICES holds for this chunk's contexts, if any.
@@ -409,7 +435,7 @@ fn encode_planes(
             if order0 < n as f64 * 0.98 {
                 let start = out.len();
                 let written = match (form, contexts) {
-                    (PlaneForm::Contexts, _) => write_contexts(plane, order0, out),
+                    (PlaneForm::Contexts, _) => write_contexts(plane, order0, gain, out),
                     (PlaneForm::BaseContexts, Some(c)) => write_base_contexts(plane, c, order0, &mut indexed, out),
                     _ => false,
                 };
@@ -719,6 +745,46 @@ mod tests {
                 assert_eq!(histograms(elements, w), expected, "w {w} len {len}");
             }
         }
+    }
+
+    /// A keyframe file's plane takes neighbour contexts only where they save more than in a
+    /// delta file's keyframe chunk: on planes whose symbols lean on the one before by degrees,
+    /// some take contexts in a delta and order 0 in a keyframe, none the other way round.
+    #[test]
+    fn keyframes_take_contexts_only_for_a_larger_gain() {
+        let (mut split, mut wrong) = (0, 0);
+        for lean in (20..80u32).step_by(2) {
+            let mut x = 0x2545_F491u32 ^ lean;
+            let mut next = || {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                x
+            };
+            // One byte per element (w = 1): the symbol before again with probability lean/200,
+            // else a skewed draw.
+            let mut plane = vec![0u8; 1 << 18];
+            for i in 1..plane.len() {
+                let r = next();
+                plane[i] = if r % 200 < lean { plane[i - 1] } else { (r >> 8).trailing_zeros().min(12) as u8 };
+            }
+            let mode = |keyframe: bool| {
+                let mut out = Vec::new();
+                if keyframe {
+                    encode_keyframe(&plane, 1, PlaneForm::Contexts, &mut out);
+                } else {
+                    encode(&plane, 1, PlaneForm::Contexts, &mut out);
+                }
+                out[0]
+            };
+            match (mode(false), mode(true)) {
+                (RANS_CONTEXTS, RANS_LANES) => split += 1,
+                (RANS_LANES, RANS_CONTEXTS) => wrong += 1,
+                _ => {}
+            }
+        }
+        assert!(split > 0, "no plane between the two gains");
+        assert_eq!(wrong, 0);
     }
 
     #[test]
