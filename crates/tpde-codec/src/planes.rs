@@ -309,15 +309,17 @@ fn write_base_contexts(
 /// record's bytes.
 const BASE_CONTEXT_GAIN: f64 = 0.95;
 
-/// A neighbour-context record in a keyframe is written where it is estimated under this share
-/// of the order-0 record's bytes. A context symbol decodes in about 1.8 ns on a Zen 3 core, an
-/// order-0 one in 1.1: at 0.98 (the gain in a delta's keyframe chunks, whose files must not
-/// grow), the top planes of Adam's moments took 81 ms of a 121 ms keyframe decode; at 0.95,
-/// 63 ms, for 0.2% more bytes (issue 38: a keyframe may grow by 0.3% for speed;
-/// `examples/keyframe_planes`).
+/// A neighbour-context record in a keyframe of 4- or 8-byte elements is written where it is
+/// estimated under this share of the order-0 record's bytes. A context symbol decodes in about
+/// 1.8 ns on a Zen 3 core, an order-0 one in 1.1: at 0.98, the top planes of f32 Adam moments
+/// took 81 ms of a 121 ms keyframe decode; at 0.95, 63 ms, for 0.27% more bytes at most (issue
+/// 38: a keyframe may grow by 0.3% for speed; `examples/keyframe_planes`).
 const KEYFRAME_CONTEXT_GAIN: f64 = 0.95;
 
-/// The same in a delta file's keyframe chunks.
+/// The same for 1- and 2-byte elements, and in a delta file's keyframe chunks (delta files must
+/// not grow). A 2-byte element's top plane is about twice the share of its chunk a 4-byte one's
+/// is, so the same plane saving grows the file twice as much: at 0.95, bf16 Adam moments'
+/// keyframes grew by 0.45-0.9%.
 const DELTA_KEYFRAME_CONTEXT_GAIN: f64 = 0.98;
 
 /// The map grouping these pair counts (of a plane of `n` symbols, or a sample of it) when its
@@ -378,7 +380,8 @@ pub fn encode(elements: &[u8], w: usize, form: PlaneForm, out: &mut Vec<u8>) {
 /// [`encode`] for a keyframe file's chunk: neighbour contexts only where they save more, since
 /// a keyframe is what a resume reads.
 pub fn encode_keyframe(elements: &[u8], w: usize, form: PlaneForm, out: &mut Vec<u8>) {
-    encode_with(elements, w, form, None, false, KEYFRAME_CONTEXT_GAIN, out);
+    let gain = if w >= 4 { KEYFRAME_CONTEXT_GAIN } else { DELTA_KEYFRAME_CONTEXT_GAIN };
+    encode_with(elements, w, form, None, false, gain, out);
 }
 
 /// [`encode`] in [`PlaneForm::BaseContexts`], the elements' base contexts given; with
@@ -742,9 +745,10 @@ mod tests {
         }
     }
 
-    /// A keyframe file's plane takes neighbour contexts only where they save more than in a
-    /// delta file's keyframe chunk: on planes whose symbols lean on the one before by degrees,
-    /// some take contexts in a delta and order 0 in a keyframe, none the other way round.
+    /// A keyframe file's top plane of 4-byte elements takes neighbour contexts only where they
+    /// save more than in a delta file's keyframe chunk: on planes whose symbols lean on the one
+    /// before by degrees, some take contexts in a delta and order 0 in a keyframe, none the
+    /// other way round; 2-byte elements choose alike in both.
     #[test]
     fn keyframes_take_contexts_only_for_a_larger_gain() {
         let (mut split, mut wrong) = (0, 0);
@@ -763,16 +767,30 @@ mod tests {
                 let r = next();
                 plane[i] = if r % 200 < lean { plane[i - 1] } else { (r >> 8).trailing_zeros().min(12) as u8 };
             }
-            let mode = |keyframe: bool| {
+            // As the top plane of 4-byte elements whose other planes are stored.
+            let elements: Vec<u8> = plane
+                .iter()
+                .enumerate()
+                .flat_map(|(i, &p)| [(i * 7) as u8, (i * 13) as u8, (i * 31) as u8, p])
+                .collect();
+            let top = |out: &[u8], w: usize| {
+                // w − 1 stored planes (a mode byte and the plane each) come first.
+                assert!(out.iter().step_by(plane.len() + 1).take(w - 1).all(|&m| m == STORED));
+                out[(w - 1) * (plane.len() + 1)]
+            };
+            let mode = |keyframe: bool, elements: &[u8], w: usize| {
                 let mut out = Vec::new();
                 if keyframe {
-                    encode_keyframe(&plane, 1, PlaneForm::Contexts, &mut out);
+                    encode_keyframe(elements, w, PlaneForm::Contexts, &mut out);
                 } else {
-                    encode(&plane, 1, PlaneForm::Contexts, &mut out);
+                    encode(elements, w, PlaneForm::Contexts, &mut out);
                 }
-                out[0]
+                top(&out, w)
             };
-            match (mode(false), mode(true)) {
+            // 2-byte elements keep the delta's gain: their top plane is a larger share.
+            let halves: Vec<u8> = plane.iter().enumerate().flat_map(|(i, &p)| [(i * 7) as u8, p]).collect();
+            assert_eq!(mode(false, &halves, 2), mode(true, &halves, 2), "lean {lean}, 2-byte elements");
+            match (mode(false, &elements, 4), mode(true, &elements, 4)) {
                 (RANS_CONTEXTS, RANS_LANES) => split += 1,
                 (RANS_LANES, RANS_CONTEXTS) => wrong += 1,
                 _ => {}
