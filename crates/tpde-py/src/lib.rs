@@ -17,6 +17,7 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
+use rayon::prelude::*;
 use tpde::format::digest::to_hex;
 use tpde::format::digest::Digest;
 use tpde::format::metadata::RESERVED_PREFIX;
@@ -239,10 +240,14 @@ impl File {
                 .iter()
                 .zip(writers.iter_mut())
                 .map(|(&k, rw)| (entries[k], rw.as_slice_mut().expect("a new array is contiguous")))
-                .collect();
+                .collect::<Vec<_>>();
             let total: u64 = decode.iter().map(|&k| entries[k].byte_length).sum();
             let read = interrupt::interruptible(slf.py(), progress.as_ref(), |cancel| {
                 cancel.set_length(total);
+                // The arrays are fresh: their pages mapped in one call each, on every core,
+                // rather than a fault per page as the decoder writes them.
+                let mut jobs = jobs;
+                jobs.par_iter_mut().for_each(|(_, out)| tpde::read::populate(out));
                 Ok(this.reader.read_many_into_reporting(jobs, &|bytes| cancel.inc(bytes)))
             })?;
             read.map_err(py_err)?.map_err(|e| this.err(e))?;

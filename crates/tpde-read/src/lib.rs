@@ -37,6 +37,7 @@ mod error;
 pub mod files;
 mod inputs;
 mod open;
+mod pages;
 mod source;
 mod verify;
 
@@ -66,6 +67,7 @@ use inputs::InputCache;
 pub use decode::TensorChunks;
 pub(crate) use decode::*;
 pub use open::map_file;
+pub use pages::populate;
 pub use verify::{check_digest, VerifyReport};
 
 /// Whether chunk CRCs are checked on read.
