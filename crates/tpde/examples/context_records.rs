@@ -11,28 +11,13 @@
 //!
 //! Both files need the same tensor names, dtypes and shapes.
 
-use std::time::Instant;
+mod measure;
 
+use measure::{best, common_floats, end_of, open_pair, CHUNK};
 use tpde::codec::planes::{self, base_contexts, PlaneRecord};
 use tpde::codec::rans::{self, LaneLayout, Table};
 use tpde::codec::{ChunkContext, Encoder};
 use tpde::format::CodecTag;
-use tpde::safetensors::SafetensorsFile;
-use tpde::DType;
-
-const CHUNK: usize = 4 << 20;
-const RUNS: usize = 15;
-
-/// Best of [`RUNS`] wall times of `f`, in seconds.
-fn best(mut f: impl FnMut()) -> f64 {
-    (0..RUNS)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64()
-        })
-        .fold(f64::INFINITY, f64::min)
-}
 
 /// Sizes in bytes and decode seconds: base-context records, then the same planes as order-0.
 #[derive(Default)]
@@ -45,30 +30,10 @@ struct Sums {
     tables_pass: f64,
 }
 
-/// The offset just past `record` in its chunk's stored bytes (of `n` symbols).
-fn end_of(record: &PlaneRecord, n: usize) -> usize {
-    match record {
-        PlaneRecord::Stored(at) => at + n,
-        PlaneRecord::Serial(_, stream) => stream.end,
-        PlaneRecord::Lanes(_, l) | PlaneRecord::Contexts(_, l) | PlaneRecord::BaseContexts(_, l) => l.bytes.end,
-        PlaneRecord::Sparse(sparse) => end_of(&sparse.values, sparse.count),
-    }
-}
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let [new, base] = &args[..] else {
-        return Err("usage: context_records NEW.safetensors BASE.safetensors".into());
-    };
-    let (new, base) = (SafetensorsFile::open(new.as_ref())?, SafetensorsFile::open(base.as_ref())?);
-    let base_of: std::collections::HashMap<&str, (DType, &[u64], &[u8])> =
-        base.tensors().map(|(n, d, s, b)| (n, (d, s, b))).collect();
+    let (new, base) = open_pair("context_records")?;
     let mut sums = Sums::default();
-    for (name, dtype, shape, data) in new.tensors() {
-        let Some(&(bd, bs, bdata)) = base_of.get(name) else { continue };
-        if bd != dtype || bs != shape || !matches!(dtype, DType::BF16 | DType::F32) || data.len() < 4096 {
-            continue;
-        }
+    for (name, dtype, data, bdata) in common_floats(&new, &base) {
         let w = dtype.size() as usize;
         for (a, b) in data.chunks(CHUNK).zip(bdata.chunks(CHUNK)) {
             let n = a.len() / w;

@@ -5,26 +5,14 @@
 //!
 //!     cargo run --release -p tpde --example keyframe_planes -- MODEL.safetensors
 
-use std::time::Instant;
+mod measure;
 
+use measure::{best, end_of, CHUNK, RUNS};
 use tpde::codec::planes::{self, PlaneRecord};
 use tpde::codec::rans::{self, LaneLayout, Table};
 use tpde::codec::{ChunkContext, Encoder};
 use tpde::safetensors::SafetensorsFile;
 use tpde::DType;
-
-const CHUNK: usize = 4 << 20;
-const RUNS: usize = 15;
-
-fn best(mut f: impl FnMut()) -> f64 {
-    (0..RUNS)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64()
-        })
-        .fold(f64::INFINITY, f64::min)
-}
 
 #[derive(Default)]
 struct Sums {
@@ -36,16 +24,6 @@ struct Sums {
     /// As written, then as order-0 lanes.
     top: [f64; 2],
     top_bytes: [u64; 2],
-}
-
-/// The offset just past `record` in its chunk's stored bytes (of `n` symbols).
-fn end_of(record: &PlaneRecord, n: usize) -> usize {
-    match record {
-        PlaneRecord::Stored(at) => at + n,
-        PlaneRecord::Serial(_, stream) => stream.end,
-        PlaneRecord::Lanes(_, l) | PlaneRecord::Contexts(_, l) | PlaneRecord::BaseContexts(_, l) => l.bytes.end,
-        PlaneRecord::Sparse(sparse) => end_of(&sparse.values, sparse.count),
-    }
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

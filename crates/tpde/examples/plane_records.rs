@@ -9,26 +9,12 @@
 //! Both files need the same tensor names, dtypes and shapes (a fine-tune and its base, or two
 //! checkpoints of one run).
 
-use std::time::Instant;
+mod measure;
 
+use measure::{best, common_floats, open_pair, CHUNK, RUNS};
 use tpde::codec::rans::{self, LaneLayout, Table};
 use tpde::codec::{ChunkContext, Encoder, PositionCoder};
-use tpde::safetensors::SafetensorsFile;
 use tpde::DType;
-
-const CHUNK: usize = 4 << 20;
-const RUNS: usize = 15;
-
-/// Best of [`RUNS`] wall times of `f`, in seconds.
-fn best(mut f: impl FnMut()) -> f64 {
-    (0..RUNS)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64()
-        })
-        .fold(f64::INFINITY, f64::min)
-}
 
 /// The top plane of the XOR delta `new ^ base` rotated left by one bit (what `delta-xor`'s
 /// planes hold): for bf16 and f32, the sign and exponent bits.
@@ -64,19 +50,9 @@ struct Sums {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let [new, base] = &args[..] else {
-        return Err("usage: plane_records NEW.safetensors BASE.safetensors".into());
-    };
-    let (new, base) = (SafetensorsFile::open(new.as_ref())?, SafetensorsFile::open(base.as_ref())?);
-    let base_of: std::collections::HashMap<&str, (DType, &[u64], &[u8])> =
-        base.tensors().map(|(n, d, s, b)| (n, (d, s, b))).collect();
+    let (new, base) = open_pair("plane_records")?;
     let mut sums = Sums::default();
-    for (name, dtype, shape, data) in new.tensors() {
-        let Some(&(bd, bs, bdata)) = base_of.get(name) else { continue };
-        if bd != dtype || bs != shape || !matches!(dtype, DType::BF16 | DType::F32) || data.len() < 4096 {
-            continue;
-        }
+    for (name, dtype, data, bdata) in common_floats(&new, &base) {
         let w = dtype.size() as usize;
         for (a, b) in data.chunks(CHUNK).zip(bdata.chunks(CHUNK)) {
             let n = a.len() / w;
