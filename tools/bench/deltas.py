@@ -29,7 +29,7 @@ import time
 import numpy as np
 import zstandard
 
-from groups import GROUPS, group, groups, read_safetensors
+from groups import GROUPS, ZIPNN_DTYPE, group, groups, read_safetensors
 
 
 
@@ -41,7 +41,6 @@ def planes_xor_zstd(cur, base, width):
 
 
 WIDTH = {"F32": 4, "BF16": 2, "F16": 2, "I64": 8}
-ZIPNN_DTYPE = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
 
 
 def zipnn_all(tensors, threads):

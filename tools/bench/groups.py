@@ -11,6 +11,9 @@ import sys
 # The groups the benchmarks report, in their order.
 GROUPS = ["weights", "exp_avg", "exp_avg_sq"]
 
+# ZipNN's name for each safetensors float dtype it compresses.
+ZIPNN_DTYPE = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
+
 
 def group(name: str) -> str:
     if name.startswith("optimizer.exp_avg_sq."):

@@ -28,9 +28,8 @@ import subprocess
 import sys
 import time
 
-from groups import group, read_safetensors
+from groups import ZIPNN_DTYPE, group, read_safetensors
 
-ZIPNN_DTYPE = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
 
 
 def write_safetensors(path, tensors):
@@ -58,6 +57,7 @@ def subset(path, wanted):
 
 def child(folder, runs):
     """Times one configuration (the caller sets threads and affinity); prints JSON."""
+    import torch
     import tpde
     import tpde.torch
     import zipnn
@@ -90,7 +90,7 @@ def child(folder, runs):
         times["zipnn"].append(clock(lambda: [z.decompress(c) for z, c in packed.values()]))
     # Bit-exact, once, outside the timing.
     got = tpde.torch.load_file(delta, base=base_key)
-    ok = all(got[n].contiguous().view(-1).view(__import__("torch").uint8).numpy().tobytes() == b
+    ok = all(got[n].contiguous().view(-1).view(torch.uint8).numpy().tobytes() == b
              for n, (_, b) in tensors.items())
     print(json.dumps({
         "raw": raw,

@@ -314,13 +314,13 @@ const BASE_CONTEXT_GAIN: f64 = 0.95;
 /// 1.8 ns on a Zen 3 core, an order-0 one in 1.1: at 0.98, the top planes of f32 Adam moments
 /// took 81 ms of a 121 ms keyframe decode; at 0.95, 63 ms, for 0.27% more bytes at most (issue
 /// 38: a keyframe may grow by 0.3% for speed; `examples/keyframe_planes`).
-const KEYFRAME_CONTEXT_GAIN: f64 = 0.95;
+const WIDE_KEYFRAME_CONTEXT_GAIN: f64 = 0.95;
 
-/// The same for 1- and 2-byte elements, and in a delta file's keyframe chunks (delta files must
-/// not grow). A 2-byte element's top plane is about twice the share of its chunk a 4-byte one's
-/// is, so the same plane saving grows the file twice as much: at 0.95, bf16 Adam moments'
-/// keyframes grew by 0.45-0.9%.
-const DELTA_KEYFRAME_CONTEXT_GAIN: f64 = 0.98;
+/// The same everywhere else: in a delta file's keyframe chunks (delta files must not grow) and
+/// in keyframes of 1- and 2-byte elements. A 2-byte element's top plane is about twice the
+/// share of its chunk a 4-byte one's is, so the same plane saving grows the file twice as much:
+/// at 0.95, bf16 Adam moments' keyframes grew by 0.45-0.9%.
+const CONTEXT_GAIN: f64 = 0.98;
 
 /// The map grouping these pair counts (of a plane of `n` symbols, or a sample of it) when its
 /// record is estimated under `limit` bytes.
@@ -374,20 +374,20 @@ pub struct BaseElements<'a> {
 /// plane rANS-coded with a table of its own, or stored when rANS would shrink it by under 2%
 /// (not worth its decode time).
 pub fn encode(elements: &[u8], w: usize, form: PlaneForm, out: &mut Vec<u8>) {
-    encode_with(elements, w, form, None, false, DELTA_KEYFRAME_CONTEXT_GAIN, out);
+    encode_with(elements, w, form, None, false, CONTEXT_GAIN, out);
 }
 
 /// [`encode`] for a keyframe file's chunk: neighbour contexts only where they save more, since
 /// a keyframe is what a resume reads.
 pub fn encode_keyframe(elements: &[u8], w: usize, form: PlaneForm, out: &mut Vec<u8>) {
-    let gain = if w >= 4 { KEYFRAME_CONTEXT_GAIN } else { DELTA_KEYFRAME_CONTEXT_GAIN };
+    let gain = if w >= 4 { WIDE_KEYFRAME_CONTEXT_GAIN } else { CONTEXT_GAIN };
     encode_with(elements, w, form, None, false, gain, out);
 }
 
 /// [`encode`] in [`PlaneForm::BaseContexts`], the elements' base contexts given; with
 /// `sparse`, a plane almost all one byte may take a sparse record (spec §6.2.5, format 1.8).
 pub fn encode_against_base(elements: &[u8], w: usize, contexts: &[u8], sparse: bool, out: &mut Vec<u8>) {
-    encode_with(elements, w, PlaneForm::BaseContexts, Some(contexts), sparse, DELTA_KEYFRAME_CONTEXT_GAIN, out);
+    encode_with(elements, w, PlaneForm::BaseContexts, Some(contexts), sparse, CONTEXT_GAIN, out);
 }
 
 fn encode_with(
@@ -760,8 +760,7 @@ mod tests {
                 x ^= x << 5;
                 x
             };
-            // One byte per element (w = 1): the symbol before again with probability lean/200,
-            // else a skewed draw.
+            // The symbol before again with probability lean/200, else a skewed draw.
             let mut plane = vec![0u8; 1 << 18];
             for i in 1..plane.len() {
                 let r = next();

@@ -7,8 +7,9 @@
 //!
 //! The three variable-length coders write MSB-first bit streams through bitstream-io, which
 //! also reads Elias-delta and Fibonacci codes; Golomb-Rice and packed positions, the ones `auto`
-//! writes, are read by [`Msb`], 64 bits at a time. The packed form cuts the positions into blocks of 128 whose headers give an absolute start and a
-//! bit width, so each block decodes on its own (one GPU thread per block).
+//! writes, are read by [`Msb`], 64 bits at a time. The packed form cuts the positions into
+//! blocks of 128 whose headers give an absolute start and a bit width, so each block decodes
+//! on its own (one GPU thread per block).
 
 use bitstream_io::{BigEndian, BitRead, BitReader, BitWrite, BitWriter};
 use tpde_format::CodecTag;
@@ -506,10 +507,6 @@ mod tests {
     fn reference(coder: PositionCoder, input: &[u8], count: usize, limit: u64) -> Result<Vec<u32>, String> {
         let mut out = Vec::new();
         let mut prev: i64 = -1;
-        let push = |gap: u64, prev: &mut i64, out: &mut Vec<u32>| {
-            *prev = push_gap(gap, *prev, limit, out)?;
-            Ok::<(), String>(())
-        };
         if coder == PositionCoder::Rice {
             let (&k, bits) = input.split_first().ok_or("no k")?;
             let k = u32::from(k);
@@ -526,7 +523,7 @@ mod tests {
                     }
                 }
                 let gap = (q << k) | r.read_var::<u64>(k).map_err(|_| "eof")?;
-                push(gap, &mut prev, &mut out)?;
+                prev = push_gap(gap, prev, limit, &mut out)?;
             }
             check_tail(&mut r)?;
             return Ok(out);
@@ -545,10 +542,10 @@ mod tests {
             let block = data.get(..bytes).ok_or("block")?;
             data = &data[bytes..];
             let mut r = BitReader::endian(block, BigEndian);
-            push((first - prev) as u64, &mut prev, &mut out)?;
+            prev = push_gap((first - prev) as u64, prev, limit, &mut out)?;
             for _ in 1..len {
                 let gap = r.read_var::<u32>(width).map_err(|_| "eof")?;
-                push(u64::from(gap), &mut prev, &mut out)?;
+                prev = push_gap(u64::from(gap), prev, limit, &mut out)?;
             }
             check_tail(&mut r)?;
         }
