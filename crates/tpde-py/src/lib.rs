@@ -204,7 +204,12 @@ impl File {
         {
             let mut rw = array.readwrite();
             let out = rw.as_slice_mut().expect("a new array is contiguous");
-            slf.py().detach(|| this.reader.read_into(t, out)).map_err(|e| this.err(e))?;
+            slf.py()
+                .detach(|| {
+                    tpde::read::populate(out); // fresh pages, as in `read_many`
+                    this.reader.read_into(t, out)
+                })
+                .map_err(|e| this.err(e))?;
         }
         Ok(array)
     }

@@ -125,6 +125,9 @@ impl<S: Source> Reader<S> {
         // base justifies the length.
         let base = self.chunk_base(t)?;
         let mut out = zeroed_vec(t.byte_length, &t.name)?;
+        // Fresh pages, mapped in a few calls rather than a fault per page as the decoder
+        // writes them.
+        crate::pages::populate(&mut out);
         self.decode_chunks(t, &mut out, &base, policy)?;
         Ok(Cow::Owned(out))
     }
