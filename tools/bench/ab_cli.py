@@ -6,14 +6,13 @@ the two binaries on: unpack the keyframe, unpack the delta against the base's .s
 the keyframe, pack the delta. Prints the medians (ms), the paired median ratio B/A and the sizes.
 
     python3 tools/bench/ab_cli.py BEFORE/tpde AFTER/tpde ROUNDS ROW_DIR [...]
-
-A machine whose speed drifts over minutes moves both alike within a round.
 """
 import os
-import statistics
 import subprocess
 import sys
 import time
+
+from groups import interleaved
 
 ENV = dict(os.environ, RAYON_NUM_THREADS="1")
 
@@ -42,13 +41,8 @@ def main():
             "pack delta": lambda t, g: [t, "pack", cur, "--base", base, "-o", f"/dev/shm/ab-d{g}.tpde"],
         }
         for name, cmd in ops.items():
-            a, b = [], []
-            for _ in range(rounds):
-                a.append(run(cmd(a_bin, "a")))
-                b.append(run(cmd(b_bin, "b")))
-            ratio = statistics.median(y / x for x, y in zip(a, b))
-            print(f"| {os.path.basename(d)} | {name} | {statistics.median(a) * 1e3:.1f} | "
-                  f"{statistics.median(b) * 1e3:.1f} | {ratio:.3f} |", flush=True)
+            a, b, ratio = interleaved(rounds, lambda: run(cmd(a_bin, "a")), lambda: run(cmd(b_bin, "b")))
+            print(f"| {os.path.basename(d)} | {name} | {a * 1e3:.1f} | {b * 1e3:.1f} | {ratio:.3f} |", flush=True)
         size = lambda g: f"{os.path.getsize(f'/dev/shm/ab-k{g}.tpde')} / {os.path.getsize(f'/dev/shm/ab-d{g}.tpde')}"
         print(f"| {os.path.basename(d)} | sizes keyframe / delta | {size('a')} | {size('b')} | |", flush=True)
 

@@ -10,14 +10,14 @@ process), interleaved, on one core pinned and on every core:
         (target/pyenv, as `maturin develop` leaves it): tpde.torch.load_file, and
         safe_open(...).get_tensor for every tensor. AFTER.so is left installed.
 
-Prints the medians (ms) and the paired median ratio AFTER/BEFORE. A machine whose speed drifts
-over minutes moves both alike within a round.
+Prints the medians (ms) and the paired median ratio AFTER/BEFORE (groups.interleaved).
 """
 import os
 import shutil
-import statistics
 import subprocess
 import sys
+
+from groups import interleaved
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SO = f"{ROOT}/crates/tpde-py/python/tpde/_tpde.abi3.so"
@@ -51,15 +51,13 @@ def main():
         pin = ["taskset", "-c", "1"] if cores == "1" else []
         for f in files:
             for how, cmd in ways.items():
-                ms = {before: [], after: []}
-                for _ in range(rounds):
-                    for build in (before, after):
-                        install(build)
-                        out = subprocess.run(pin + cmd(build, f), env=env, capture_output=True, text=True, check=True)
-                        ms[build].append(float(out.stdout.split()[0]))
-                ratio = statistics.median(b / a for a, b in zip(ms[before], ms[after]))
-                print(f"| {cores} | {os.path.basename(f)} | {how} | {statistics.median(ms[before]):.1f} | "
-                      f"{statistics.median(ms[after]):.1f} | {ratio:.3f} |", flush=True)
+                def read(build):
+                    install(build)
+                    out = subprocess.run(pin + cmd(build, f), env=env, capture_output=True, text=True, check=True)
+                    return float(out.stdout.split()[0])
+
+                a, b, ratio = interleaved(rounds, lambda: read(before), lambda: read(after))
+                print(f"| {cores} | {os.path.basename(f)} | {how} | {a:.1f} | {b:.1f} | {ratio:.3f} |", flush=True)
     install(after)
 
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Size ratio of a .tpde file per tensor group (model weights, exp_avg, exp_avg_sq, other), from
-`tpde-inspect --json`: python3 tools/bench/groups.py FILE.tpde [...]; and the tensor groups and
-safetensors reader the other bench scripts share."""
+`tpde-inspect --json`: python3 tools/bench/groups.py FILE.tpde [...]; and the tensor groups,
+safetensors reader and interleaved comparison the other bench scripts share."""
 import json
+import statistics
 import struct
 import subprocess
 import sys
@@ -23,6 +24,17 @@ def group(name: str) -> str:
     if name.startswith("model."):
         return "weights"
     return "other"
+
+
+def interleaved(rounds, before, after):
+    """Times two builds alternately, `rounds` times each (`before()` and `after()` return a time):
+    their medians and the paired median ratio after/before. A machine whose speed drifts over
+    minutes moves both alike within a round."""
+    a, b = [], []
+    for _ in range(rounds):
+        a.append(before())
+        b.append(after())
+    return statistics.median(a), statistics.median(b), statistics.median(y / x for x, y in zip(a, b))
 
 
 def read_safetensors(path):

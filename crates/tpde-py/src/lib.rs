@@ -249,7 +249,7 @@ impl File {
             let total: u64 = decode.iter().map(|&k| entries[k].byte_length).sum();
             let read = interrupt::interruptible(slf.py(), progress.as_ref(), |cancel| {
                 cancel.set_length(total);
-                // The arrays are fresh: their pages mapped in one call each, on every core,
+                // The arrays are fresh: their pages mapped a few calls each, on every core,
                 // rather than a fault per page as the decoder writes them.
                 let mut jobs = jobs;
                 jobs.par_iter_mut().for_each(|(_, out)| tpde::read::populate(out));
