@@ -23,7 +23,8 @@ if ! command -v s3s-fs >/dev/null && [ ! -x "$HOME/.cargo/bin/s3s-fs" ]; then
   cargo install s3s-fs --version 0.14.1 --features binary --locked
 fi
 
-step "format and lints"
+step "format, lints and the house rules (tools/check-house.py)"
+python3 tools/check-house.py
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
