@@ -658,8 +658,8 @@ fn object_read(py: Python<'_>, url: &str) -> PyResult<Option<Vec<u8>>> {
 #[pyo3(signature = (argv, inspect=false))]
 fn cli(py: Python<'_>, argv: Vec<std::ffi::OsString>, inspect: bool) -> u8 {
     py.detach(|| match inspect {
-        false => tpde_tools::cli::tpde(argv),
-        true => tpde_tools::cli::tpde_inspect(argv),
+        false => tpde_cli::cli::tpde(argv),
+        true => tpde_cli::cli::tpde_inspect(argv),
     })
 }
 

@@ -327,4 +327,4 @@ def test_pip_install_brings_the_command_line(tmp_path):
     r = run(exe["tpde"], "no-such-command")
     assert r.returncode == 2, r
     r = run(exe["tpde"], "bench-gpu")  # the pip build leaves the GPU decoder out, and says so
-    assert r.returncode == 2 and "cargo install --path tools/tpde" in r.stderr, r
+    assert r.returncode == 2 and "cargo install --path crates/tpde-cli" in r.stderr, r

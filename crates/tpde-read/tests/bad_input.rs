@@ -1,7 +1,7 @@
 //! Hostile input: truncation at every offset, every single-byte flip, random garbage, and what
 //! the errors say. Every case must be an error of the right category, never a panic. The files
 //! that break one rule each are the conformance corpus (`conformance/`, run by
-//! `tools/tpde/tests/conformance.rs`).
+//! `crates/tpde-cli/tests/conformance.rs`).
 
 mod common;
 

@@ -1,6 +1,6 @@
 """The ``tpde`` and ``tpde-inspect`` commands that ``pip install`` puts on ``PATH``: the Rust
 command line compiled into the extension (without the GPU decoder: ``cargo install --path
-tools/tpde`` builds a ``tpde`` with it)."""
+crates/tpde-cli`` builds a ``tpde`` with it)."""
 import signal
 import sys
 

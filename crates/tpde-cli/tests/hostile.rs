@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
 use predicates::prelude::PredicateBooleanExt;
-use tpde_tools::demo;
+use tpde_cli::demo;
 
 fn tpde() -> Command {
     Command::cargo_bin("tpde").unwrap()

@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand};
 use indicatif::HumanBytes;
 use tpde::codec::Encoder;
 use tpde::write::{WriteOptions, DEFAULT_CHUNK_BYTES};
-use tpde::{open, series, sharded, verify as against, Location, PackJob, PackReport, PackSource};
+use tpde::{open, series, unpack, verify as against, Location, PackJob, PackReport, PackSource};
 
 /// TPDE: checkpoints as keyframes and bit-exact deltas.
 #[derive(Parser)]
@@ -336,7 +336,7 @@ fn exit_code(result: Result<(), CliError>, who: &str) -> u8 {
 fn no_gpu() -> CliError {
     CliError::usage(
         "this tpde was built without the GPU decoder (the tpde that `pip install` brings); \
-         `cargo install --path tools/tpde` builds one with it",
+         `cargo install --path crates/tpde-cli` builds one with it",
     )
 }
 
@@ -392,7 +392,7 @@ fn run(command: Command) -> Result<(), CliError> {
         Command::Unpack { input, output, base, gpu } => {
             let bar = progress_bar(0, "unpacking");
             let r = match gpu {
-                true if sharded::unpacks_to_folder(&input, &output)? => {
+                true if unpack::unpacks_to_folder(&input, &output)? => {
                     return Err(CliError::usage("--gpu unpacks to one file: give an output ending in .safetensors"));
                 }
                 #[cfg(feature = "gpu")]

@@ -1,10 +1,10 @@
-//! `tpde`: the command line of [`tpde_tools::cli`].
+//! `tpde`: the command line of [`tpde_cli::cli`].
 
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     keep_freed_memory();
-    ExitCode::from(tpde_tools::cli::tpde(std::env::args_os()))
+    ExitCode::from(tpde_cli::cli::tpde(std::env::args_os()))
 }
 
 /// Keeps glibc from handing every large buffer back to the kernel when it is freed. The codecs

@@ -3,7 +3,7 @@
 
 use assert_cmd::Command;
 use std::path::Path;
-use tpde_tools::{demo, verify};
+use tpde_cli::{demo, verify};
 
 fn tpde() -> Command {
     Command::cargo_bin("tpde").unwrap()

@@ -1,7 +1,0 @@
-//! `tpde-inspect`: the command line of [`tpde_tools::cli::tpde_inspect`].
-
-use std::process::ExitCode;
-
-fn main() -> ExitCode {
-    ExitCode::from(tpde_tools::cli::tpde_inspect(std::env::args_os()))
-}
