@@ -10,6 +10,10 @@ use tpde_format::digest::{content_digest, tensor_digest, Digest, DigestInput};
 use tpde_format::DType;
 use tpde_read::{Base, BaseTensor, ReadError};
 
+/// A tensor in memory, as [`crate::pack`] takes it: name, dtype, shape, little-endian bytes in
+/// row-major order.
+pub type TensorRef<'a> = (&'a str, DType, &'a [u64], &'a [u8]);
+
 /// Tensors held in memory: the reconstruction of a lossy file, the base of the next delta in a
 /// series.
 #[derive(Default)]
@@ -39,7 +43,7 @@ impl MemoryCheckpoint {
 
     /// The tensors held, by name: what [`crate::pack`] takes, to write them again (a
     /// checkpoint re-encoded against another base).
-    pub fn tensors(&self) -> Vec<crate::pack::TensorRef<'_>> {
+    pub fn tensors(&self) -> Vec<TensorRef<'_>> {
         let mut out: Vec<_> =
             self.tensors.iter().map(|(n, (d, s, b))| (n.as_str(), *d, s.as_slice(), b.as_slice())).collect();
         out.sort_unstable_by_key(|t| t.0);

@@ -23,6 +23,7 @@ pub use prediction::{choose_prediction, Chosen};
 
 use crate::location::{Location, Sink};
 use crate::memory::MemoryCheckpoint;
+pub use crate::memory::TensorRef;
 use crate::safetensors::SafetensorsFile;
 use crate::{Error, Progress};
 
@@ -90,9 +91,6 @@ impl PackJob<'_> {
         }
     }
 }
-
-/// A tensor to pack: name, dtype, shape, little-endian bytes in row-major order.
-pub type TensorRef<'a> = (&'a str, DType, &'a [u64], &'a [u8]);
 
 /// What [`pack`] reads.
 #[derive(Clone, Copy)]

@@ -22,8 +22,7 @@ use tpde_format::digest::{content_digest, Digest, DigestInput};
 use tpde_format::ErrorKind;
 use tpde_read::{Base, BaseTensor, ReadError};
 
-use crate::location::{FileReader, Location};
-use crate::open::open_reader;
+use crate::location::FileReader;
 use crate::safetensors::SafetensorsFile;
 use crate::Error;
 
@@ -301,12 +300,6 @@ impl Layout {
     }
 }
 
-/// Whether the TPDE file at `at` was packed from a model folder (it records a layout).
-pub fn is_sharded(at: &Location) -> Result<bool, Error> {
-    let r = open_reader(at)?;
-    Ok(r.directory().metadata.iter().any(|m| m.key == KEY_SHARDS))
-}
-
 /// The one `.safetensors` file of a model folder that has no index (a model small enough for
 /// one file, as the Hub stores it: `model.safetensors` beside its config), if that is what
 /// `dir` is.
@@ -325,14 +318,4 @@ pub(crate) fn lone_safetensors(dir: &Path) -> Result<Option<PathBuf>, Error> {
         (false, 1) => files.pop(),
         _ => None,
     })
-}
-
-/// Whether `tpde unpack` of `input` to `output` writes a folder: when the file was packed from a
-/// model folder, unless `output` ends in `.safetensors` (then one file holds every tensor).
-pub fn unpacks_to_folder(input: &Location, output: &Path) -> Result<bool, Error> {
-    Ok(folder_output(output) && is_sharded(input)?)
-}
-
-pub(crate) fn folder_output(output: &Path) -> bool {
-    output.extension().is_none_or(|e| e != "safetensors")
 }

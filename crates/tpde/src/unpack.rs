@@ -13,9 +13,9 @@ use tpde_format::{ErrorKind, TensorEntry};
 use tpde_read::TensorChunks;
 
 use crate::location::{FileReader, Location, Stored};
-use crate::open::open_tpde;
+use crate::open::{open_reader, open_tpde};
 use crate::safetensors::{dtype_to_safetensors, write as safetensors_out};
-use crate::sharded::{folder_output, Layout, KEY_INDEX, KEY_SHARDS};
+use crate::sharded::{Layout, KEY_INDEX, KEY_SHARDS};
 use crate::{Error, Progress};
 
 /// What an unpack did.
@@ -39,6 +39,22 @@ pub fn safetensors_metadata<S: tpde_read::Source>(r: &tpde_read::Reader<S>) -> B
         .filter(|m| !m.key.starts_with(RESERVED_PREFIX) && m.key != KEY_INDEX && m.key != KEY_SHARDS)
         .map(|m| (m.key.clone(), m.value.to_string()))
         .collect()
+}
+
+/// Whether the TPDE file at `at` was packed from a model folder (it records a layout).
+pub fn is_sharded(at: &Location) -> Result<bool, Error> {
+    let r = open_reader(at)?;
+    Ok(r.directory().metadata.iter().any(|m| m.key == KEY_SHARDS))
+}
+
+/// Whether `tpde unpack` of `input` to `output` writes a folder: when the file was packed from a
+/// model folder, unless `output` ends in `.safetensors` (then one file holds every tensor).
+pub fn unpacks_to_folder(input: &Location, output: &Path) -> Result<bool, Error> {
+    Ok(folder_output(output) && is_sharded(input)?)
+}
+
+fn folder_output(output: &Path) -> bool {
+    output.extension().is_none_or(|e| e != "safetensors")
 }
 
 /// Decodes every tensor of the TPDE file at `source` (CRCs checked) and writes it to `target`,
