@@ -9,7 +9,8 @@ use tpde_format::{CodecTag, DType, Prediction, TensorEntry};
 use tpde_read::chain;
 use tpde_read::{PathHints, ReadError, Reader, Source};
 
-use crate::device::{DeviceTensor, Gpu, GpuError, Pending};
+use crate::device::{DeviceTensor, Gpu, Pending};
+use crate::error::GpuError;
 
 /// A checkpoint resident on the device, with the content digest (spec §7.2) of the file it was
 /// decoded from: what a delta checks before decoding against it.

@@ -7,10 +7,11 @@ use std::sync::Mutex;
 
 use rayon::prelude::*;
 use tpde_codec::CodecError;
-use tpde_format::{CodecTag, DType, ErrorKind, Prediction, TensorEntry};
+use tpde_format::{CodecTag, DType, Prediction, TensorEntry};
 use tpde_read::{check_digest, chunk_location, ReadError, Reader, Source};
 use wgpu::util::DeviceExt;
 
+use crate::error::GpuError;
 use crate::plan::{plan_chunk, Batch, Batcher, Limits, KERNEL_ERRORS};
 use crate::timing::{BatchQueries, KernelTimes};
 
@@ -37,40 +38,6 @@ fn hardware_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter, GpuError
             "TPDE_GPU_ADAPTER=hardware, and no adapter found is a GPU: {}",
             if found.is_empty() { "none".to_owned() } else { found.join(", ") }
         ))),
-    }
-}
-
-/// Why the GPU decoder failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum GpuError {
-    /// The file (or its base) is broken or does not fit: the same error the CPU reader gives.
-    #[error(transparent)]
-    Read(#[from] ReadError),
-    /// No GPU adapter could be opened.
-    #[error("no GPU adapter: {0}")]
-    NoAdapter(String),
-    /// The device failed or lost a mapping.
-    #[error("GPU device error: {0}")]
-    Device(String),
-    /// A tensor or chunk is too large for this device's buffers.
-    #[error("tensor {name:?} does not fit the device: {detail}")]
-    TooLarge {
-        /// The tensor.
-        name: String,
-        /// What exceeds which limit.
-        detail: String,
-    },
-}
-
-impl GpuError {
-    /// The error category (spec §9), for files; device problems are I/O.
-    pub fn kind(&self) -> ErrorKind {
-        match self {
-            GpuError::Read(e) => e.kind(),
-            GpuError::TooLarge { .. } => ErrorKind::LimitExceeded,
-            GpuError::NoAdapter(_) | GpuError::Device(_) => ErrorKind::Io,
-        }
     }
 }
 

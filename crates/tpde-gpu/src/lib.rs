@@ -41,8 +41,10 @@
 
 mod checkpoint;
 mod device;
+mod error;
 pub mod plan;
 pub mod timing;
 
 pub use checkpoint::{layer_key, DeviceCheckpoint, Layer, LayerLoader};
-pub use device::{DeviceTensor, Gpu, GpuError, Pending};
+pub use device::{DeviceTensor, Gpu, Pending};
+pub use error::GpuError;

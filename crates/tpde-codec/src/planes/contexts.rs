@@ -1,0 +1,217 @@
+//! Modes 3 and 4 (spec §6.2.4, §6.4.1): rANS lanes with tables chosen by context, the symbol
+//! before in the lane (mode 3, keyframes) or the element's base (mode 4, dense deltas).
+
+use tpde_format::DType;
+
+use super::estimate::SAMPLE_FROM;
+use super::{rotates, with_word, RANS_BASE_CONTEXTS, RANS_CONTEXTS};
+use crate::rans::{self, context, Contexts, LaneLayout};
+use crate::shuffle::map_bytes;
+
+thread_local! {
+    /// This thread's buffer for the table index of every element of a chunk with base-context
+    /// records.
+    static INDICES: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// For a plane about to be coded with one table, at `order0` estimated bytes: writes it as a
+/// context record if that is estimated under `gain` of it (16 tables decode more slowly than
+/// one, so a smaller gain is not worth it), returning whether it did. Chosen from a sample of
+/// the pairs, as the forms are.
+pub(super) fn write_contexts(plane: &[u8], order0: f64, gain: f64, out: &mut Vec<u8>) -> bool {
+    let n = plane.len();
+    let lanes = rans::lane_count(n);
+    let sampled = n >= SAMPLE_FROM;
+    let pairs = context::pair_counts(plane, lanes, sampled);
+    let Some(map) = worth(&pairs, n, order0 * gain) else {
+        return false;
+    };
+    out.push(RANS_CONTEXTS);
+    Contexts::encode_neighbours(map, (!sampled).then_some(&*pairs), plane, out);
+    true
+}
+
+/// [`write_contexts`] for a base-context record (spec §6.4.1), with the plane's base contexts
+/// in place of the symbols before. `indexed`: the map whose table indices INDICES holds for
+/// these contexts, if any (a chunk's planes share their contexts, so the maps grouping them by
+/// how often each occurs are alike, and the indices are computed once).
+pub(super) fn write_base_contexts(
+    plane: &[u8],
+    contexts: &[u8],
+    order0: f64,
+    indexed: &mut Option<[u8; 256]>,
+    out: &mut Vec<u8>,
+) -> bool {
+    let n = plane.len();
+    let sampled = n >= SAMPLE_FROM;
+    let pairs = context::given_pair_counts(plane, contexts, sampled);
+    let Some(map) = worth(&pairs, n, order0 * BASE_CONTEXT_GAIN) else {
+        return false;
+    };
+    INDICES.with_borrow_mut(|tables| {
+        if *indexed != Some(map) {
+            tables.clear();
+            tables.extend_from_slice(contexts);
+            map_bytes(&map, tables);
+            *indexed = Some(map);
+        }
+        let model = if sampled { Contexts::count_tables(map, plane, tables) } else { Contexts::new(map, &pairs) };
+        out.push(RANS_BASE_CONTEXTS);
+        model.encode_given(plane, tables, out);
+    });
+    true
+}
+
+/// A base-context record is written where it is estimated under this share of the order-0
+/// record's bytes.
+const BASE_CONTEXT_GAIN: f64 = 0.95;
+
+/// A neighbour-context record in a keyframe of 4- or 8-byte elements is written where it is
+/// estimated under this share of the order-0 record's bytes. A context symbol decodes in about
+/// 1.8 ns on a Zen 3 core, an order-0 one in 1.1: at 0.98, the top planes of f32 Adam moments
+/// took 81 ms of a 121 ms keyframe decode; at 0.95, 63 ms, for 0.27% more bytes at most (issue
+/// 38: a keyframe may grow by 0.3% for speed; `examples/keyframe_planes`).
+pub(super) const WIDE_KEYFRAME_CONTEXT_GAIN: f64 = 0.95;
+
+/// The same everywhere else: in a delta file's keyframe chunks (delta files must not grow) and
+/// in keyframes of 1- and 2-byte elements. A 2-byte element's top plane is about twice the
+/// share of its chunk a 4-byte one's is, so the same plane saving grows the file twice as much:
+/// at 0.95, bf16 Adam moments' keyframes grew by 0.45-0.9%.
+pub(super) const CONTEXT_GAIN: f64 = 0.98;
+
+/// The map grouping these pair counts (of a plane of `n` symbols, or a sample of it) when its
+/// record is estimated under `limit` bytes.
+fn worth(pairs: &context::Pairs, n: usize, limit: f64) -> Option<[u8; 256]> {
+    let map = Contexts::group(pairs)?;
+    let counted: u64 = pairs.iter().flatten().copied().map(u64::from).sum();
+    let bytes = Contexts::estimate(&map, pairs, n as f64 / counted.max(1) as f64) + 8.0 * rans::lane_count(n) as f64;
+    (bytes < limit).then_some(map)
+}
+
+/// The base context of every element of `base` (spec §6.4.1): the top byte of its `planes`
+/// transform, for bf16 and f32 exactly the exponent. Into `out`, a buffer of any length and
+/// content.
+pub fn base_contexts(dtype: DType, base: &[u8], out: &mut Vec<u8>) {
+    let w = dtype.size() as usize;
+    out.resize(base.len() / w, 0);
+    // The top byte of rotl1(x) is bits 8w−9 … 8w−2 of x (for one byte, its low bits then its
+    // top bit). Indexed stores into a sized buffer, which the compiler vectorises (extending
+    // the buffer through an iterator measured slow).
+    let float = rotates(dtype);
+    with_word!(w, T => {
+        let shift = (T::BITS - 8).saturating_sub(u32::from(float && w > 1));
+        for (o, b) in out.iter_mut().zip(base.chunks_exact(w)) {
+            let x = T::from_le_bytes(b.try_into().expect("w bytes"));
+            let x = if float && w == 1 { x.rotate_left(1) } else { x >> shift };
+            *o = x.to_le_bytes()[0];
+        }
+    });
+}
+
+/// The table index `map` gives every element of `base` by its base context: the decoder's one
+/// pass over the base per chunk. The contexts first (a loop the compiler vectorises), then the
+/// map over them, vectorised by hand ([`map_bytes`]): with the map looked up in the
+/// same scalar loop, this pass was 8% of a one-core bf16 delta decode.
+fn base_tables(dtype: DType, base: &[u8], map: &[u8; 256], out: &mut Vec<u8>) {
+    base_contexts(dtype, base, out);
+    map_bytes(map, out);
+}
+
+/// A dense delta's base elements, whose base contexts (spec §6.4.1) choose the tables of its
+/// mode-4 plane records.
+#[derive(Clone, Copy, Debug)]
+pub struct BaseElements<'a> {
+    /// The tensor's dtype.
+    pub dtype: DType,
+    /// The chunk's elements in the base, as many as the chunk decodes.
+    pub elements: &'a [u8],
+}
+
+/// Reads a mode-3 or mode-4 record after its mode byte, at `at`, for a plane of `n` symbols:
+/// its context map and tables, and its lanes.
+pub(super) fn parse(stored: &[u8], at: usize, n: usize) -> Result<(Contexts, LaneLayout), String> {
+    let (model, after) = Contexts::read(&stored[at..])?;
+    let layout = LaneLayout::read(stored, stored.len() - after.len(), n)?;
+    Ok((model, layout))
+}
+
+/// Decodes a mode-4 record into `plane`, its tables chosen by `base`'s contexts. `indexed`: the
+/// map the table indices in INDICES were computed with, for this chunk: the planes of one
+/// chunk share their contexts, so the writer gives them the same map, and the indices are
+/// computed once.
+pub(super) fn decode_given<'m>(
+    model: &'m Contexts,
+    stored: &[u8],
+    layout: &LaneLayout,
+    base: BaseElements<'_>,
+    indexed: &mut Option<&'m [u8; 256]>,
+    plane: &mut [u8],
+) -> Result<(), String> {
+    INDICES.with_borrow_mut(|tables| {
+        if *indexed != Some(model.map()) {
+            base_tables(base.dtype, base.elements, model.map(), tables);
+            *indexed = Some(model.map());
+        }
+        model.decode_given(stored, layout, tables, plane)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{encode, encode_keyframe, PlaneForm, RANS_LANES, STORED};
+    use super::*;
+
+    /// A keyframe file's top plane of 4-byte elements takes neighbour contexts only where they
+    /// save more than in a delta file's keyframe chunk: on planes whose symbols lean on the one
+    /// before by degrees, some take contexts in a delta and order 0 in a keyframe, none the
+    /// other way round; 2-byte elements choose alike in both.
+    #[test]
+    fn keyframes_take_contexts_only_for_a_larger_gain() {
+        let (mut split, mut wrong) = (0, 0);
+        for lean in (20..80u32).step_by(2) {
+            let mut x = 0x2545_F491u32 ^ lean;
+            let mut next = || {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                x
+            };
+            // The symbol before again with probability lean/200, else a skewed draw.
+            let mut plane = vec![0u8; 1 << 18];
+            for i in 1..plane.len() {
+                let r = next();
+                plane[i] = if r % 200 < lean { plane[i - 1] } else { (r >> 8).trailing_zeros().min(12) as u8 };
+            }
+            // As the top plane of 4-byte elements whose other planes are stored.
+            let elements: Vec<u8> = plane
+                .iter()
+                .enumerate()
+                .flat_map(|(i, &p)| [(i * 7) as u8, (i * 13) as u8, (i * 31) as u8, p])
+                .collect();
+            let top = |out: &[u8], w: usize| {
+                // w − 1 stored planes (a mode byte and the plane each) come first.
+                assert!(out.iter().step_by(plane.len() + 1).take(w - 1).all(|&m| m == STORED));
+                out[(w - 1) * (plane.len() + 1)]
+            };
+            let mode = |keyframe: bool, elements: &[u8], w: usize| {
+                let mut out = Vec::new();
+                if keyframe {
+                    encode_keyframe(elements, w, PlaneForm::Contexts, &mut out);
+                } else {
+                    encode(elements, w, PlaneForm::Contexts, &mut out);
+                }
+                top(&out, w)
+            };
+            // 2-byte elements keep the delta's gain: their top plane is a larger share.
+            let halves: Vec<u8> = plane.iter().enumerate().flat_map(|(i, &p)| [(i * 7) as u8, p]).collect();
+            assert_eq!(mode(false, &halves, 2), mode(true, &halves, 2), "lean {lean}, 2-byte elements");
+            match (mode(false, &elements, 4), mode(true, &elements, 4)) {
+                (RANS_CONTEXTS, RANS_LANES) => split += 1,
+                (RANS_LANES, RANS_CONTEXTS) => wrong += 1,
+                _ => {}
+            }
+        }
+        assert!(split > 0, "no plane between the two gains");
+        assert_eq!(wrong, 0);
+    }
+}
