@@ -530,8 +530,11 @@ fn pack_line(r: &PackReport) -> String {
         (n, 0) => format!(" and {n} files"),
         (n, s) => format!(" and {n} files ({s} left out: weights in other formats, hidden folders)"),
     };
+    // Which links were read through, so that a user sees what left the folder's own bytes.
+    let links: String =
+        r.links.iter().map(|(path, target)| format!("\n  {path}: a link, read from {}", target.display())).collect();
     format!(
-        "packed {} tensors ({} as deltas){files}: {} -> {} (ratio {:.3}) in {:.2} s, {:.0} MB/s",
+        "packed {} tensors ({} as deltas){files}: {} -> {} (ratio {:.3}) in {:.2} s, {:.0} MB/s{links}",
         r.tensors,
         r.delta_tensors,
         HumanBytes(r.logical_bytes),

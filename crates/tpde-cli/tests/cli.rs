@@ -461,39 +461,11 @@ fn auto_writes_lane_forms_and_auto_serial_the_1_1_codecs() {
     }
 }
 
-/// A sharded folder as `save_pretrained` writes one: two shards and an index.
-fn sharded_folder(dir: &Path, scale: f32) -> std::path::PathBuf {
-    use safetensors::tensor::{serialize_to_file, Dtype, TensorView};
-    let folder = dir.join(format!("model-{scale}"));
-    std::fs::create_dir_all(&folder).unwrap();
-    let values = |n: usize, seed: f32| -> Vec<u8> {
-        (0..n).flat_map(|i| ((i as f32 * 0.37 + seed).sin() * scale).to_le_bytes()).collect()
-    };
-    let mut weight_map = serde_json::Map::new();
-    for (shard, names) in [
-        ("model-00001-of-00002.safetensors", ["a.weight", "a.bias"]),
-        ("model-00002-of-00002.safetensors", ["b.weight", "b.bias"]),
-    ] {
-        let data: Vec<(&str, Vec<u8>)> =
-            names.iter().enumerate().map(|(k, &n)| (n, values(64 * (k + 1), k as f32))).collect();
-        let views: Vec<(&str, TensorView)> =
-            data.iter().map(|(n, d)| (*n, TensorView::new(Dtype::F32, vec![d.len() / 4], d).unwrap())).collect();
-        let meta = std::collections::HashMap::from([("format".to_string(), "pt".to_string())]);
-        serialize_to_file(views, Some(meta), &folder.join(shard)).unwrap();
-        for n in names {
-            weight_map.insert(n.into(), shard.into());
-        }
-    }
-    let index = serde_json::json!({"metadata": {"total_size": 768}, "weight_map": weight_map});
-    std::fs::write(folder.join("model.safetensors.index.json"), index.to_string()).unwrap();
-    folder
-}
-
 #[test]
 fn sharded_folders_pack_to_one_file_and_unpack_to_the_same_folder() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (a, b) = (sharded_folder(d, 1.0), sharded_folder(d, 1.001));
+    let (a, b) = (tpde_testkit::folder::sharded(d, 1.0), tpde_testkit::folder::sharded(d, 1.001));
     tpde().arg("pack").arg(&a).arg("-o").arg(d.join("a.tpde")).assert().success();
     tpde().arg("pack").arg(&b).arg("--base").arg(d.join("a.tpde")).arg("-o").arg(d.join("b.tpde")).assert().success();
     tpde().arg("unpack").arg(d.join("b.tpde")).arg("-o").arg(d.join("out")).assert().success();
@@ -822,7 +794,7 @@ fn folder_files(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
 /// (nested, hidden, a link to a file as a Hugging Face cache snapshot has), with what a pack
 /// leaves out (weights in another format, a hidden folder, a link to a folder).
 fn model_folder(dir: &Path, scale: f32) -> std::path::PathBuf {
-    let folder = sharded_folder(dir, scale);
+    let folder = tpde_testkit::folder::sharded(dir, scale);
     let write = |rel: &str, data: &[u8]| {
         let p = folder.join(rel);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
@@ -833,8 +805,11 @@ fn model_folder(dir: &Path, scale: f32) -> std::path::PathBuf {
     write("1_Pooling/config.json", b"{\"pooling_mode_mean_tokens\": true}");
     write(".gitattributes", b"*.safetensors filter=lfs\n");
     write("empty.txt", b"");
-    std::fs::write(dir.join(format!("blob-{scale}")), b"the README, a blob in the cache").unwrap();
-    std::os::unix::fs::symlink(dir.join(format!("blob-{scale}")), folder.join("README.md")).unwrap();
+    let blobs = dir.join("hub/models--org--model/blobs");
+    std::fs::create_dir_all(&blobs).unwrap();
+    std::fs::write(blobs.join(format!("readme-{scale}")), b"the README, a blob in the cache").unwrap();
+    std::os::unix::fs::symlink(blobs.join(format!("readme-{scale}")), folder.join("README.md")).unwrap();
+    std::os::unix::fs::symlink("config.json", folder.join("config-link.json")).unwrap();
     // Left out:
     write("pytorch_model.bin", b"pickled weights");
     write(".cache/huggingface/download/model.lock", b"");
@@ -851,7 +826,9 @@ fn model_folders_carry_their_files_and_are_bases_of_their_fine_tunes() {
     let packed =
         tpde().arg("pack").arg(&tuned).arg("--base").arg(&base).arg("-o").arg(d.join("ft.tpde")).assert().success();
     let said = String::from_utf8_lossy(&packed.get_output().stderr).into_owned();
-    assert!(said.contains("4 as deltas) and 7 files (4 left out"), "{said}");
+    // The index is not carried (spec §5.5): unpack writes it from the layout.
+    assert!(said.contains("4 as deltas) and 7 files (5 left out"), "{said}");
+    assert!(said.contains("README.md: a link, read from") && said.contains("config-link.json: a link"), "{said}");
     // The delta names the base folder by the content digest its .tpde has: they are one base.
     tpde().arg("pack").arg(&base).arg("-o").arg(d.join("base.tpde")).assert().success();
     let ft = tpde::read::Reader::open(d.join("ft.tpde")).unwrap();
@@ -874,7 +851,10 @@ fn model_folders_carry_their_files_and_are_bases_of_their_fine_tunes() {
         let got = folder_files(&d.join(out));
         assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>(), "{out}");
         for (p, bytes) in &want {
-            if !p.ends_with(".safetensors") {
+            if p.ends_with(".index.json") {
+                let json = |b: &[u8]| serde_json::from_slice::<serde_json::Value>(b).unwrap();
+                assert_eq!(json(&got[p]), json(bytes), "{out}/{p}");
+            } else if !p.ends_with(".safetensors") {
                 assert_eq!(&got[p], bytes, "{out}/{p}");
             }
         }

@@ -172,8 +172,6 @@ fn a_hint_that_cannot_be_read_is_named() {
 /// `tpde unpack` and `tpde verify` refuse it, and nothing is written, inside or outside.
 #[test]
 fn a_file_table_that_leaves_the_folder_is_refused() {
-    use tpde_format::files::KEY_FILES;
-    use tpde_format::MetadataValue;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let folder = d.join("model");
@@ -187,22 +185,8 @@ fn a_file_table_that_leaves_the_folder_is_refused() {
     .unwrap();
     std::fs::write(folder.join("config.json"), b"{}").unwrap();
     tpde().arg("pack").arg(&folder).arg("-o").arg(d.join("ok.tpde")).assert().success();
-    // The table {"../evil.txt": "pwned"} in a frame of one raw block, written by hand.
-    let path = b"../evil.txt";
-    let mut table = 1u32.to_le_bytes().to_vec();
-    table.extend((path.len() as u16).to_le_bytes());
-    table.extend_from_slice(path);
-    table.extend(5u64.to_le_bytes());
-    table.extend_from_slice(b"pwned");
-    let mut frame = vec![0x28, 0xB5, 0x2F, 0xFD, 0xA0];
-    frame.extend((table.len() as u32).to_le_bytes());
-    frame.extend_from_slice(&((table.len() as u32) << 3 | 1).to_le_bytes()[..3]);
-    frame.extend_from_slice(&table);
     let ok = std::fs::read(d.join("ok.tpde")).unwrap();
-    let evil = tpde_format::surgery::with_directory(&ok, |dir| {
-        dir.metadata.iter_mut().find(|m| m.key == KEY_FILES).unwrap().value = MetadataValue::Bytes(frame.clone());
-    })
-    .unwrap();
+    let evil = with_table(&ok, &[(b"../evil.txt", b"pwned")]);
     std::fs::write(d.join("evil.tpde"), evil).unwrap();
     let out = d.join("out");
     tpde()
@@ -214,7 +198,7 @@ fn a_file_table_that_leaves_the_folder_is_refused() {
         .code(1)
         .stderr(predicates::str::contains("../evil.txt"));
     assert!(!d.join("evil.txt").exists());
-    assert!(!out.join("model.safetensors").exists(), "no weights written either");
+    assert!(!out.exists(), "no folder, and no weights written either");
     tpde()
         .arg("verify")
         .arg(d.join("evil.tpde"))
@@ -223,4 +207,138 @@ fn a_file_table_that_leaves_the_folder_is_refused() {
         .stderr(predicates::str::contains("malformed file table"));
     // The tensors still read: a reader of tensors ignores the table, as a 1.6 reader does.
     tpde().arg("unpack").arg(d.join("evil.tpde")).arg("-o").arg(d.join("one.safetensors")).assert().success();
+}
+
+/// `file` (a `.tpde` with a file table) with its table replaced by `files`, written by hand in a
+/// Zstandard frame of one raw block, as no TPDE writer would write it.
+fn with_table(file: &[u8], files: &[(&[u8], &[u8])]) -> Vec<u8> {
+    use tpde_format::files::KEY_FILES;
+    use tpde_format::MetadataValue;
+    let mut table = (files.len() as u32).to_le_bytes().to_vec();
+    for (path, data) in files {
+        table.extend((path.len() as u16).to_le_bytes());
+        table.extend_from_slice(path);
+        table.extend((data.len() as u64).to_le_bytes());
+        table.extend_from_slice(data);
+    }
+    let mut frame = vec![0x28, 0xB5, 0x2F, 0xFD, 0xA0];
+    frame.extend((table.len() as u32).to_le_bytes());
+    frame.extend_from_slice(&((table.len() as u32) << 3 | 1).to_le_bytes()[..3]);
+    frame.extend_from_slice(&table);
+    tpde_format::surgery::with_directory(file, |dir| {
+        dir.metadata.iter_mut().find(|m| m.key == KEY_FILES).unwrap().value = MetadataValue::Bytes(frame);
+    })
+    .unwrap()
+}
+
+/// A sharded folder's `.tpde` whose file table carries its own index and the weights that index
+/// names (issue 53): before 1.8's revision `tpde verify` passed it, with the content digest
+/// unchanged, and an unpacked folder loaded the table's weights. Now the table breaks R31:
+/// verify and a folder unpack refuse it and leave no folder; the tensors still read.
+#[test]
+fn a_file_table_that_carries_weights_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let folder = tpde_testkit::folder::sharded(d, 1.0);
+    std::fs::write(folder.join("config.json"), b"{}").unwrap();
+    tpde().arg("pack").arg(&folder).arg("-o").arg(d.join("ok.tpde")).assert().success();
+    let index = br#"{"metadata": {}, "weight_map": {"a.weight": "evil.safetensors"}}"#;
+    let weights = std::fs::read(folder.join("model-00001-of-00002.safetensors")).unwrap();
+    let ok = std::fs::read(d.join("ok.tpde")).unwrap();
+    for table in [
+        vec![
+            (&b"config.json"[..], &b"{}"[..]),
+            (b"evil.safetensors", &weights),
+            (b"model.safetensors.index.json", index),
+        ],
+        vec![(&b"model.safetensors.index.json"[..], &index[..])],
+        vec![(&b"sub/EVIL.SafeTensors"[..], &weights[..])],
+    ] {
+        std::fs::write(d.join("evil.tpde"), with_table(&ok, &table)).unwrap();
+        tpde()
+            .arg("verify")
+            .arg(d.join("evil.tpde"))
+            .assert()
+            .code(1)
+            .stderr(predicates::str::contains("names weights"));
+        let out = d.join("out");
+        tpde().arg("unpack").arg(d.join("evil.tpde")).arg("-o").arg(&out).assert().code(1);
+        assert!(!out.exists(), "a refused unpack leaves no folder");
+        assert_eq!(
+            std::fs::read_dir(d)
+                .unwrap()
+                .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".partial"))
+                .count(),
+            0
+        );
+        tpde().arg("unpack").arg(d.join("evil.tpde")).arg("-o").arg(d.join("one.safetensors")).assert().success();
+    }
+    // The honest file unpacks to the folder, its index written from the layout.
+    tpde().arg("unpack").arg(d.join("ok.tpde")).arg("-o").arg(d.join("again")).assert().success();
+    let json = |p: &Path| serde_json::from_slice::<serde_json::Value>(&std::fs::read(p).unwrap()).unwrap();
+    let index = "model.safetensors.index.json";
+    assert_eq!(json(&d.join("again").join(index)), json(&folder.join(index)));
+}
+
+/// Packing a folder reads through links only inside it or into a Hugging Face cache's blobs,
+/// and refuses what is not a file: a link to `/etc/passwd` or `/proc/self/environ` (which would
+/// carry the packer's secrets), a FIFO, and a link to `/proc/self/pagemap` (its size says 0; it
+/// read on to 2 GiB), each a usage error that names it, with no output left.
+#[test]
+fn packing_a_folder_follows_links_only_inside_and_refuses_special_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let fresh = |name: &str| {
+        let folder = d.join(name);
+        std::fs::create_dir_all(&folder).unwrap();
+        demo::write_checkpoint(
+            demo::DemoModel { vocab: 64, d_model: 16, d_ff: 48, layers: 1 },
+            1,
+            1,
+            &folder.join("model.safetensors"),
+        )
+        .unwrap();
+        std::fs::write(folder.join("config.json"), b"{}").unwrap();
+        folder
+    };
+    for (name, target) in
+        [("passwd", "/etc/passwd"), ("environ", "/proc/self/environ"), ("pagemap", "/proc/self/pagemap")]
+    {
+        let folder = fresh(name);
+        std::os::unix::fs::symlink(target, folder.join("notes.txt")).unwrap();
+        let out = d.join(format!("{name}.tpde"));
+        // 1 GiB of address space: the pagemap read needed more, and failed by running out.
+        tpde_within(1 << 20, &["pack", folder.to_str().unwrap(), "-o", out.to_str().unwrap()])
+            .assert()
+            .code(2)
+            .stderr(predicates::str::contains("outside the folder").and(predicates::str::contains("notes.txt")));
+        assert!(!out.exists(), "{name}");
+    }
+    let folder = fresh("fifo");
+    assert!(std::process::Command::new("mkfifo").arg(folder.join("pipe")).status().unwrap().success());
+    tpde()
+        .arg("pack")
+        .arg(&folder)
+        .arg("-o")
+        .arg(d.join("fifo.tpde"))
+        .timeout(std::time::Duration::from_secs(60))
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("not a file or a folder").and(predicates::str::contains("pipe")));
+    assert!(!d.join("fifo.tpde").exists());
+    // Inside the folder, and into a cache's blobs: read through, and said.
+    let folder = fresh("fine");
+    std::os::unix::fs::symlink("config.json", folder.join("same.json")).unwrap();
+    let blobs = d.join("hub/models--org--m/blobs");
+    std::fs::create_dir_all(&blobs).unwrap();
+    std::fs::write(blobs.join("abc123"), b"# README").unwrap();
+    std::os::unix::fs::symlink(blobs.join("abc123"), folder.join("README.md")).unwrap();
+    tpde()
+        .arg("pack")
+        .arg(&folder)
+        .arg("-o")
+        .arg(d.join("fine.tpde"))
+        .assert()
+        .success()
+        .stderr(predicates::str::contains("same.json: a link").and(predicates::str::contains("README.md: a link")));
 }

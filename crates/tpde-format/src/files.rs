@@ -31,6 +31,11 @@ pub const MAX_PATH_LEN: u64 = 1024;
 /// The longest component of a path, in bytes (what common file systems allow).
 pub const MAX_COMPONENT_LEN: u64 = 255;
 
+/// Extensions of weight files (spec §5.5): a table never carries a file whose name ends in one,
+/// nor the index of one (`*.EXT.index.json`), since the weights are the file's tensors and an
+/// index decides which weights a framework loads.
+pub const WEIGHT_EXTENSIONS: &[&str] = &["safetensors", "bin", "pt", "pth", "ckpt", "h5", "msgpack", "gguf", "onnx"];
+
 /// One file of a table: its path and its bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FileEntry {
@@ -49,8 +54,9 @@ fn over(what: &'static str, found: u64, limit: u64) -> FormatError {
 }
 
 /// Checks a path against the rules of spec §5.5: relative, `/`-separated components, none
-/// empty, `.` or `..`, no `\`, `:`, NUL or other control character; at most
-/// [`MAX_PATH_LEN`] bytes, each component at most [`MAX_COMPONENT_LEN`].
+/// empty, `.` or `..`, no `\`, `:`, NUL or other control character, not naming weights
+/// ([`names_weights`]); at most [`MAX_PATH_LEN`] bytes, each component at most
+/// [`MAX_COMPONENT_LEN`].
 pub fn check_path(path: &str) -> Result<(), FormatError> {
     if path.len() as u64 > MAX_PATH_LEN {
         return Err(over("file path length", path.len() as u64, MAX_PATH_LEN));
@@ -70,7 +76,19 @@ pub fn check_path(path: &str) -> Result<(), FormatError> {
     if path.split('/').any(|c| c.is_empty() || c == "." || c == "..") {
         return bad("not a relative path of plain components (an empty component, `.`, `..`, or a leading `/`)");
     }
+    if names_weights(path) {
+        return bad("names weights (a weight file or its index), which only the file's tensors may hold");
+    }
     Ok(())
+}
+
+/// Whether `path` names weights (spec §5.5): its last component ends in `.EXT` or
+/// `.EXT.index.json` for an EXT of [`WEIGHT_EXTENSIONS`], in any ASCII case (a folder on a
+/// case-insensitive file system sees `MODEL.SAFETENSORS` as `model.safetensors`).
+pub fn names_weights(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path).to_ascii_lowercase();
+    let name = name.strip_suffix(".index.json").unwrap_or(&name);
+    name.rsplit_once('.').is_some_and(|(_, ext)| WEIGHT_EXTENSIONS.contains(&ext))
 }
 
 /// The content size and window size a Zstandard frame header declares (RFC 8878 §3.1.1.1),
@@ -223,7 +241,36 @@ mod tests {
         for bad in ["", "/etc/passwd", "../x", "a/../../x", "a//b", "a/", "./a", "a\\b", "C:x", "a\0b", "a\nb"] {
             assert_eq!(check_path(bad).unwrap_err().kind(), ErrorKind::Malformed, "{bad:?}");
         }
-        for good in ["config.json", "1_Pooling/config.json", ".gitattributes", "a b/ü.txt", "..a"] {
+        for weights in [
+            "model.safetensors",
+            "model.safetensors.index.json",
+            "sub/pytorch_model.bin",
+            "pytorch_model.bin.index.json",
+            "MODEL.SafeTensors",
+            "a.pt",
+            "a.pth",
+            "last.ckpt",
+            "tf_model.h5",
+            "flax_model.msgpack",
+            "m.gguf",
+            "m.onnx",
+            "tf_model.h5.index.json",
+        ] {
+            assert!(names_weights(weights), "{weights}");
+            assert_eq!(check_path(weights).unwrap_err().kind(), ErrorKind::Malformed, "{weights:?}");
+        }
+        for good in [
+            "config.json",
+            "1_Pooling/config.json",
+            ".gitattributes",
+            "a b/ü.txt",
+            "..a",
+            "index.json",
+            "safetensors",
+            "bin/x.txt",
+            "a.bin.json",
+            "model.safetensors.txt",
+        ] {
             check_path(good).unwrap();
         }
         assert_eq!(check_path(&"a".repeat(1025)).unwrap_err().kind(), ErrorKind::LimitExceeded);

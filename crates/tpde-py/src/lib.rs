@@ -530,6 +530,8 @@ fn pack_report<'py>(py: Python<'py>, report: &PackReport) -> PyResult<Bound<'py,
     d.set_item("seconds", report.seconds)?;
     d.set_item("files", report.files)?;
     d.set_item("skipped_files", report.skipped_files)?;
+    let links: Vec<(&str, String)> = report.links.iter().map(|(p, t)| (p.as_str(), t.display().to_string())).collect();
+    d.set_item("links", links)?;
     Ok(d)
 }
 

@@ -9,6 +9,7 @@
 //! removes the partial files of writers of this host whose process is gone.
 //!
 //! Either way the folder is synced after the file appears, so the name survives a power loss.
+//! [`AtomicFolder`] does the same for a folder of files (an unpacked model folder).
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -117,18 +118,93 @@ fn host() -> String {
 }
 
 fn create_partial(dir: &Path, path: &Path) -> io::Result<(File, PathBuf)> {
+    new_partial(dir, path, |p| OpenOptions::new().read(true).write(true).create_new(true).open(p))
+}
+
+/// `create(partial)` under a fresh partial name for `path` in `dir` (create fails where the name
+/// exists, so two writers never share one).
+fn new_partial<T>(dir: &Path, path: &Path, create: impl Fn(&Path) -> io::Result<T>) -> io::Result<(T, PathBuf)> {
     let stem = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let owner = format!("{}-{}", host(), std::process::id());
     let mut last = None;
     for _ in 0..16 {
         let partial = dir.join(format!(".{stem}.{owner}.{:08x}{PARTIAL_SUFFIX}", random_u32()));
-        match OpenOptions::new().read(true).write(true).create_new(true).open(&partial) {
-            Ok(f) => return Ok((f, partial)),
+        match create(&partial) {
+            Ok(made) => return Ok((made, partial)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
             Err(e) => return Err(e),
         }
     }
-    Err(last.unwrap_or_else(|| io::Error::other("no free partial file name")))
+    Err(last.unwrap_or_else(|| io::Error::other("no free partial name")))
+}
+
+/// A folder being written that appears at its final path only on [`AtomicFolder::commit`]: its
+/// files go to a hidden partial folder beside it (named as partial files are, so a writer that
+/// dies leaves nothing the next one does not remove), dropped whole on failure.
+#[derive(Debug)]
+pub struct AtomicFolder {
+    partial: Option<PathBuf>,
+    path: PathBuf,
+}
+
+impl AtomicFolder {
+    /// Starts a folder that will appear at `path`; its parent is created if need be.
+    pub fn create(path: impl AsRef<Path>) -> io::Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let dir = folder_of(&path);
+        fs::create_dir_all(dir)?;
+        remove_orphans(dir);
+        let ((), partial) = new_partial(dir, &path, |p| fs::create_dir(p))?;
+        Ok(AtomicFolder { partial: Some(partial), path })
+    }
+
+    /// Where the folder's files are written until commit.
+    pub fn staging(&self) -> &Path {
+        self.partial.as_deref().expect("a folder not yet committed")
+    }
+
+    /// Puts the folder in place: renamed to its path where nothing is there (or an empty
+    /// folder), else each entry moved into the folder there, replacing a file of the same name
+    /// (never through a link). Syncs the parent.
+    pub fn commit(mut self) -> io::Result<()> {
+        let partial = self.partial.take().expect("a folder not yet committed");
+        let moved = match fs::rename(&partial, &self.path) {
+            Ok(()) => Ok(()),
+            Err(_) if fs::symlink_metadata(&self.path).is_ok_and(|m| m.is_dir()) => move_into(&partial, &self.path),
+            Err(e) => Err(e),
+        };
+        if moved.is_err() {
+            let _ = fs::remove_dir_all(&partial);
+        } else {
+            let _ = fs::remove_dir(&partial);
+        }
+        moved?;
+        sync_folder(folder_of(&self.path))
+    }
+}
+
+/// Moves every entry of `from` into the existing folder `to`, folders merged.
+fn move_into(from: &Path, to: &Path) -> io::Result<()> {
+    for entry in fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        match fs::symlink_metadata(&target) {
+            Ok(m) if m.is_dir() && entry.file_type()?.is_dir() => move_into(&entry.path(), &target)?,
+            Ok(m) if m.is_dir() || (m.is_symlink() && entry.file_type()?.is_dir()) => {
+                return Err(io::Error::other(format!("{}: a folder or link is in the way", target.display())))
+            }
+            _ => fs::rename(entry.path(), &target)?,
+        }
+    }
+    sync_folder(to)
+}
+
+impl Drop for AtomicFolder {
+    fn drop(&mut self) {
+        if let Some(p) = self.partial.take() {
+            let _ = fs::remove_dir_all(p);
+        }
+    }
 }
 
 fn random_u32() -> u32 {
@@ -159,7 +235,10 @@ pub fn remove_orphans(dir: &Path) {
         let name = entry.file_name();
         let Some(pid) = name.to_str().and_then(|n| partial_owner(n, &host)) else { continue };
         if pid != std::process::id() && !process_alive(pid) {
-            let _ = fs::remove_file(entry.path());
+            let _ = match entry.file_type().is_ok_and(|t| t.is_dir()) {
+                true => fs::remove_dir_all(entry.path()),
+                false => fs::remove_file(entry.path()),
+            };
         }
     }
 }

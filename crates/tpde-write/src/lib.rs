@@ -50,7 +50,7 @@ use tpde_format::{
     RequiredFeatures, TensorEntry, Trailer,
 };
 
-pub use atomic::AtomicFile;
+pub use atomic::{AtomicFile, AtomicFolder};
 pub use error::WriteError;
 pub use options::{PredictInput, TensorInput, WriteOptions, DEFAULT_CHUNK_BYTES};
 use pipeline::*;

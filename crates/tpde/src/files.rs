@@ -6,31 +6,38 @@ use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use tpde_format::files::{check_path, FileEntry, MAX_TABLE_LEN};
+use tpde_format::files::{check_path, names_weights, FileEntry, MAX_TABLE_LEN};
 
 use crate::sharded::Layout;
 use crate::Error;
 
-/// Extensions of weights in other frameworks' formats (a Hub repository often holds the same
-/// model several times): not carried, since the `.tpde` holds the weights.
-const OTHER_WEIGHTS: &[&str] = &["bin", "pt", "pth", "h5", "msgpack", "onnx", "ot", "ckpt", "gguf", "safetensors"];
+/// Extensions of weights in other frameworks' formats beyond the spec's (a Hub repository often
+/// holds the same model several times): not carried, since the `.tpde` holds the weights.
+const OTHER_WEIGHTS: &[&str] = &["ot"];
 
 /// What [`gather`] found: the files to carry, and the paths it left out.
 #[derive(Debug, Default)]
 pub struct Gathered {
     /// The files, in path order.
     pub files: Vec<FileEntry>,
-    /// Left out: weights in other formats, hidden folders (`.git`, `.cache`), links to folders
-    /// or to nothing, and anything that is not a file.
+    /// Left out: weights and their indexes (spec §5.5), weights in other formats, hidden
+    /// folders (`.git`, `.cache`), links to folders or to nothing.
     pub skipped: Vec<String>,
+    /// Carried files that are links, each with where it leads: inside the folder, or a
+    /// Hugging Face cache's blob.
+    pub links: Vec<(String, PathBuf)>,
 }
 
-/// The files of the model folder `dir` other than the weights `layout` names (its shards; the
-/// index is carried, so that it comes back byte for byte), every folder below it included
-/// except hidden ones. Links to files are read through
-/// (a Hugging Face cache snapshot is all links); links to folders are not followed.
+/// The files of the model folder `dir` other than its weights (spec §5.5: no weight file nor
+/// index of one; unpack writes the layout's index from the tensors), every folder below it
+/// included except hidden ones. Links to files are read through only where they stay inside
+/// `dir` or lead to a blob of a Hugging Face cache (a cache snapshot is all links); one that
+/// leads elsewhere (`/etc/passwd`, `/proc/self/environ`) is an error, and so is anything that
+/// is neither a file nor a folder (a FIFO, a device). Links to folders are not followed. At most
+/// [`MAX_TABLE_LEN`] bytes are read in all, whatever sizes the files claim (`/proc` files say 0).
 pub fn gather(dir: &Path, layout: &Layout) -> Result<Gathered, Error> {
     let weights = layout_files(layout);
+    let root = fs::canonicalize(dir).map_err(|e| Error::from(e).context(dir.display()))?;
     let mut out = Gathered::default();
     let mut total = 0u64;
     let mut pending = vec![PathBuf::new()];
@@ -49,41 +56,85 @@ pub fn gather(dir: &Path, layout: &Layout) -> Result<Gathered, Error> {
                 false => format!("{}/{name}", rel.to_string_lossy()),
             };
             let link = entry.file_type().map_err(io)?.is_symlink();
-            // What a link leads to; a link that leads nowhere is left out, like anything else
-            // that is not a file or a folder.
-            let (is_dir, is_file, len) = match fs::metadata(entry.path()) {
-                Ok(m) => (m.is_dir(), m.is_file(), m.len()),
-                Err(_) if link => (false, false, 0),
+            // What a link leads to; a link that leads nowhere is left out, like a folder link.
+            let meta = match fs::metadata(entry.path()) {
+                Ok(m) => m,
+                Err(_) if link => {
+                    out.skipped.push(path);
+                    continue;
+                }
                 Err(e) => return Err(Error::from(e).context(entry.path().display())),
             };
             let other_weights =
                 Path::new(name).extension().is_some_and(|e| OTHER_WEIGHTS.contains(&&*e.to_string_lossy()));
-            if is_dir && !link && !name.starts_with('.') {
-                pending.push(rel.join(name));
-            } else if is_file && !weights.contains(&path) && !other_weights {
-                check_path(&path).map_err(|e| Error::usage(format!("{}: {e}", entry.path().display())))?;
-                total += len;
-                if total > MAX_TABLE_LEN {
-                    return Err(Error::new(
-                        tpde_format::ErrorKind::LimitExceeded,
-                        format!(
-                            "{}: the files beside the weights pass {} MiB at {path} ({} bytes); a .tpde carries configs and tokenizers, not data",
-                            dir.display(),
-                            MAX_TABLE_LEN >> 20,
-                            len
-                        ),
-                    ));
+            if weights.contains(&path) {
+                continue;
+            } else if meta.is_dir() {
+                match link || name.starts_with('.') {
+                    true => out.skipped.push(path),
+                    false => pending.push(rel.join(name)),
                 }
-                let data = fs::read(entry.path()).map_err(|e| Error::from(e).context(entry.path().display()))?;
-                out.files.push(FileEntry { path, data });
-            } else if !weights.contains(&path) {
+                continue;
+            } else if names_weights(&path) || other_weights {
                 out.skipped.push(path);
+                continue;
+            } else if !meta.is_file() {
+                return Err(Error::usage(format!(
+                    "{}: not a file or a folder (a FIFO, a socket or a device); a packed folder holds files",
+                    entry.path().display()
+                )));
             }
+            check_path(&path).map_err(|e| Error::usage(format!("{}: {e}", entry.path().display())))?;
+            if link {
+                let target =
+                    fs::canonicalize(entry.path()).map_err(|e| Error::from(e).context(entry.path().display()))?;
+                if !target.starts_with(&root) && !is_hub_blob(&target) {
+                    return Err(Error::usage(format!(
+                        "{}: a link to {}, outside the folder; a pack follows links only inside the folder or into a Hugging Face cache's blobs (copy the file in, or remove the link)",
+                        entry.path().display(),
+                        target.display()
+                    )));
+                }
+                out.links.push((path.clone(), target));
+            }
+            let data = read_bounded(&entry.path(), MAX_TABLE_LEN - total).map_err(|e| match e {
+                Some(e) => Error::from(e).context(entry.path().display()),
+                None => Error::new(
+                    tpde_format::ErrorKind::LimitExceeded,
+                    format!(
+                        "{}: the files beside the weights pass {} MiB at {path}; a .tpde carries configs and tokenizers, not data",
+                        dir.display(),
+                        MAX_TABLE_LEN >> 20
+                    ),
+                ),
+            })?;
+            total += data.len() as u64;
+            out.files.push(FileEntry { path, data });
         }
     }
     out.files.sort_by(|a, b| a.path.cmp(&b.path));
     out.skipped.sort();
+    out.links.sort();
     Ok(out)
+}
+
+/// The bytes of the file at `path`, at most `limit` of them: `Err(None)` if it holds more. Read
+/// to its end rather than trusting its size (a `/proc` file says 0 and reads on and on).
+fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, Option<std::io::Error>> {
+    use std::io::Read;
+    let mut data = Vec::new();
+    fs::File::open(path).and_then(|f| f.take(limit + 1).read_to_end(&mut data)).map_err(Some)?;
+    match data.len() as u64 > limit {
+        true => Err(None),
+        false => Ok(data),
+    }
+}
+
+/// Whether `target` (a canonical path) is a blob of a Hugging Face cache:
+/// `…/models--ORG--NAME/blobs/HASH`, where the links of its `snapshots/REV/` lead.
+fn is_hub_blob(target: &Path) -> bool {
+    let mut up = target.ancestors().skip(1).filter_map(|a| a.file_name()).map(|n| n.to_string_lossy());
+    matches!((up.next(), up.next()), (Some(blobs), Some(repo)) if blobs == "blobs" && ["models--", "datasets--", "spaces--"].iter().any(|p| repo.starts_with(p)))
 }
 
 /// The files a layout writes from tensors: its shards.
@@ -91,42 +142,50 @@ fn layout_files(layout: &Layout) -> HashSet<String> {
     layout.shards.iter().map(|s| s.file.clone()).collect()
 }
 
-/// Writes `files` into the folder `output`, each atomically (a temporary file renamed into
-/// place, which replaces a link rather than following it). Folders are created as needed and
-/// one that exists must be a real folder, not a link, so nothing is written outside `output`.
-/// A file the layout writes from tensors is refused: a table cannot replace the weights.
-pub fn write<'a>(output: &Path, files: impl IntoIterator<Item = &'a FileEntry>, layout: &Layout) -> Result<(), Error> {
+/// Checks, before anything is written, that every path in `paths` (relative, checked by the
+/// reader) can be written into `output` without leaving it: none names a file of the weights'
+/// layout (a table cannot replace the weights), and every folder on a path that exists in
+/// `output` already is a real folder, not a link or a file, so nothing is written through it.
+pub fn check_destination<'a>(
+    output: &Path,
+    paths: impl IntoIterator<Item = &'a str>,
+    layout: &Layout,
+) -> Result<(), Error> {
     let weights = layout_files(layout);
-    for f in files {
-        // The reader checked every path (spec §5.5); checked again here, where it matters.
-        check_path(&f.path).map_err(tpde_read::ReadError::from)?;
-        if weights.contains(&f.path) {
-            return Err(Error::malformed(format!("the file table holds {:?}, a file of the weights' layout", f.path)));
+    for path in paths {
+        if weights.contains(path) {
+            return Err(Error::malformed(format!("the file table holds {path:?}, a file of the weights' layout")));
         }
         let mut folder = output.to_path_buf();
-        let components: Vec<&str> = f.path.split('/').collect();
+        let components: Vec<&str> = path.split('/').collect();
         for c in &components[..components.len() - 1] {
             folder.push(c);
             match fs::symlink_metadata(&folder) {
                 Ok(m) if m.is_dir() => {}
                 Ok(_) => {
                     return Err(Error::usage(format!(
-                        "{}: not a folder (a link or a file); {} is not written through it",
-                        folder.display(),
-                        f.path
+                        "{}: not a folder (a link or a file); {path} is not written through it",
+                        folder.display()
                     )))
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    fs::create_dir(&folder).map_err(|e| Error::from(e).context(folder.display()))?
-                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
                 Err(e) => return Err(Error::from(e).context(folder.display())),
             }
         }
-        let path = output.join(&f.path);
+    }
+    Ok(())
+}
+
+/// Writes `files` into `folder`, a new folder of its own (an unpack's staging folder, see
+/// [`tpde_write::AtomicFolder`]), creating the folders on their paths.
+pub fn write<'a>(folder: &Path, files: impl IntoIterator<Item = &'a FileEntry>) -> Result<(), Error> {
+    for f in files {
+        // The reader checked every path (spec §5.5); checked again here, where it matters.
+        check_path(&f.path).map_err(tpde_read::ReadError::from)?;
+        let path = folder.join(&f.path);
         let io = |e: std::io::Error| Error::from(e).context(path.display());
-        let mut file = tpde_write::AtomicFile::create(&path).map_err(io)?;
-        std::io::Write::write_all(&mut file, &f.data).map_err(io)?;
-        file.commit().map_err(io)?;
+        fs::create_dir_all(path.parent().expect("a path inside the folder")).map_err(io)?;
+        fs::write(&path, &f.data).map_err(io)?;
     }
     Ok(())
 }
@@ -137,20 +196,23 @@ mod tests {
     use crate::sharded::Shard;
 
     #[test]
-    fn a_table_cannot_replace_the_weights_or_leave_the_folder() {
+    fn a_table_cannot_replace_the_weights_or_write_through_a_link() {
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout {
             index_name: None,
             index_metadata: Default::default(),
             shards: vec![Shard { file: "model.safetensors".into(), tensors: vec![], metadata: None }],
         };
-        let file = |path: &str| FileEntry { path: path.into(), data: b"x".to_vec() };
-        for bad in ["model.safetensors", "../escape", "/abs"] {
-            assert!(write(dir.path(), [&file(bad)], &layout).is_err(), "{bad}");
+        assert!(check_destination(dir.path(), ["model.safetensors"], &layout).is_err());
+        std::os::unix::fs::symlink(std::env::temp_dir(), dir.path().join("linked")).unwrap();
+        assert!(check_destination(dir.path(), ["linked/config.json"], &layout).is_err());
+        check_destination(dir.path(), ["a/b/c.json", "config.json"], &layout).unwrap();
+        for bad in ["../escape", "/abs"] {
+            let file = FileEntry { path: bad.into(), data: b"x".to_vec() };
+            assert!(write(dir.path(), [&file]).is_err(), "{bad}");
         }
-        assert!(!dir.path().join("model.safetensors").exists());
         assert!(!dir.path().parent().unwrap().join("escape").exists());
-        write(dir.path(), [&file("a/b/c.json")], &layout).unwrap();
+        write(dir.path(), [&FileEntry { path: "a/b/c.json".into(), data: b"x".to_vec() }]).unwrap();
         assert_eq!(std::fs::read(dir.path().join("a/b/c.json")).unwrap(), b"x");
     }
 }

@@ -28,7 +28,7 @@ use crate::safetensors::SafetensorsFile;
 use crate::{Error, Progress};
 
 /// What a pack did.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct PackReport {
     /// Tensors written.
     pub tensors: u64,
@@ -48,6 +48,9 @@ pub struct PackReport {
     pub files: u64,
     /// Files of the folder left out (weights in other formats, hidden folders).
     pub skipped_files: u64,
+    /// Carried files that are links, each with where it leads (inside the folder, or a
+    /// Hugging Face cache's blob).
+    pub links: Vec<(String, std::path::PathBuf)>,
 }
 
 /// How to pack: the writer's options, and for a delta the base and an optional lossy bound.
@@ -163,6 +166,7 @@ fn pack_folder(dir: &Path, destination: &Location, job: PackJob<'_>, bar: &dyn P
         }
     })?;
     packed.report.skipped_files = gathered.skipped.len() as u64;
+    packed.report.links = gathered.links;
     Ok(packed)
 }
 

@@ -11,6 +11,7 @@ use std::time::Instant;
 use tpde_format::metadata::RESERVED_PREFIX;
 use tpde_format::{ErrorKind, TensorEntry};
 use tpde_read::TensorChunks;
+use tpde_write::AtomicFolder;
 
 use crate::location::{FileReader, Location, Stored};
 use crate::open::{open_reader, open_tpde};
@@ -192,32 +193,33 @@ pub fn unpack_report(r: &FileReader, start: Instant) -> UnpackReport {
 }
 
 /// Writes the folder `layout` records from the open file `r` into `output`: the files beside
-/// the weights (`tpde.files`), then every shard, each atomically, then the index (as the folder
-/// had it, from the file table, or written from the layout), so that a folder whose index
-/// exists is complete.
+/// the weights (`tpde.files`), every shard, and the index, written from the layout (spec §5.5: a
+/// file table never carries it). The whole table is checked before anything is written, and the
+/// folder is written beside its place and moved there only when whole, so a refused or failed
+/// unpack leaves nothing (see [`AtomicFolder`]).
 fn write_folder(r: &FileReader, layout: &Layout, output: &Path, bar: &dyn Progress) -> Result<(), Error> {
-    std::fs::create_dir_all(output).map_err(|e| Error::from(e).context(output.display()))?;
     let files = r.files()?;
-    let is_index = |f: &&tpde_format::files::FileEntry| Some(&f.path) == layout.index_name.as_ref();
-    crate::files::write(output, files.iter().filter(|f| !is_index(f)), layout)?;
+    // Shards and the index have plain names (checked by `Layout::of`): only the table's paths
+    // have folders.
+    crate::files::check_destination(output, files.iter().map(|f| f.path.as_str()), layout)?;
+    let folder = AtomicFolder::create(output).map_err(|e| Error::from(e).context(output.display()))?;
+    let staging = folder.staging();
+    crate::files::write(staging, &files)?;
     let index_of: std::collections::HashMap<&str, usize> =
         r.tensors().iter().enumerate().map(|(i, t)| (t.name.as_str(), i)).collect();
     bar.set_length(r.tensors().iter().map(|t| t.byte_length).sum());
     for shard in &layout.shards {
         let select: Vec<usize> = shard.tensors.iter().map(|t| index_of[t.as_str()]).collect();
-        unpack_tensors(r, &select, &shard.metadata.clone().unwrap_or_default(), &output.join(&shard.file), bar)?;
+        unpack_tensors(r, &select, &shard.metadata.clone().unwrap_or_default(), &staging.join(&shard.file), bar)?;
     }
-    match (files.iter().find(is_index), &layout.index_name) {
-        (Some(carried), _) => crate::files::write(output, [carried], layout)?,
-        (None, Some(index_name)) => {
-            let path = output.join(index_name);
-            let io = |e: std::io::Error| Error::from(e).context(path.display());
-            let mut f = tpde_write::AtomicFile::create(&path).map_err(io)?;
-            std::io::Write::write_all(&mut f, layout.index_text()?.as_bytes()).map_err(io)?;
-            f.commit().map_err(io)?;
-        }
-        (None, None) => {}
+    if let Some(index_name) = &layout.index_name {
+        let path = staging.join(index_name);
+        let io = |e: std::io::Error| Error::from(e).context(output.join(index_name).display());
+        let mut f = tpde_write::AtomicFile::create(&path).map_err(io)?;
+        std::io::Write::write_all(&mut f, layout.index_text()?.as_bytes()).map_err(io)?;
+        f.commit().map_err(io)?;
     }
+    folder.commit().map_err(|e| Error::from(e).context(output.display()))?;
     bar.finish();
     Ok(())
 }

@@ -1456,6 +1456,25 @@ fn files(g: &mut Gen) {
         ("r31-files-path-not-utf8", "a path that is not UTF-8", one(b"config\xff.json"), Malformed),
         ("r31-files-path-too-long", "a path of 1025 bytes", one(&[b'a'; 1025]), LimitExceeded),
         ("r31-files-component-too-long", "a path component of 256 bytes", one(&[b'a'; 256]), LimitExceeded),
+        ("r31-files-weights", "a weight file, model.safetensors", one(b"model.safetensors"), Malformed),
+        (
+            "r31-files-weights-index",
+            "an index of weights, model.safetensors.index.json",
+            one(b"model.safetensors.index.json"),
+            Malformed,
+        ),
+        (
+            "r31-files-weights-in-folder",
+            "a weight file in a folder, sub/pytorch_model.bin",
+            one(b"sub/pytorch_model.bin"),
+            Malformed,
+        ),
+        (
+            "r31-files-weights-case",
+            "a weight file in capitals, MODEL.SafeTensors",
+            one(b"MODEL.SafeTensors"),
+            Malformed,
+        ),
         (
             "r31-files-repeated",
             "config.json twice",

@@ -1,8 +1,9 @@
 //! What TPDE's test suites share, as a dev-dependency: checkpoints held in memory and written as
 //! keyframes or deltas ([`write`]), and a real S3-compatible server process behind a
-//! fault-injecting proxy ([`s3`]).
+//! fault-injecting proxy ([`s3`]), and model folders as frameworks save them ([`folder`]).
 #![forbid(unsafe_code)]
 
+pub mod folder;
 pub mod s3;
 
 use tpde_codec::Encoder;

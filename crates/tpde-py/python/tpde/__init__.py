@@ -45,7 +45,9 @@ def pack(
     them: config, tokenizer, README), into one ``.tpde`` file; a delta against ``base`` (a
     ``.tpde``, a ``.safetensors`` or a model folder: a fine-tune against its base model) if
     given. Returns what was written (sizes, digest, ``files`` carried, ``skipped_files`` left
-    out: weights in other formats, hidden folders). ``progress``: None draws a bar on an
+    out: weights and their indexes, hidden folders; ``links``, the ``(path, target)`` of each
+    carried file that is a link). Links are read through only inside the folder or into a
+    Hugging Face cache's blobs, and a FIFO or device is refused. ``progress``: None draws a bar on an
     interactive terminal, False none, or a callable gets ``(done, total)`` bytes as it goes."""
     from ._progress import resolve
     from ._tpde import pack as _pack
@@ -57,9 +59,11 @@ def pack(
 
 def unpack(input: PathLike, output: PathLike, base: Optional[PathLike] = None, progress: Any = None) -> None:
     """As ``tpde unpack``: a ``.tpde`` file into a ``.safetensors`` file; a file packed from a
-    model folder into that folder again (its files, its weights, its index: byte for byte what
-    was packed, loadable by ``from_pretrained``), unless ``output`` ends in ``.safetensors``.
-    ``progress`` as for ``pack``."""
+    model folder into that folder again (its files and its weights byte for byte what was
+    packed, and the index written from the tensors' layout: loadable by ``from_pretrained``),
+    unless ``output`` ends in ``.safetensors``. The folder is written beside ``output`` and moved
+    there only when whole: a refused or failed unpack leaves nothing. ``progress`` as for
+    ``pack``."""
     from ._progress import resolve
     from ._tpde import unpack as _unpack
 
