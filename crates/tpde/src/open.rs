@@ -87,7 +87,23 @@ impl HintPolicy {
         match base_at {
             Location::Local(p) => self.paths.check(hint, p)?,
             #[cfg(feature = "object")]
-            Location::Object(_) => {
+            Location::Object(url) => {
+                // A confined reader follows only files within its folder or bucket (spec
+                // §7.3): a URL hint only from a chain opened in that URL's bucket, whatever
+                // the environment configures.
+                if let PathHints::Within(roots) = &self.paths {
+                    if !matches!(start, Location::Object(s) if s.bucket() == url.bucket()) {
+                        let roots: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+                        return Err(ReadError::HintRefused {
+                            hint: hint.to_owned(),
+                            why: format!(
+                                "the reader is confined to {} and follows no URL out of the bucket it opened; give the base explicitly",
+                                roots.join(", ")
+                            ),
+                        }
+                        .into());
+                    }
+                }
                 let opted_in = matches!(start, Location::Object(_)) || tpde_object::configured();
                 let follow = match self.urls {
                     UrlHints::Always => true,

@@ -7,8 +7,9 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use tpde::location::Stored;
-use tpde::open::{open_base, open_reader, open_tpde};
+use tpde::open::{open_base, open_reader, open_tpde, open_tpde_with, HintPolicy, OpenOptions};
 use tpde::pack::TensorRef;
+use tpde::read::PathHints;
 use tpde::{DType, ErrorKind, Location, WriteOptions};
 use tpde::{PackJob, PackReport, PackSource};
 use tpde_testkit::s3::{Fault, S3};
@@ -120,6 +121,23 @@ fn a_base_may_be_local_while_the_delta_is_remote_and_the_other_way_round() {
     let hint = open_reader(&local_delta).unwrap().directory().base.as_ref().unwrap().path_hint.clone();
     assert_eq!(hint, s3().url("mixed/base.tpde"));
     assert_same(&local_delta, &b);
+
+    // Confined to the delta's folder, with S3 configured: the URL hint is refused
+    // (`base-missing`, naming it) and the store is not asked (issue 53: it was followed).
+    let confined = |folder: &std::path::Path| OpenOptions {
+        hints: HintPolicy { paths: PathHints::Within(vec![folder.into()]), ..HintPolicy::default() },
+        ..OpenOptions::default()
+    };
+    let asked = s3().requests("mixed/base.tpde").len();
+    let e = open_tpde_with(&local_delta, None, &confined(dir.path())).err().expect("refused");
+    assert_eq!(e.kind(), ErrorKind::BaseMissing, "{e}");
+    assert!(e.to_string().contains("confined"), "{e}");
+    assert_eq!(s3().requests("mixed/base.tpde").len(), asked, "the store was asked for the base");
+    // A chain opened in the bucket follows hints within it.
+    let remote_delta = at("mixed/delta-on-remote.tpde");
+    write(&remote_delta, &b, Some(&remote_base)).unwrap();
+    let r = open_tpde_with(&remote_delta, None, &confined(dir.path())).unwrap();
+    assert_eq!(&*r.read("layer.weight").unwrap(), &b[0].3[..]);
 }
 
 #[test]
