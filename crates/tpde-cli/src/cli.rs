@@ -71,6 +71,8 @@ enum Command {
         /// memory, read back and checked against their digests.
         #[arg(long)]
         gpu: bool,
+        #[command(flatten)]
+        read: ReadArgs,
     },
     /// Check every CRC, every tensor digest and the whole structure; exit 1 on corruption.
     Verify {
@@ -173,7 +175,9 @@ enum Command {
     },
 }
 
-/// How `cat` and `verify` read a file they may not trust.
+/// How `unpack`, `cat` and `verify` read a file they may not trust. A base's path hint is
+/// followed by default only into the file's own folder (or bucket): a file from elsewhere must
+/// not make the command open a path of its choosing (spec §7.3).
 #[derive(clap::Args)]
 struct ReadArgs {
     /// The largest tensor decoded, in bytes; a larger one is refused (limit-exceeded) before
@@ -181,20 +185,25 @@ struct ReadArgs {
     #[arg(long, default_value_t = tpde::read::DEFAULT_MAX_TENSOR_BYTES)]
     max_bytes: u64,
     /// Follow a base's path hint only to a file inside this folder (repeatable); by default
-    /// every hint is followed.
+    /// only into the file's own folder.
     #[arg(long)]
     hint_root: Vec<PathBuf>,
-    /// Follow no path hints: a delta's base must be given with --base.
+    /// Follow every local path hint, wherever it leads (for your own files).
     #[arg(long, conflicts_with = "hint_root")]
+    follow_hints: bool,
+    /// Follow no path hints: a delta's base must be given with --base.
+    #[arg(long, conflicts_with_all = ["hint_root", "follow_hints"])]
     no_hints: bool,
 }
 
 impl ReadArgs {
     fn options(&self) -> open::OpenOptions {
-        let mut o = open::OpenOptions::default();
+        let mut o = open::OpenOptions { hints: open::HintPolicy::confined(), ..Default::default() };
         o.read.max_tensor_bytes = self.max_bytes;
         if self.no_hints {
             o.hints = open::HintPolicy::none();
+        } else if self.follow_hints {
+            o.hints.paths = tpde::read::PathHints::Follow;
         } else if !self.hint_root.is_empty() {
             o.hints.paths = tpde::read::PathHints::Within(self.hint_root.clone());
         }
@@ -389,17 +398,17 @@ fn run(command: Command) -> Result<(), CliError> {
             }
             Ok(())
         }
-        Command::Unpack { input, output, base, gpu } => {
-            let bar = progress_bar(0, "unpacking");
+        Command::Unpack { input, output, base, gpu, read } => {
+            let (bar, opts) = (progress_bar(0, "unpacking"), read.options());
             let r = match gpu {
                 true if unpack::unpacks_to_folder(&input, &output)? => {
                     return Err(CliError::usage("--gpu unpacks to one file: give an output ending in .safetensors"));
                 }
                 #[cfg(feature = "gpu")]
-                true => crate::gpu_unpack::unpack_gpu(&input, base.as_ref(), &output, &bar)?,
+                true => crate::gpu_unpack::unpack_gpu(&input, base.as_ref(), &output, &opts, &bar)?,
                 #[cfg(not(feature = "gpu"))]
                 true => return Err(no_gpu()),
-                false => tpde::unpack(&input, base.as_ref(), &output, &bar)?,
+                false => unpack::unpack_with(&input, base.as_ref(), &output, &opts, &bar)?,
             };
             eprintln!(
                 "unpacked {} tensors ({}) in {:.2} s, {:.0} MB/s",

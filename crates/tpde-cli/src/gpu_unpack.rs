@@ -19,13 +19,16 @@ pub fn unpack_gpu(
     input: &Location,
     base: Option<&Location>,
     output: &Path,
+    opts: &open::OpenOptions,
     bar: &dyn Progress,
 ) -> Result<UnpackReport, CliError> {
     let start = Instant::now();
     let gpu = tpde_gpu::Gpu::new()?;
-    let r = open::open_reader(input)?;
+    let r = open::open_reader_with(input, opts.read)?;
     let hinted = match r.directory().base.as_ref() {
-        Some(b) if !b.path_hint.is_empty() && r.uses_base() => input.resolve_hint(&b.path_hint).ok(),
+        Some(b) if !b.path_hint.is_empty() && r.uses_base() && base.is_none() => {
+            Some(opts.hints.follow(input, &b.path_hint).map_err(|e| e.context(input))?)
+        }
         _ => None,
     };
     let base_at = match base.cloned() {
@@ -46,7 +49,7 @@ pub fn unpack_gpu(
         // file after it decodes.
         Some(b) => {
             let mut ck = None;
-            for (_, link) in open::chain_readers(&b)?.iter().rev() {
+            for (_, link) in open::chain_readers_with(&b, opts)?.iter().rev() {
                 ck = Some(gpu.load(link, ck.as_ref())?);
             }
             ck

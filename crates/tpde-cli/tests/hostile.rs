@@ -86,18 +86,26 @@ fn a_url_hint_is_not_followed_without_object_storage_configured() {
     })
     .unwrap();
     std::fs::write(&kb, file).unwrap();
-    let mut cmd = tpde_offline();
-    for (k, _) in std::env::vars() {
-        if k.starts_with("AWS_") {
-            cmd.env_remove(k);
+    let offline = || {
+        let mut cmd = tpde_offline();
+        for (k, _) in std::env::vars() {
+            if k.starts_with("AWS_") {
+                cmd.env_remove(k);
+            }
         }
+        cmd
+    };
+    // Confined to the file's folder by default; opened up, still not without object storage.
+    for (flag, why) in [(None, "confined to"), (Some("--follow-hints"), "object storage is not configured")] {
+        offline()
+            .arg("verify")
+            .arg(&kb)
+            .args(flag)
+            .assert()
+            .code(1)
+            .stderr(predicates::str::contains("\"s3://some-bucket/a.tpde\" not followed"))
+            .stderr(predicates::str::contains(why));
     }
-    cmd.arg("verify")
-        .arg(&kb)
-        .assert()
-        .code(1)
-        .stderr(predicates::str::contains("\"s3://some-bucket/a.tpde\" not followed"))
-        .stderr(predicates::str::contains("object storage is not configured"));
     // The base given explicitly still works.
     tpde().arg("verify").arg(&kb).arg("--base").arg(&ka).assert().success();
 }
@@ -341,4 +349,59 @@ fn packing_a_folder_follows_links_only_inside_and_refuses_special_files() {
         .assert()
         .success()
         .stderr(predicates::str::contains("same.json: a link").and(predicates::str::contains("README.md: a link")));
+}
+
+/// A delta from elsewhere whose hint leads out of its folder (issue 53: every local hint was
+/// followed by default, `/etc/shadow` or `/proc/self/environ` included): `unpack`, `verify`
+/// and `cat` refuse it by default as `base-missing`, naming the hint and saying why, and open
+/// nothing there; `--follow-hints` or a `--hint-root` above it opens it up.
+#[test]
+fn hints_are_confined_to_the_file_s_folder_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (bases, inbox) = (d.join("bases"), d.join("inbox"));
+    std::fs::create_dir_all(&bases).unwrap();
+    std::fs::create_dir_all(&inbox).unwrap();
+    let model = demo::DemoModel { vocab: 64, d_model: 16, d_ff: 48, layers: 1 };
+    demo::write_checkpoint(model, 5, 1, &d.join("a.safetensors")).unwrap();
+    demo::write_checkpoint(model, 6, 1, &d.join("b.safetensors")).unwrap();
+    tpde().arg("pack").arg(d.join("a.safetensors")).arg("-o").arg(bases.join("a.tpde")).assert().success();
+    let b = inbox.join("b.tpde");
+    tpde()
+        .arg("pack")
+        .arg(d.join("b.safetensors"))
+        .arg("--base")
+        .arg(bases.join("a.tpde"))
+        .arg("-o")
+        .arg(&b)
+        .assert()
+        .success();
+    let runs: [&[&str]; 3] = [&["verify"], &["cat", "lm_head.weight"], &["unpack", "-o", "out.safetensors"]];
+    for args in runs {
+        let (cmd, rest) = args.split_first().unwrap();
+        let run = |extra: &[&str]| {
+            let mut c = tpde();
+            c.current_dir(d).arg(cmd).arg(&b).args(rest).args(extra);
+            c
+        };
+        run(&[])
+            .assert()
+            .code(1)
+            .stderr(predicates::str::contains("not followed").and(predicates::str::contains("allowed folders")));
+        run(&["--follow-hints"]).assert().success();
+        run(&["--hint-root", d.to_str().unwrap()]).assert().success();
+    }
+    // A hint into the file's own folder is followed as before.
+    std::fs::copy(bases.join("a.tpde"), inbox.join("a.tpde")).unwrap();
+    let moved = inbox.join("b2.tpde");
+    tpde()
+        .arg("pack")
+        .arg(d.join("b.safetensors"))
+        .arg("--base")
+        .arg(inbox.join("a.tpde"))
+        .arg("-o")
+        .arg(&moved)
+        .assert()
+        .success();
+    tpde().arg("verify").arg(&moved).assert().success();
 }

@@ -120,12 +120,7 @@ impl File {
         max_tensor_bytes: Option<u64>,
     ) -> PyResult<Self> {
         let (path, base) = (location(path)?, base.map(location).transpose()?);
-        let mut opts = open::OpenOptions::default();
-        if !follow_hints {
-            opts.hints = open::HintPolicy::none();
-        } else if let Some(roots) = hint_roots {
-            opts.hints.paths = tpde::read::PathHints::Within(roots);
-        }
+        let mut opts = open::OpenOptions { hints: hint_policy(follow_hints, hint_roots), ..Default::default() };
         if let Some(limit) = max_tensor_bytes {
             opts.read.max_tensor_bytes = limit;
         }
@@ -574,19 +569,33 @@ fn pack<'py>(
 /// model folder and `output` does not end in `.safetensors`, into that folder again.
 /// Ctrl-C stops it, leaving no file; `progress(done, total)` is called as it goes.
 #[pyfunction]
-#[pyo3(signature = (input, output, base=None, progress=None))]
+#[pyo3(signature = (input, output, base=None, follow_hints=true, hint_roots=None, progress=None))]
 fn unpack<'py>(
     py: Python<'py>,
     input: &str,
     output: PathBuf,
     base: Option<&str>,
+    follow_hints: bool,
+    hint_roots: Option<Vec<PathBuf>>,
     progress: Option<Bound<'py, PyAny>>,
 ) -> PyResult<(u64, u64)> {
     let (input, base) = (location(input)?, base.map(location).transpose()?);
-    let r =
-        interrupt::interruptible(py, progress.as_ref(), |cancel| tpde::unpack(&input, base.as_ref(), &output, cancel))?
-            .map_err(py_err)?;
+    let opts = open::OpenOptions { hints: hint_policy(follow_hints, hint_roots), ..Default::default() };
+    let r = interrupt::interruptible(py, progress.as_ref(), |cancel| {
+        tpde::unpack::unpack_with(&input, base.as_ref(), &output, &opts, cancel)
+    })?
+    .map_err(py_err)?;
     Ok((r.tensors, r.logical_bytes))
+}
+
+/// The hints followed: none, only into `hint_roots` (empty: none local, and URLs only within the
+/// bucket opened), or every one.
+fn hint_policy(follow_hints: bool, hint_roots: Option<Vec<PathBuf>>) -> open::HintPolicy {
+    match (follow_hints, hint_roots) {
+        (false, _) => open::HintPolicy::none(),
+        (true, Some(roots)) => open::HintPolicy { paths: tpde::read::PathHints::Within(roots), ..Default::default() },
+        (true, None) => open::HintPolicy::default(),
+    }
 }
 
 /// The names of the files in the folder `path` (a local folder, not recursive, or an object

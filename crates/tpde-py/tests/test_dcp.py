@@ -86,7 +86,7 @@ def test_deltas_across_world_sizes(tmp_path):
     run_job(tmp_path, 2, action="save", path=str(a), version=0)
     run_job(tmp_path, 2, action="save", path=str(b), base=str(a), version=1)
     for r in range(2):
-        with tpde.safe_open(b / f"rank-{r:05d}.tpde", "np") as f:
+        with tpde.safe_open(b / f"rank-{r:05d}.tpde", "np", hints="follow") as f:
             assert f._f().is_delta()
         # Same world size: each rank's delta is smaller than its keyframe.
         assert os.path.getsize(b / f"rank-{r:05d}.tpde") < 0.8 * os.path.getsize(a / f"rank-{r:05d}.tpde")
@@ -207,7 +207,7 @@ def test_checkpointer_under_torch_distributed(tmp_path, async_save, layout):
     assert sorted(os.listdir(ck)) == [".tpde-writer.lock", "step-0000000400", "step-0000000500"]
     delta, key, base = ("400", "500", "500") if layout == "reverse" else ("500", "400", "400")
     for r in (0, 1):
-        with tpde.safe_open(ck / f"step-0000000{delta}" / f"rank-0000{r}.tpde", "np") as f:
+        with tpde.safe_open(ck / f"step-0000000{delta}" / f"rank-0000{r}.tpde", "np", hints="follow") as f:
             assert f._f().is_delta() and f.metadata()["checkpoint.base_step"] == base
         with tpde.safe_open(ck / f"step-0000000{key}" / f"rank-0000{r}.tpde", "np") as f:
             assert not f._f().is_delta()
@@ -235,7 +235,7 @@ def test_lossy_deltas_keep_their_bound_and_exact_items(tmp_path):
     new = {**_single_state(1.0001), "optim": {"step": torch.tensor(11.0)}}
     tau = 1e-3
     _dcp_single(dcp.save, new, storage_writer=TpdeStorageWriter(b, base=a, max_abs_error=tau))
-    with tpde.safe_open(b / "rank-00000.tpde", "np") as f:
+    with tpde.safe_open(b / "rank-00000.tpde", "np", hints="follow") as f:
         assert float(f._f().all_metadata()["tpde.max_abs_error"]) == tau
     got = {**_single_state(0), "optim": {"step": torch.tensor(0.0)}}
     _dcp_single(dcp.load, got, storage_reader=TpdeStorageReader(b))

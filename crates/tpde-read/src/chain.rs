@@ -6,7 +6,7 @@
 //! A path hint is data from the file: a hostile file can name any path (`/etc/passwd`,
 //! `../../secret.tpde`, `/proc/self/mem`). [`PathHints`] says which a reader follows.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::hash::Hash;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -30,6 +30,10 @@ pub enum PathHints {
     /// from elsewhere (an upload, a shared bucket), so that a hint cannot make the reader open
     /// a path of its choosing.
     Within(Vec<PathBuf>),
+    /// Only hints that lead into the folder of the file the chain was opened at (for a file
+    /// opened by URL, into its bucket): what a front end opening a file from elsewhere follows
+    /// by default. Resolved to [`PathHints::Within`] by [`PathHints::for_start`].
+    WithinStart,
     /// None: a delta's base must be given by the caller.
     Ignore,
 }
@@ -37,7 +41,18 @@ pub enum PathHints {
 impl PathHints {
     /// Hints confined to the folder of `file` (and the folders below it).
     pub fn within_folder_of(file: &Path) -> PathHints {
-        PathHints::Within(vec![file.parent().unwrap_or(Path::new(".")).to_path_buf()])
+        let folder = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        PathHints::Within(vec![folder.to_path_buf()])
+    }
+
+    /// These hints for a chain opened at `start`, a local file (`None`: a URL, whose chain
+    /// reaches no local folder under [`PathHints::WithinStart`]).
+    pub fn for_start(&self, start: Option<&Path>) -> PathHints {
+        match (self, start) {
+            (PathHints::WithinStart, Some(file)) => PathHints::within_folder_of(file),
+            (PathHints::WithinStart, None) => PathHints::Within(Vec::new()),
+            (other, _) => other.clone(),
+        }
     }
 
     /// Checks that the hint `hint`, resolved to `path`, may be followed. A refused hint is a
@@ -48,10 +63,19 @@ impl PathHints {
         match self {
             PathHints::Follow => Ok(()),
             PathHints::Ignore => Err(refuse("the reader follows no path hints; give the base explicitly".into())),
+            PathHints::WithinStart => Err(refuse("no chain start to confine it to".into())),
+            PathHints::Within(roots) if roots.is_empty() => {
+                Err(refuse("the file was opened by URL, and a confined reader follows no local path from it".into()))
+            }
             PathHints::Within(roots) => {
                 // Resolved by the file system (links followed), not lexically: a link inside a
                 // root that points out of it leads out of it.
-                let resolved = path.canonicalize().ok();
+                // A path that does not exist is placed by its folder, so that a base missing
+                // inside the roots reads as missing, not as refused.
+                let resolved = path.canonicalize().ok().or_else(|| {
+                    let folder = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+                    Some(folder.canonicalize().ok()?.join(path.file_name()?))
+                });
                 let inside = resolved.as_ref().is_some_and(|p| {
                     roots.iter().filter_map(|r| r.canonicalize().ok()).any(|root| p.starts_with(root))
                 });
@@ -83,13 +107,22 @@ where
     E: From<ReadError>,
     L: std::fmt::Display,
 {
-    let mut seen = HashSet::new();
+    // Each place met, with its position in the chain: a loop is named from where it starts.
+    let mut seen = HashMap::new();
     let mut links: Vec<(L, R)> = Vec::new();
     let mut link = Some((start, first));
     while let Some((at, reader)) = link.take() {
-        if !seen.insert(identity(&at)?) {
-            return Err(ReadError::BaseChain { detail: format!("{at} refers back to itself") }.into());
+        if let Some(&from) = seen.get(&identity(&at)?) {
+            let detail = match links.len() - from {
+                1 => format!("{at} names itself as its base"),
+                _ => {
+                    let names: Vec<String> = links[from..].iter().map(|(l, _)| l.to_string()).collect();
+                    format!("the chain loops: {} -> {at}", names.join(" -> "))
+                }
+            };
+            return Err(ReadError::BaseChain { detail }.into());
         }
+        seen.insert(identity(&at)?, links.len());
         if seen.len() > MAX_CHAIN {
             return Err(ReadError::BaseChain { detail: format!("more than {MAX_CHAIN} files in the chain") }.into());
         }
@@ -137,6 +170,7 @@ fn next_local<S: Source>(
 /// [`open_chain_with`] and the GPU crate's `Gpu::load_chain_with`.
 pub fn local_links(path: impl AsRef<Path>, hints: &PathHints) -> Result<Vec<(PathBuf, Reader)>, ReadError> {
     let path = path.as_ref().to_path_buf();
+    let hints = &hints.for_start(Some(&path));
     let first = Reader::open(&path)?;
     let identity = |p: &Displayed| p.0.canonicalize().map_err(|source| ReadError::Io { path: p.0.clone(), source });
     let links =
@@ -208,8 +242,8 @@ mod tests {
             other => panic!("expected base-chain, got {other:?}"),
         };
         // A file naming itself, a loop of two, and a loop far down a long chain.
-        assert!(is_chain(run(&[Some(0)], &[0])).contains("link 0 refers back to itself"));
-        assert!(is_chain(run(&[Some(1), Some(0)], &[0, 1])).contains("link 0"));
+        assert!(is_chain(run(&[Some(0)], &[0])).contains("link 0 names itself as its base"));
+        assert_eq!(is_chain(run(&[Some(1), Some(0)], &[0, 1])), "the chain loops: link 0 -> link 1 -> link 0");
         let mut long = chain_of(100);
         long[99] = Some(50);
         assert!(is_chain(run(&long, &(0..100).collect::<Vec<_>>())).contains("link 50"));

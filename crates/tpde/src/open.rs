@@ -63,6 +63,19 @@ impl HintPolicy {
         HintPolicy { paths: PathHints::Ignore, urls: UrlHints::Never }
     }
 
+    /// Hints that lead into the folder (or, for a file opened by URL, the bucket) of the file
+    /// a chain is opened at: what the command line and Python follow by default, since a file
+    /// from elsewhere must not make the reader open a path of its choosing (spec §7.3).
+    pub fn confined() -> HintPolicy {
+        HintPolicy { paths: PathHints::WithinStart, urls: UrlHints::WhenOptedIn }
+    }
+
+    /// The base that hint `hint` of the file at `at` names, if this policy lets it be followed
+    /// from there (`base-missing`, saying why, if not).
+    pub fn follow(&self, at: &Location, hint: &str) -> Result<Location, Error> {
+        self.resolve(at, at, hint)
+    }
+
     /// The base that hint `hint` of the file at `at` names, if this policy lets it be followed
     /// on a chain that started at `start`.
     fn resolve(&self, start: &Location, at: &Location, hint: &str) -> Result<Location, Error> {
@@ -83,22 +96,22 @@ impl HintPolicy {
     /// Checks that hint `hint`, resolved to `base_at`, may be followed on a chain that started
     /// at `start`; a refusal is `base-missing`, saying why.
     fn permit(&self, start: &Location, hint: &str, base_at: &Location) -> Result<(), Error> {
-        let _ = start; // what a URL hint's permission depends on (the `object` feature)
+        let paths = self.paths.for_start(start.as_path());
         match base_at {
-            Location::Local(p) => self.paths.check(hint, p)?,
+            Location::Local(p) => paths.check(hint, p)?,
             #[cfg(feature = "object")]
             Location::Object(url) => {
                 // A confined reader follows only files within its folder or bucket (spec
                 // §7.3): a URL hint only from a chain opened in that URL's bucket, whatever
                 // the environment configures.
-                if let PathHints::Within(roots) = &self.paths {
+                if let PathHints::Within(roots) = &paths {
                     if !matches!(start, Location::Object(s) if s.bucket() == url.bucket()) {
                         let roots: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
                         return Err(ReadError::HintRefused {
                             hint: hint.to_owned(),
                             why: format!(
                                 "the reader is confined to {} and follows no URL out of the bucket it opened; give the base explicitly",
-                                roots.join(", ")
+                                if roots.is_empty() { "the bucket it opened".to_owned() } else { roots.join(", ") }
                             ),
                         }
                         .into());

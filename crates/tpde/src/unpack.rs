@@ -14,7 +14,7 @@ use tpde_read::TensorChunks;
 use tpde_write::AtomicFolder;
 
 use crate::location::{FileReader, Location, Stored};
-use crate::open::{open_reader, open_tpde};
+use crate::open::{open_reader, open_tpde_with, OpenOptions};
 use crate::safetensors::{dtype_to_safetensors, write as safetensors_out};
 use crate::sharded::{Layout, KEY_INDEX, KEY_SHARDS};
 use crate::{Error, Progress};
@@ -70,8 +70,19 @@ pub fn unpack(
     target: &Path,
     bar: &dyn Progress,
 ) -> Result<UnpackReport, Error> {
+    unpack_with(source, base, target, &OpenOptions::default(), bar)
+}
+
+/// [`unpack`], opening `source` and its bases with `opts` (which hints to follow).
+pub fn unpack_with(
+    source: &Location,
+    base: Option<&Location>,
+    target: &Path,
+    opts: &OpenOptions,
+    bar: &dyn Progress,
+) -> Result<UnpackReport, Error> {
     let start = Instant::now();
-    let r = open_tpde(source, base)?;
+    let r = open_tpde_with(source, base, opts)?;
     let layout = match folder_output(target) {
         true => Layout::of(&r).map_err(|e| e.context(source))?,
         false => None,

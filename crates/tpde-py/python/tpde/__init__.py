@@ -57,18 +57,21 @@ def pack(
     return _pack(os.fspath(input), os.fspath(output), base, codec, max_abs_error, max_rel_error, progress=bar)
 
 
-def unpack(input: PathLike, output: PathLike, base: Optional[PathLike] = None, progress: Any = None) -> None:
+def unpack(
+    input: PathLike, output: PathLike, base: Optional[PathLike] = None, hints: Any = "folder", progress: Any = None
+) -> None:
     """As ``tpde unpack``: a ``.tpde`` file into a ``.safetensors`` file; a file packed from a
     model folder into that folder again (its files and its weights byte for byte what was
     packed, and the index written from the tensors' layout: loadable by ``from_pretrained``),
     unless ``output`` ends in ``.safetensors``. The folder is written beside ``output`` and moved
     there only when whole: a refused or failed unpack leaves nothing. ``progress`` as for
-    ``pack``."""
+    ``pack``; ``hints`` as for ``safe_open``."""
     from ._progress import resolve
     from ._tpde import unpack as _unpack
 
     bar = resolve(progress, f"unpacking {os.fspath(input)}")
-    _unpack(os.fspath(input), os.fspath(output), None if base is None else os.fspath(base), progress=bar)
+    base = None if base is None else os.fspath(base)
+    _unpack(os.fspath(input), os.fspath(output), base, progress=bar, **_hint_args(input, hints))
 
 
 def copy(source: PathLike, dest: PathLike) -> int:
@@ -79,21 +82,31 @@ def copy(source: PathLike, dest: PathLike) -> int:
     return _copy(os.fspath(source), os.fspath(dest))
 
 
-def _file(path: PathLike, base: Optional[PathLike], hints: Any = "follow", max_tensor_bytes: Optional[int] = None):
+HINTS = ("folder", "follow", "none")
+
+
+def _hint_args(path: PathLike, hints: Any) -> Dict[str, Any]:
+    """The binding's arguments for ``hints``: ``"folder"`` (the file's own folder, or for an
+    ``s3://`` file its bucket), ``"follow"`` (every hint), ``"none"``, or a list of folders."""
+    if isinstance(hints, str):
+        if hints not in HINTS:
+            raise TpdeError(f'hints must be "folder", "follow", "none" or a list of folders, not {hints!r}')
+        if hints == "folder":
+            p = os.fspath(path)
+            roots = [] if p.startswith(("s3://", "s3a://")) else [os.path.dirname(os.path.abspath(p))]
+            return {"follow_hints": True, "hint_roots": roots}
+        return {"follow_hints": hints == "follow", "hint_roots": None}
+    return {"follow_hints": True, "hint_roots": [os.fspath(r) for r in hints]}
+
+
+def _file(path: PathLike, base: Optional[PathLike], hints: Any = "folder", max_tensor_bytes: Optional[int] = None):
     from ._tpde import File
 
-    if isinstance(hints, str):
-        if hints not in ("follow", "none"):
-            raise TpdeError(f'hints must be "follow", "none" or a list of folders, not {hints!r}')
-        roots = None
-    else:
-        roots = [os.fspath(r) for r in hints]
     return File(
         os.fspath(path),
         None if base is None else os.fspath(base),
-        follow_hints=hints != "none",
-        hint_roots=roots,
         max_tensor_bytes=max_tensor_bytes,
+        **_hint_args(path, hints),
     )
 
 
@@ -103,10 +116,11 @@ class safe_open:
     ``framework`` is ``"pt"`` (torch tensors) or ``"np"`` (numpy arrays). ``base`` is the
     checkpoint a delta decodes against (a ``.tpde`` or ``.safetensors`` path); without it a
     delta's base is found through the path hint it records. ``hints`` says which hints are
-    followed: ``"follow"`` (the default: every local path; ``s3://`` URLs only when object
-    storage is configured or the file was opened by URL), ``"none"``, or a list of folders that
-    a hint must lead into (for files from elsewhere: a hint cannot then open a path of the
-    file's choosing). ``max_tensor_bytes`` caps a tensor's decoded size (default 16 GiB): a
+    followed: ``"folder"`` (the default: only into the file's own folder and below, or for an
+    ``s3://`` file its bucket, so that a file from elsewhere cannot make the reader open a path
+    of its choosing), ``"follow"`` (every local path, for your own files; ``s3://`` URLs only
+    when object storage is configured or the file was opened by URL), ``"none"``, or a list of
+    folders that a hint must lead into. ``max_tensor_bytes`` caps a tensor's decoded size (default 16 GiB): a
     larger one is a ``limit-exceeded`` error before anything is allocated. Tensors stored ``raw`` come back
     as read-only numpy views of the memory map (torch tensors are copied once, since torch has
     no read-only tensors); others are decoded straight into the returned array.
@@ -118,7 +132,7 @@ class safe_open:
         framework: str = "pt",
         device: str = "cpu",
         base: Optional[PathLike] = None,
-        hints: Any = "follow",
+        hints: Any = "folder",
         max_tensor_bytes: Optional[int] = None,
     ):
         self._framework = _dtypes.framework(framework)

@@ -52,7 +52,7 @@ def load_file(
     framework: str,
     device: str = "cpu",
     base: Any = None,
-    hints: Any = "follow",
+    hints: Any = "folder",
     max_tensor_bytes: Optional[int] = None,
     progress: Any = None,
 ) -> Dict[str, Any]:

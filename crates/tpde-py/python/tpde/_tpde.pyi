@@ -78,7 +78,12 @@ def pack(
     progress: Optional[Callable[[int, int], object]] = None,
 ) -> Dict[str, object]: ...
 def unpack(
-    input: str, output: str, base: Optional[str] = None, progress: Optional[Callable[[int, int], object]] = None
+    input: str,
+    output: str,
+    base: Optional[str] = None,
+    follow_hints: bool = True,
+    hint_roots: Optional[List[str]] = None,
+    progress: Optional[Callable[[int, int], object]] = None,
 ) -> Tuple[int, int]: ...
 def dtypes() -> List[Tuple[str, int]]: ...
 def list_files(path: str) -> List[str]: ...

@@ -33,7 +33,7 @@ def load_file(
     path: Any,
     device: str = "cpu",
     base: Any = None,
-    hints: Any = "follow",
+    hints: Any = "folder",
     max_tensor_bytes: Optional[int] = None,
     progress: Any = None,
 ) -> Dict[str, np.ndarray]:

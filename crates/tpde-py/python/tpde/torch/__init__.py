@@ -41,7 +41,7 @@ def load_file(
     path: Any,
     device: str = "cpu",
     base: Any = None,
-    hints: Any = "follow",
+    hints: Any = "folder",
     max_tensor_bytes: Optional[int] = None,
     progress: Any = None,
 ) -> Dict[str, torch.Tensor]:
@@ -52,7 +52,7 @@ def load_file(
 
 
 def load_into(
-    path: Any, tensors: Dict[str, torch.Tensor], base: Any = None, strict: bool = True
+    path: Any, tensors: Dict[str, torch.Tensor], base: Any = None, strict: bool = True, hints: Any = "folder"
 ) -> Tuple[List[str], List[str]]:
     """Decodes the tensors of ``path`` into ``tensors`` in place (for example a model's
     ``state_dict()``): a restore into memory that already exists, with no new pages and no copy,
@@ -61,8 +61,8 @@ def load_into(
     into directly, in one parallel pass; others (another device, strided) get a decoded copy.
     Names sharing one storage (tied weights) are decoded once. Returns ``(missing,
     unexpected)``: names of ``tensors`` the file lacks, and of the file that ``tensors`` lacks;
-    with ``strict`` either one raises instead."""
-    with safe_open(path, framework="pt", base=base) as f:
+    with ``strict`` either one raises instead. ``hints`` as for ``tpde.safe_open``."""
+    with safe_open(path, framework="pt", base=base, hints=hints) as f:
         file_names = f.keys()
         in_file = set(file_names)
         missing = [k for k in tensors if k not in in_file]
