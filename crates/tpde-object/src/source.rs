@@ -246,6 +246,10 @@ impl Source for ObjectSource {
         Some(WINDOW_BYTES)
     }
 
+    fn refetch(&self, range: Range<u64>) -> Option<io::Result<Vec<u8>>> {
+        Some(self.fetch(range))
+    }
+
     fn prefetch(&self, ranges: &[Range<u64>]) -> io::Result<()> {
         let missing: Vec<Range<u64>> =
             ranges.iter().filter(|r| r.start < r.end && r.end <= self.len && !self.holds(r)).cloned().collect();

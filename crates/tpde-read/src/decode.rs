@@ -4,6 +4,10 @@
 
 use super::*;
 
+/// How many times a chunk from a remote store whose CRC fails is fetched again before the
+/// file is called damaged (`Source::refetch`).
+const REFETCHES: usize = 3;
+
 impl<S: Source> Reader<S> {
     /// The logical bytes of the tensor named `name`.
     pub fn read(&self, name: &str) -> Result<Cow<'_, [u8]>, ReadError> {
@@ -475,9 +479,23 @@ impl<S: Source> Reader<S> {
         c: &ChunkEntry,
         policy: ChecksumPolicy,
     ) -> Result<Cow<'_, [u8]>, ReadError> {
-        let bytes = bytes(&self.src, c.offset..c.offset + c.stored_length, "chunk")?;
+        let range = c.offset..c.offset + c.stored_length;
+        let bytes = bytes(&self.src, range.clone(), "chunk")?;
         if policy == ChecksumPolicy::Verify {
-            let crc = crc32fast::hash(&bytes);
+            let mut crc = crc32fast::hash(&bytes);
+            // From a remote store, a failed CRC may be a response damaged on its way: fetched
+            // again, a bounded number of times, before the file is called damaged.
+            for _ in 0..REFETCHES {
+                if crc == c.crc32 {
+                    break;
+                }
+                let Some(again) = self.src.refetch(range.clone()) else { break };
+                let again = again.map_err(|source| ReadError::source("chunk", std::slice::from_ref(&range), source))?;
+                crc = crc32fast::hash(&again);
+                if crc == c.crc32 {
+                    return Ok(Cow::Owned(again));
+                }
+            }
             if crc != c.crc32 {
                 return Err(FormatError::ChecksumMismatch {
                     what: "chunk",

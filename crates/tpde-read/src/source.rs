@@ -31,6 +31,12 @@ pub trait Source: Sync {
     fn prefetch(&self, _ranges: &[Range<u64>]) -> io::Result<()> {
         Ok(())
     }
+    /// For a source that fetches over a network: the bytes in `range` fetched again, past any
+    /// copy it holds, after they failed their CRC (a response damaged in transit). `None` (the
+    /// default) for sources whose bytes are at hand: a CRC that fails there fails for good.
+    fn refetch(&self, _range: Range<u64>) -> Option<io::Result<Vec<u8>>> {
+        None
+    }
 }
 
 /// The error for a range outside a source of `len` bytes.

@@ -312,6 +312,14 @@ impl Source for Stored {
             Stored::Object(o) => o.prefetch(ranges),
         }
     }
+    fn refetch(&self, range: Range<u64>) -> Option<io::Result<Vec<u8>>> {
+        let _ = &range; // a mapped file's bytes are at hand
+        match self {
+            Stored::Map(_) => None,
+            #[cfg(feature = "object")]
+            Stored::Object(o) => o.refetch(range),
+        }
+    }
 }
 
 /// A file being written at a [`Location`]; it appears there only on [`Sink::commit`], and a

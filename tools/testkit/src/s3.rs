@@ -47,6 +47,9 @@ pub enum Fault {
     CutBody(usize),
     /// Forward with one byte of the request body flipped (damage in transit).
     CorruptRequest,
+    /// Forward, with one byte in the middle of the response body flipped (damage in transit,
+    /// past the store's own checks).
+    CorruptResponse,
 }
 
 struct Rule {
@@ -267,9 +270,14 @@ fn serve(client: TcpStream, upstream: u16, shared: &Shared) -> std::io::Result<(
                 .map(|l| format!("{l}\r\n"))
                 .collect();
             out.push_str("Connection: close\r\n\r\n");
+            let mut body = resp_body.to_vec();
+            if let (Some(Fault::CorruptResponse), false) = (fault, body.is_empty()) {
+                let mid = body.len() / 2;
+                body[mid] ^= 0x10;
+            }
             let sent = match fault {
-                Some(Fault::CutBody(n)) => &resp_body[..n.min(resp_body.len())],
-                _ => resp_body,
+                Some(Fault::CutBody(n)) => &body[..n.min(body.len())],
+                _ => &body[..],
             };
             logged.body_bytes = sent.len() as u64;
             log(shared, logged);
