@@ -566,3 +566,31 @@ def test_the_readme_example_resumes_bit_for_bit(tmp_path, monkeypatch):
     run(tmp_path / "b", 600, seed=0)  # saves 0 and 500, then "crashes" after step 599
     resumed = run(tmp_path / "b", 1100, seed=1)
     assert all(torch.equal(x, y) for x, y in zip(whole, resumed))
+
+
+def test_a_checkpoint_a_killed_rewrite_left_raw_is_compressed_by_the_next_save(tmp_path, monkeypatch):
+    """A kill between a save and its rewrite of the checkpoint before left that one raw for good
+    (issue 53: 11 of 76 files after 20 kills). The next save compresses it, keeping its digest."""
+    def w(step):
+        return {"w": torch.randn(256, 256, generator=torch.Generator().manual_seed(step))}
+
+    with Checkpointer(tmp_path) as ck:
+        ck.save(1, w(1))
+        with monkeypatch.context() as m:
+            m.setattr(Checkpointer, "_rewrite", lambda self, *args: None)  # killed before the rewrite
+            ck.save(2, w(2))
+            ck.wait()
+
+    def meta(s):
+        return tpde._tpde.File(str(tmp_path / f"step-{s:010d}.tpde"), None, follow_hints=False).metadata()
+
+    assert meta(1).get("checkpoint.raw") == "1"
+    digest = tpde._tpde.File(str(tmp_path / "step-0000000001.tpde"), None).content_digest()
+    with Checkpointer(tmp_path) as ck:
+        ck.save(3, w(3))
+        ck.wait()
+        assert [meta(s).get("checkpoint.raw") for s in (1, 2, 3)] == [None, None, "1"]
+        assert tpde._tpde.File(str(tmp_path / "step-0000000001.tpde"), None).content_digest() == digest
+        assert os.path.getsize(tmp_path / "step-0000000001.tpde") < 0.95 * 256 * 256 * 4
+        for s in (1, 2, 3):
+            assert torch.equal(ck.load(s)["w"], w(s)["w"]), s

@@ -53,6 +53,26 @@ def test_a_second_writer_is_refused_and_readers_are_not(tmp_path):
     assert after.steps() == [1, 2] and torch.equal(after.load()["w"], torch.zeros(10))
 
 
+@pytest.mark.parametrize("async_save", [False, True])
+def test_a_writer_whose_lock_file_was_deleted_saves_no_more(tmp_path, async_save):
+    """Deleting ``.tpde-writer.lock`` under a live writer let a second writer lock a new file
+    (issue 53): the first now finds its lock gone and fails its next save, writing nothing."""
+    first = Checkpointer(tmp_path, async_save=async_save)
+    first.save(1, {"w": torch.ones(3)})
+    first.wait()
+    os.unlink(tmp_path / ".tpde-writer.lock")
+    second = Checkpointer(tmp_path)
+    second.save(2, {"w": torch.full((3,), 2.0)})
+    with pytest.raises(tpde.TpdeError, match="no longer holds the folder's writer lock") as e:
+        first.save(3, {"w": torch.full((3,), 3.0)})
+        first.wait()
+    assert e.value.kind == "invalid-argument"
+    second.save(4, {"w": torch.full((3,), 4.0)})
+    assert second.steps() == [1, 2, 4] and torch.equal(second.load()["w"], torch.full((3,), 4.0))
+    first.close()
+    second.close()
+
+
 def test_a_closed_writer_lets_the_next_one_in(tmp_path):
     with Checkpointer(tmp_path) as a:
         a.save(1, {"w": torch.ones(3)})
@@ -122,9 +142,11 @@ def test_a_url_hint_is_not_followed_without_object_storage(tmp_path, monkeypatch
         if k.startswith("AWS_"):
             monkeypatch.delenv(k)
     f = _delta_with_hint(tmp_path, "s3://some-bucket/base.tpde")
-    with pytest.raises(tpde.TpdeError) as e:
-        tpde.numpy.load_file(f)
-    assert e.value.kind == "base-missing" and "object storage is not configured" in str(e.value)
+    # Confined to the file's folder by default; opened up, still not without object storage.
+    for hints, why in [("folder", "follows no URL out of the bucket"), ("follow", "object storage is not configured")]:
+        with pytest.raises(tpde.TpdeError) as e:
+            tpde.numpy.load_file(f, hints=hints)
+        assert e.value.kind == "base-missing" and why in str(e.value), hints
     # The base given explicitly works.
     assert tpde.numpy.load_file(f, base=tmp_path / "base.tpde")["w"][0] == 1.0
 
@@ -133,7 +155,20 @@ def test_hints_can_be_confined(tmp_path):
     f = _delta_with_hint(tmp_path / "upload", "../secret/base.tpde")
     (tmp_path / "secret").mkdir()
     (tmp_path / "upload" / "base.tpde").rename(tmp_path / "secret" / "base.tpde")
-    assert tpde.numpy.load_file(f)["w"][0] == 1.0  # the default follows the user's own files' hints
+    # By default a hint is followed only into the file's own folder (issue 53: every local hint
+    # was, /etc/shadow and /proc/self/environ included); "follow" opens it up.
+    for load in (tpde.numpy.load_file, lambda f, **kw: tpde.unpack(f, tmp_path / "out.safetensors", **kw)):
+        with pytest.raises(tpde.TpdeError) as e:
+            load(f)
+        assert e.value.kind == "base-missing" and "not followed" in str(e.value)
+    with pytest.raises(tpde.TpdeError, match="not followed"):
+        with tpde.safe_open(f, "np") as opened:
+            opened.get_tensor("w")
+    with pytest.raises(tpde.TpdeError, match="not followed"):
+        tpde.torch.load_into(f, {"w": torch.zeros(64)})
+    assert not (tmp_path / "out.safetensors").exists()
+    assert tpde.numpy.load_file(f, hints="follow")["w"][0] == 1.0
+    tpde.unpack(f, tmp_path / "out.safetensors", hints="follow")
     with pytest.raises(tpde.TpdeError) as e:
         tpde.numpy.load_file(f, hints=[tmp_path / "upload"])
     assert e.value.kind == "base-missing" and "not followed" in str(e.value)
@@ -227,3 +262,34 @@ def test_malformed_state_json_is_a_typed_error(tmp_path):
     with pytest.raises(tpde.TpdeError) as e:
         ck.load(1)
     assert e.value.kind == "malformed" and "step-0000000001.tpde" in str(e.value)
+
+
+def test_api_misuse_is_a_typed_error(tmp_path):
+    """Three misuses raised Python's own errors (issue 53): a lone surrogate in a tensor name
+    (UnicodeEncodeError), a sparse tensor in a Checkpointer state (NotImplementedError) and a
+    list that holds itself (RecursionError). Each is a TpdeError, and nothing is written."""
+    with pytest.raises(tpde.TpdeError) as e:
+        tpde.torch.save_file({"w\ud800": torch.ones(2)}, tmp_path / "a.tpde")
+    assert e.value.kind == "invalid-argument" and not (tmp_path / "a.tpde").exists()
+    with pytest.raises(tpde.TpdeError) as e:
+        tpde.numpy.save_file({"w\udfff": np.ones(2)}, tmp_path / "b.tpde")
+    assert e.value.kind == "invalid-argument"
+    loop = [1, 2]
+    loop.append(loop)
+    nested: list = []
+    for _ in range(5000):
+        nested = [nested]
+    states = [
+        {"w": torch.ones(3, 3).to_sparse()},
+        {"x": loop},
+        {"w\ud800": torch.ones(2)},
+        {"deep": nested},
+    ]
+    with Checkpointer(tmp_path / "ck") as ck:
+        for i, bad in enumerate(states):
+            with pytest.raises(tpde.TpdeError) as e:
+                ck.save(i, bad)
+            assert e.value.kind == "invalid-argument", (i, e.value)
+        assert ck.steps() == []
+        ck.save(10, {"w": torch.ones(2), "shared": [torch.ones(1)] * 2})  # a list met twice is no loop
+        assert ck.steps() == [10]

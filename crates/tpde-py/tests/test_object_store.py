@@ -147,6 +147,67 @@ def test_checkpointer_in_a_bucket_saves_prunes_and_resumes(s3, layout):
     assert e.value.kind == "not-found"
 
 
+STALLED_WRITER = """
+import sys, torch
+from tpde.torch import Checkpointer, _writer_lock
+_writer_lock.LEASE_SECONDS = float(sys.argv[2])
+ck = Checkpointer(sys.argv[1], keyframe_every=3, async_save=sys.argv[3] == "async")
+ck.save(0, {"w": torch.zeros(1000)})
+ck.wait()
+print("saved", flush=True)
+sys.stdin.readline()
+for step in (10, 11):  # after every step of the replacement: the step order lets them through
+    try:
+        ck.save(step, {"w": torch.full((1000,), -1.0)})
+        ck.wait()
+        print("saved", step, flush=True)
+    except Exception as e:
+        lost = "lost" if "no longer holds" in str(e) else "other"
+        print("refused", step, getattr(e, "kind", type(e).__name__), lost, flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_writer_that_lost_its_lease_saves_no_more(s3, mode):
+    """A writer stopped (SIGSTOP) past its lease, while a replacement takes the prefix over,
+    resumes: each save it then asks for fails with a TpdeError and writes nothing (issue 53: it
+    warned and went on, both writers' saves returned, and steps became unloadable)."""
+    import sys, warnings
+
+    prefix = url(f"lease-race-{mode}/")
+    lease = 1.5
+    p = subprocess.Popen(
+        [sys.executable, "-c", STALLED_WRITER, prefix, str(lease), mode],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=os.environ.copy(),
+    )
+    try:
+        assert p.stdout.readline().strip() == "saved"
+        p.send_signal(signal.SIGSTOP)
+        time.sleep(lease + 0.5)
+        replacement = Checkpointer(prefix, keyframe_every=3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "replacing the expired lease"
+            replacement.save(1, {"w": torch.full((1000,), 1.0)})
+        replacement.save(2, {"w": torch.full((1000,), 2.0)})
+        p.send_signal(signal.SIGCONT)
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        said = [p.stdout.readline().split() for _ in range(2)]
+        assert said == [["refused", str(s), "invalid-argument", "lost"] for s in (10, 11)], said
+        assert p.wait(timeout=60) == 0
+        # The stalled writer wrote nothing; the replacement's steps are whole and its own.
+        replacement.save(3, {"w": torch.full((1000,), 3.0)})
+        assert replacement.steps()[-3:] == [1, 2, 3], replacement.steps()
+        for step in (1, 2, 3):
+            assert torch.equal(replacement.load(step)["w"], torch.full((1000,), float(step))), step
+        replacement.close()
+    finally:
+        if p.poll() is None:
+            p.send_signal(signal.SIGCONT)
+            p.kill()
+            p.wait()
+
+
 def test_bad_urls_and_missing_objects_are_typed_errors(s3):
     with pytest.raises(tpde.TpdeError) as e:
         tpde.safe_open(url("nothing/here.tpde"))

@@ -60,3 +60,39 @@ def test_expand_writes_only_plain_file_names(tmp_path):
     with pytest.raises(tpde.TpdeError, match="is not a file name"):
         _folder.expand(str(tmp_path / "c"), str(tmp_path / "out"), Series())
     assert not (tmp_path / "escape.pt").exists()
+
+
+def test_a_kill_mid_rewrite_never_lets_the_rotation_delete_a_kept_base(tmp_path):
+    """A kill between a checkpoint's rewrite (as a delta against the next) and the restore of its
+    folder's time left that folder newer than its base's; the Trainer rotates oldest-first by
+    time, so the resumed run deleted the base and kept a checkpoint that no longer loaded
+    (issue 53, 3 of 3 runs). Here every point of that window is the same state: the delta's
+    folder touched after its base's. The resumed run's rotation keeps only loadable checkpoints."""
+    out = tmp_path / "tpde"
+    p = run(out, 12, "--tpde", "--kill-after", 8, check=False)
+    assert p.returncode == -9, p.stderr[-3000:]
+    delta = out / "checkpoint-4"
+    assert tpde._tpde.File(str(delta / "checkpoint.tpde"), None).is_delta()  # against checkpoint-6
+    t0 = int(datetime.datetime.now().timestamp()) - 1000
+    os.utime(out / "checkpoint-6", (t0, t0))
+    os.utime(out / "checkpoint-8", (t0 + 1, t0 + 1))
+    os.utime(delta, (t0 + 2, t0 + 2))  # the kill's state: newer than its base
+    run(out, 12, "--tpde", "--resume", out / "checkpoint-8")
+    kept = sorted(os.listdir(out))
+    assert kept == ["checkpoint-10", "checkpoint-12", "checkpoint-8"], kept
+    for c in kept:
+        tpde.transformers.resume(out / c)  # each loads: its base is kept
+
+
+def test_a_failed_rewrite_keeps_its_folder_s_time(tmp_path):
+    from tpde.torch.series import _times_kept
+
+    f = tmp_path / "checkpoint-2" / "checkpoint.tpde"
+    f.parent.mkdir()
+    f.write_bytes(b"x")
+    os.utime(f.parent, (1_000_000_000, 1_000_000_000))
+    with pytest.raises(RuntimeError):
+        with _times_kept(str(f)):
+            (f.parent / "new").write_bytes(b"y")  # what a rewrite does to its folder
+            raise RuntimeError("the rewrite failed")
+    assert os.stat(f.parent).st_mtime == 1_000_000_000

@@ -100,8 +100,19 @@ def _not_a_tensor(name: str, value: Any, what: str) -> TpdeError:
     return error("invalid-argument", f"tensor {name!r}: {type(value).__name__} is not {what}{hint}")
 
 
+def check_name(name: Any) -> None:
+    """A tensor name is a str that UTF-8 can hold (a lone surrogate cannot)."""
+    if not isinstance(name, str):
+        raise error("invalid-argument", f"tensor names are str, not {type(name).__name__} ({name!r})")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise error("invalid-argument", f"tensor name {name!r} is not valid Unicode ({e.reason} at {e.start})") from None
+
+
 def from_numpy(name: str, a: Any) -> Tuple[str, List[int], np.ndarray]:
     """(dtype name, shape, flat uint8 array) of a numpy array, copied only if not contiguous."""
+    check_name(name)
     if isinstance(a, np.generic):
         a = np.asarray(a)  # a numpy scalar: a 0-d array
     if not isinstance(a, np.ndarray):
@@ -120,6 +131,7 @@ def from_torch(name: str, t: Any) -> Tuple[str, List[int], np.ndarray]:
     a contiguous CPU tensor, else a contiguous CPU copy."""
     import torch
 
+    check_name(name)
     if not isinstance(t, torch.Tensor):
         raise _not_a_tensor(name, t, "a torch.Tensor")
     if t.is_meta:

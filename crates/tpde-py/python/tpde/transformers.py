@@ -37,7 +37,7 @@ from transformers import TrainerCallback
 from . import _tpde
 from ._errors import error
 from .torch import _folder, _rewrite
-from .torch.series import Series
+from .torch.series import Series, _base_of
 
 __all__ = ["TpdeCallback", "resume"]
 
@@ -58,6 +58,12 @@ class TpdeCallback(TrainerCallback):
         self.storer = _folder.Storer(keyframe_every, codec, background)
         self.series = self.storer.series
         self._warned = False
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        # Before the first save's rotation: a run killed mid-rewrite may have left a delta's
+        # folder newer than its base's.
+        if args.world_size == 1 and os.path.isdir(args.output_dir):
+            protect_bases(args.output_dir)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.storer.wait()
@@ -100,6 +106,29 @@ class TpdeCallback(TrainerCallback):
         shutil.rmtree(os.path.join(args.output_dir, RESUME_DIR), ignore_errors=True)
 
 
+def protect_bases(output_dir: str) -> None:
+    """Makes each stored ``checkpoint-N`` folder older, by its modification time, than the folder
+    of the checkpoint it is a delta against. The Trainer's rotation deletes the oldest folders
+    first, by these times, so it then deletes a delta before its base, never a base that a kept
+    checkpoint needs. A rewrite keeps its folder's time, but a kill between the rewrite and
+    that restore (or a failed rewrite) leaves the folder newer: this puts it back."""
+    folders = [os.path.join(output_dir, d) for d in os.listdir(output_dir) if _CHECKPOINT.match(d)]
+    bases = {}
+    for f in folders:
+        base = _base_of(os.path.join(f, _folder.STORED))
+        if base is not None and os.path.dirname(base) != f and os.path.isdir(os.path.dirname(base)):
+            bases[f] = os.path.dirname(base)
+    for _ in range(len(bases)):  # a chain of k deltas settles in k passes at most
+        moved = False
+        for f, b in bases.items():
+            st, limit = os.stat(f), os.stat(b).st_mtime_ns - 1_000_000_000
+            if st.st_mtime_ns > limit:
+                os.utime(f, ns=(st.st_atime_ns, limit))
+                moved = True
+        if not moved:
+            break
+
+
 def resume(checkpoint: Any) -> str:
     """The folder to pass as ``Trainer.train(resume_from_checkpoint=...)`` for ``checkpoint``: a
     ``checkpoint-N`` folder the callback stored (or a run's output folder: its newest
@@ -112,6 +141,7 @@ def resume(checkpoint: Any) -> str:
         checkpoint = os.path.join(checkpoint, f"{PREFIX}-{max(steps)}")
     if not os.path.exists(os.path.join(checkpoint, _folder.STORED)):
         return checkpoint
+    protect_bases(os.path.dirname(checkpoint))
     dest = os.path.join(os.path.dirname(checkpoint), RESUME_DIR, os.path.basename(checkpoint))
     shutil.rmtree(dest, ignore_errors=True)
     _folder.expand(checkpoint, dest, Series())

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 import torch
 
-from .. import _tpde, safe_open
+from .. import _dtypes, _tpde, safe_open
 from .._errors import error
 
 SCHEMA = "tpde-state/1"
@@ -34,8 +34,28 @@ class _Flattener:
         self._seen: Dict[Tuple, str] = {}
         # Optimizer state dicts met (``state`` and ``param_groups``), by path.
         self.optimizers: List[Tuple[str, Dict[str, Any]]] = []
+        # The containers on the path being flattened: one met again holds itself.
+        self._open: set = set()
+
+    def flatten(self, state: Any) -> Any:
+        """The JSON tree of ``state``; its tensors go to ``self.tensors``."""
+        try:
+            return self.value(state, "")
+        except RecursionError:
+            raise error("invalid-argument", "state: nested too deeply to be saved") from None
 
     def value(self, v: Any, path: str) -> Any:
+        if isinstance(v, (dict, list, tuple)):
+            if id(v) in self._open:
+                raise error("invalid-argument", f"{path or 'state'}: a {type(v).__name__} that holds itself cannot be saved")
+            self._open.add(id(v))
+            try:
+                return self._value(v, path)
+            finally:
+                self._open.discard(id(v))
+        return self._value(v, path)
+
+    def _value(self, v: Any, path: str) -> Any:
         if isinstance(v, torch.Tensor):
             return self._tensor(v, path)
         if isinstance(v, np.ndarray) and v.dtype.kind in "biuf":
@@ -69,6 +89,9 @@ class _Flattener:
         )
 
     def _tensor(self, t: torch.Tensor, path: str) -> Dict[str, Any]:
+        _dtypes.check_name(path)
+        if t.layout != torch.strided:
+            raise error("invalid-argument", f"{path}: a {t.layout} tensor cannot be saved; only dense (strided) ones can (.to_dense() first)")
         key = (t.device, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
         name = self._seen.get(key) if t.numel() > 0 else None
         if name is None:
@@ -114,8 +137,9 @@ def _unflatten(node: Any, tensors: Dict[str, torch.Tensor], map_location: Any) -
 def load_state(path: str, map_location: Any = "cpu") -> Any:
     """The state saved in the file ``path`` (``tpde-state/1``), tensors bit-exact, on
     ``map_location`` (None: the device each was saved from); a file that is not a state file is
-    a ``malformed`` TpdeError naming it."""
-    with safe_open(path, "pt") as f:
+    a ``malformed`` TpdeError naming it. Hints are followed wherever they lead: these are the
+    files of the user's own run (a framework's checkpoint folders are siblings)."""
+    with safe_open(path, "pt", hints="follow") as f:
         meta = f.metadata()
         if meta.get("checkpoint.format") != SCHEMA:
             raise error("malformed", f"{path}: not a Checkpointer file (no {SCHEMA} state in its metadata)")

@@ -11,6 +11,11 @@ Readers take no lock and are never blocked.
   expiry; the holder renews it every third of its term on a background thread and deletes it
   when closed. A lease past its expiry belongs to a writer that is gone, and the next writer
   replaces it.
+
+Either way a writer checks, before each save writes anything (``check``), that the lock is still
+its own: a writer that was stopped (SIGSTOP, a long pause) past its lease, or whose lock file was
+deleted or replaced under it, may now share the folder with another, so its save fails with a
+``TpdeError`` and writes nothing, rather than warn and go on.
 """
 from __future__ import annotations
 
@@ -29,6 +34,14 @@ from .._errors import error
 LOCK_NAME = ".tpde-writer.lock"
 # How long an object-store lease lasts without renewal.
 LEASE_SECONDS = 60.0
+
+
+def _lost(where: str, why: str) -> Exception:
+    return error(
+        "invalid-argument",
+        f"{where}: this writer no longer holds the folder's writer lock ({why}); nothing was saved. Another "
+        "Checkpointer may be writing here: close this one (its saves would mix with the other's)",
+    )
 
 
 def _holder(expires: Optional[float] = None) -> Dict[str, Any]:
@@ -79,6 +92,17 @@ class LocalLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, note, 0)
         self._fd: Optional[int] = fd
+        self._inode = _inode(os.fstat(fd))
+
+    def check(self) -> None:
+        """Raises if the lock file this writer holds is no longer the folder's: deleted or
+        replaced, so that a second writer could lock the new one."""
+        try:
+            now = _inode(os.stat(self.path))
+        except FileNotFoundError:
+            now = None
+        if now != self._inode:
+            raise _lost(self.path, "its lock file was deleted or replaced")
 
     def release(self) -> None:
         fd, self._fd = self._fd, None
@@ -89,10 +113,12 @@ class LocalLock:
 class ObjectLease:
     """A lease object under the prefix, renewed in the background until ``release``."""
 
-    def __init__(self, directory: str, seconds: float = LEASE_SECONDS):
+    def __init__(self, directory: str, seconds: Optional[float] = None):
         self.url = f"{directory.rstrip('/')}/{LOCK_NAME}"
-        self.seconds = seconds
+        self.seconds = LEASE_SECONDS if seconds is None else seconds
         self.token = uuid.uuid4().hex
+        self._expires = 0.0  # of the last note this writer wrote
+        self._taken: Optional[str] = None  # who took the lease over, once seen
         for attempt in range(2):
             if _tpde.object_create_new(self.url, self._note()):
                 break
@@ -114,7 +140,21 @@ class ObjectLease:
     def _note(self) -> bytes:
         h = _holder(time.time() + self.seconds)
         h["token"] = self.token
+        self._expires = h["expires"]
         return json.dumps(h).encode()
+
+    def check(self) -> None:
+        """Raises if the lease is no longer this writer's. A lease not renewed for half its term
+        (the process was stopped, the store out of reach) is read first, and renewed if it is
+        still ours, so that the save after it has half a term before anyone may take it over."""
+        if self._taken is None and time.time() > self._expires - self.seconds / 2:
+            current = self._read()
+            if isinstance(current, dict) and current.get("token") == self.token:
+                _tpde.object_write(self.url, self._note())
+            else:
+                self._taken = _describe(current)
+        if self._taken is not None:
+            raise _lost(self.url, f"its lease was taken over by {self._taken}")
 
     def _read(self) -> Any:
         data = _tpde.object_read(self.url)
@@ -128,7 +168,8 @@ class ObjectLease:
             try:
                 current = self._read()
                 if not (isinstance(current, dict) and current.get("token") == self.token):
-                    warnings.warn(f"{self.url}: this writer's lease was taken over ({_describe(current)})")
+                    self._taken = _describe(current)  # the next save fails (check)
+                    warnings.warn(f"{self.url}: this writer's lease was taken over ({self._taken})")
                     return
                 _tpde.object_write(self.url, self._note())
             except Exception as e:  # a passing network failure: try again at the next renewal
@@ -145,6 +186,10 @@ class ObjectLease:
                 _tpde.remove(self.url)
         except Exception as e:
             warnings.warn(f"{self.url}: removing the writer lease failed (it expires by itself): {e}")
+
+
+def _inode(st: os.stat_result) -> Any:
+    return (st.st_dev, st.st_ino)
 
 
 def acquire(directory: str, remote: bool):

@@ -333,7 +333,7 @@ class Checkpointer:
         if latest is not None and step <= latest:
             raise _tpde.TpdeError(f"step {step} is not after the latest checkpoint, step {latest}")
         flat = _Flattener()
-        tree = flat.value(state, "")
+        tree = flat.flatten(state)
         predictions = _adam_predictions(flat, self._last_lrs) if self.predict else []
         self._last_lrs = _learning_rates(flat)
         if self._pool is None:
@@ -379,9 +379,18 @@ class Checkpointer:
             _distributed.settle(self)
 
     def _take_lock(self) -> None:
-        """The folder's writer lock, taken before this object's first save."""
+        """The folder's writer lock, taken before this object's first save and checked to be
+        still this writer's before each later one (``_writer_lock``)."""
         if self._writer_lock is None:
             self._writer_lock = _writer_lock.acquire(self.directory, self.remote)
+        else:
+            self._writer_lock.check()
+
+    def _check_lock(self) -> None:
+        """Before a write that runs after ``save`` returned (an asynchronous save, a rewrite):
+        the lock is still this writer's."""
+        if self._writer_lock is not None:
+            self._writer_lock.check()
 
     def _snapshot(self, tensors: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         """CPU copies of ``tensors`` as they are now, into buffers reused from a finished save."""
@@ -435,6 +444,7 @@ class Checkpointer:
             self._write_reverse(step, newest, tree, tensors)
             return
         with self._lock:
+            self._check_lock()
             base, depth = self._base_of_next(newest)
             metadata = {
                 "checkpoint.format": SCHEMA,
@@ -475,6 +485,7 @@ class Checkpointer:
         """The reverse layout: ``step`` as a keyframe (stored raw with ``raw_newest``), then the
         checkpoint before it written again (``_reverse_plan``)."""
         with self._lock:
+            self._check_lock()
             previous, mode, run = self._reverse_plan(newest)
             metadata = {
                 "checkpoint.format": SCHEMA,
@@ -505,10 +516,36 @@ class Checkpointer:
 
     def _rewrite_and_prune(self, job: Optional[Tuple]) -> None:
         """Writes the checkpoint before the newest again (if ``job``), then prunes: in this order,
-        so that pruning never deletes a file while it is being written again."""
+        so that pruning never deletes a file while it is being written again. Neither runs for
+        a writer that lost the folder's lock: the files may be another writer's now."""
+        try:
+            self._check_lock()
+        except _tpde.TpdeError as e:
+            warnings.warn(f"{self.directory}: not written again nor pruned: {e}", stacklevel=2)
+            return
         if job is not None:
             self._rewrite(*job)
+        self._compress_leftovers(job)
         self._prune()
+
+    def _compress_leftovers(self, job: Optional[Tuple]) -> None:
+        """Compresses, as keyframes, the checkpoints other than the newest still stored raw: the
+        ones a rewrite that a kill interrupted left as they were (each keeps its content digest,
+        so what depends on it stays valid). A raw file is the newest's only until the next save."""
+        if not self.raw_newest or self.distributed:
+            return
+        steps = self.steps()
+        done = {job[0]} if job is not None else set()
+        for s in steps[:-1]:
+            path = self.path(s)
+            if path in done:
+                continue
+            try:
+                raw = self._metadata(s).get("checkpoint.raw") == "1"
+            except (_tpde.TpdeError, OSError, ValueError):
+                continue  # not ours, or damaged: pruning and loading skip it already
+            if raw:
+                self._rewrite(path, "", s, "keyframe", None, None)
 
     def _rewrite(self, path: str, newest: str, step: int, mode: str, content: Any, newest_snapshot: Any) -> None:
         """``_rewrite.rewrite`` of ``path``: against ``newest``, the file of ``step`` ("delta"),

@@ -55,7 +55,7 @@ class Series:
         that JSON cannot carry is a TpdeError naming its key and type, before anything is written."""
         path = os.path.abspath(os.fspath(path))
         flat = _Flattener()
-        tree = flat.value(state, "")
+        tree = flat.flatten(state)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with self._lock:
             self.wait()
@@ -158,9 +158,12 @@ def _times_kept(path: str) -> Iterator[None]:
     Trainer deletes its oldest checkpoint folders by their times)."""
     folder = os.path.dirname(path)
     times = [(p, os.stat(p)) for p in (path, folder)]
-    yield
-    for p, st in times:
-        os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    try:
+        yield
+    finally:  # a rewrite that failed touched the folder too
+        for p, st in times:
+            with contextlib.suppress(FileNotFoundError):
+                os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
 def _relative(target: str, source: str) -> str:
