@@ -405,3 +405,21 @@ fn hints_are_confined_to_the_file_s_folder_by_default() {
         .success();
     tpde().arg("verify").arg(&moved).assert().success();
 }
+
+/// Issue 58's message nits: a folder given where a file is wanted says so (it said "No such
+/// device (os error 19)"), and a file cut short says where its trailer was looked for (it said
+/// it needed bytes 2968..3000 of a file 3000 bytes long).
+#[test]
+fn a_folder_or_a_cut_file_is_named_for_what_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    tpde().arg("inspect").arg(d).assert().code(1).stderr(predicates::str::contains("a folder, not a file"));
+    let model = demo::DemoModel { vocab: 64, d_model: 16, d_ff: 48, layers: 1 };
+    demo::write_checkpoint(model, 1, 1, &d.join("a.safetensors")).unwrap();
+    tpde().arg("pack").arg(d.join("a.safetensors")).arg("-o").arg(d.join("a.tpde")).assert().success();
+    let bytes = std::fs::read(d.join("a.tpde")).unwrap();
+    std::fs::write(d.join("cut.tpde"), &bytes[..3000]).unwrap();
+    tpde().arg("verify").arg(d.join("cut.tpde")).assert().code(1).stderr(
+        predicates::str::contains("no trailer where the file ends").and(predicates::str::contains("needs").not()),
+    );
+}

@@ -165,7 +165,7 @@ pub enum FormatError {
         location: Position,
     },
     /// Rule R5/R6: the file ends before a structure.
-    #[error("truncated file: {what} needs bytes {start}..{end} but the file is {file_len} bytes long")]
+    #[error("truncated file: {}", truncated(.what, *.start, *.end, *.file_len))]
     Truncated {
         /// The structure.
         what: &'static str,
@@ -253,4 +253,13 @@ impl FormatError {
 /// Formats a checksum for error messages.
 pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A truncated file's message: the bytes a structure needs past the end, or (when they are
+/// there but are not the structure, a trailer without its end magic) where it was looked for.
+fn truncated(what: &str, start: u64, end: u64, file_len: u64) -> String {
+    match end > file_len {
+        true => format!("{what} needs bytes {start}..{end} but the file is {file_len} bytes long"),
+        false => format!("{what}, at bytes {start}..{end} of {file_len}"),
+    }
 }

@@ -79,7 +79,7 @@ impl Trailer {
         let t = Trailer::read(&mut Cursor::new(&bytes[..])).expect("32 bytes parse as a trailer");
         if t.end_magic != END_MAGIC {
             return Err(FormatError::Truncated {
-                what: "trailer (end magic \"TPDE-END\" not found; the file is incomplete)",
+                what: "no trailer where the file ends (no end magic \"TPDE-END\"): the file is incomplete",
                 start: trailer_at,
                 end: file_len,
                 file_len,

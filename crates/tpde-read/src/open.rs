@@ -21,6 +21,13 @@ impl Reader<memmap2::Mmap> {
 /// Maps a file read-only (the reader's one `unsafe`: memmap2's map, whose contract is below).
 pub fn map_file(path: &Path) -> std::io::Result<memmap2::Mmap> {
     let file = File::open(path)?;
+    // A folder opens, then fails to map with "No such device": say what it is instead.
+    if file.metadata()?.is_dir() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::IsADirectory,
+            "a folder, not a file (a .tpde file is wanted here)",
+        ));
+    }
     // SAFETY: the map is read-only. Like every mmap reader (safetensors, object), it relies on
     // no other process truncating or rewriting the file while it is mapped; TPDE files are
     // written once, to a temporary name, then renamed into place, so they are not rewritten.
