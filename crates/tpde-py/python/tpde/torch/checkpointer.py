@@ -93,6 +93,15 @@ def _file_name(step: int, distributed: bool = False) -> str:
     return f"step-{step:010d}" if distributed else f"step-{step:010d}.tpde"
 
 
+def _identity(path: str) -> Optional[Tuple[int, int]]:
+    """The file at ``path`` (device, inode), or None if there is none."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 class Checkpointer:
     """Saves and restores a training state (any nesting of dicts, lists and tuples of tensors
     and plain values) in ``directory``, one ``.tpde`` file per step.
@@ -462,8 +471,8 @@ class Checkpointer:
             self._last = None
             # Keep this one if the next checkpoint may be a delta against it.
             keep = self.base_in_memory and depth + 1 < self.keyframe_every
-            report = _tpde.save(
-                self.path(step),
+            report = self._save_file(
+                step,
                 items,
                 metadata=metadata,
                 base=None if base is None else self.path(base),
@@ -475,7 +484,7 @@ class Checkpointer:
                 base_snapshot=snapshot,
                 predictions=predictions if base is not None else None,
             )
-            if keep:
+            if keep and "snapshot" in report:
                 self._last = (step, report["snapshot"])
             self._prune()
 
@@ -499,7 +508,7 @@ class Checkpointer:
             # A raw newest file is as cheap to read as a copy in memory: copying it there would only
             # add to the save's stall (0.24 s → 0.56 s for a 273 MB state).
             keep = self.base_in_memory and not self.raw_newest
-            report = _tpde.save(self.path(step), items, metadata=metadata, codec=self._newest_codec(), keep=keep)
+            report = self._save_file(step, items, metadata=metadata, codec=self._newest_codec(), keep=keep)
             snapshot = report.get("snapshot")
             if snapshot is not None:
                 self._last = (step, snapshot)
@@ -510,11 +519,26 @@ class Checkpointer:
                 # before is written again while training goes on (the next save waits for it).
                 if self._rewriter is None:
                     self._rewriter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tpde-rewrite")
-                self._rewriting = self._rewriter.submit(self._rewrite_and_prune, job)
+                self._rewriting = self._rewriter.submit(self._rewrite_and_prune, job, step)
                 return
-            self._rewrite_and_prune(job)
+            self._rewrite_and_prune(job, step)
 
-    def _rewrite_and_prune(self, job: Optional[Tuple]) -> None:
+    def _save_file(self, step: int, items: List[Tuple], **kwargs: Any) -> Dict[str, Any]:
+        """``_tpde.save`` of the file of ``step``. A file appears whole or not at all, so one that
+        is in place after an error was saved, and only what came after failed (the folder's
+        sync): the step is reported saved, with a warning that it may not survive a power loss,
+        rather than raised as lost while it loads (and its retry refused as not after it)."""
+        path = self.path(step)
+        before = None if self.remote else _identity(path)  # a damaged file of that step may be there
+        try:
+            return _tpde.save(path, items, **kwargs)
+        except _tpde.TpdeError as e:
+            if self.remote or _identity(path) in (None, before):
+                raise
+            warnings.warn(f"{path}: saved, but {e}; it may not survive a power loss", stacklevel=3)
+            return {}
+
+    def _rewrite_and_prune(self, job: Optional[Tuple], newest: int) -> None:
         """Writes the checkpoint before the newest again (if ``job``), then prunes: in this order,
         so that pruning never deletes a file while it is being written again. Neither runs for
         a writer that lost the folder's lock: the files may be another writer's now."""
@@ -525,18 +549,18 @@ class Checkpointer:
             return
         if job is not None:
             self._rewrite(*job)
-        self._compress_leftovers(job)
+        self._compress_leftovers(job, newest)
         self._prune()
 
-    def _compress_leftovers(self, job: Optional[Tuple]) -> None:
+    def _compress_leftovers(self, job: Optional[Tuple], newest: int) -> None:
         """Compresses, as keyframes, the checkpoints other than the newest still stored raw: the
         ones a rewrite that a kill interrupted left as they were (each keeps its content digest,
-        so what depends on it stays valid). A raw file is the newest's only until the next save."""
+        so what depends on it stays valid). A raw file is the newest's (``newest``, the step just
+        saved) only until the next save."""
         if not self.raw_newest or self.distributed:
             return
-        steps = self.steps()
         done = {job[0]} if job is not None else set()
-        for s in steps[:-1]:
+        for s in [s for s in self.steps() if s < newest]:
             path = self.path(s)
             if path in done:
                 continue
