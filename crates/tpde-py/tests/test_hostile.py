@@ -320,3 +320,24 @@ def test_a_save_whose_folder_sync_fails_after_its_file_is_in_place_is_saved(tmp_
             m.setattr(tpde._tpde, "save", lambda *a, **k: (_ for _ in ()).throw(tpde.TpdeError("disk full")))
             with pytest.warns(UserWarning, match="skipping"), pytest.raises(tpde.TpdeError, match="disk full"):
                 ck.save(4, {"w": torch.full((4,), 4.0)})
+
+
+def test_errors_name_each_path_once_and_are_tpde_errors(tmp_path):
+    """Saving onto a folder said "adir: adir: Is a directory"; a Checkpointer on a folder it
+    cannot make or write raised a plain OSError naming the lock file; a folder given where a
+    file is wanted said "No such device (os error 19)" (issues 53 and 58)."""
+    (tmp_path / "adir").mkdir()
+    with pytest.raises(tpde.TpdeError) as e:
+        tpde.torch.save_file({"a": torch.ones(2)}, tmp_path / "adir")
+    assert str(e.value).count(str(tmp_path / "adir")) == 1, str(e.value)
+    with pytest.raises(tpde.TpdeError, match="a folder, not a file"):
+        tpde.torch.load_file(tmp_path / "adir")
+    with pytest.raises(tpde.TpdeError, match="cannot make the checkpoint folder") as e:
+        Checkpointer("/proc/no-such-folder/ck")
+    assert e.value.kind == "io"
+    if os.geteuid() != 0:  # root writes anywhere
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o555)
+        with pytest.raises(tpde.TpdeError, match="cannot take the folder's writer lock"):
+            Checkpointer(ro).save(1, {"a": torch.ones(1)})

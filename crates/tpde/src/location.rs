@@ -144,7 +144,7 @@ impl Location {
         match self {
             Location::Local(p) => AtomicFile::create(p)
                 .map(|f| Sink::File(BufWriter::with_capacity(1 << 20, f)))
-                .map_err(|e| Error::from(e).context(p.display())),
+                .map_err(|e| Error::from(e).context(p.display()).located()),
             #[cfg(feature = "object")]
             Location::Object(u) => ObjectWriter::create(u).map(Sink::Object).map_err(io_err),
         }
@@ -339,7 +339,7 @@ impl Sink {
             Sink::File(w) => {
                 let file = w.into_inner().map_err(|e| Error::from(e.into_error()))?;
                 let path = file.path().to_path_buf();
-                let file = file.commit().map_err(|e| Error::from(e).context(path.display()))?;
+                let file = file.commit().map_err(|e| Error::from(e).context(path.display()).located())?;
                 Ok(file.metadata()?.len())
             }
             #[cfg(feature = "object")]

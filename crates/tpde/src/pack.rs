@@ -252,7 +252,7 @@ pub(crate) fn pack_tensors(
     }
     // A write that fails (a full disk, a store that refuses) names the file it was writing.
     let writing = |e: Error| match e.kind() {
-        ErrorKind::Io => e.context(output).located(),
+        ErrorKind::Io if !e.is_located() => e.context(output).located(),
         _ => e,
     };
     let mut w = Writer::new(output.create().map_err(writing)?, options).map_err(|e| writing(e.into()))?;

@@ -74,7 +74,14 @@ class LocalLock:
         import fcntl
 
         self.path = os.path.join(directory, LOCK_NAME)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise error(
+                "io",
+                f"{directory}: cannot take the folder's writer lock ({LOCK_NAME}): {e.strerror or e}; a Checkpointer "
+                "saves into a folder it can write (loading needs no lock)",
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

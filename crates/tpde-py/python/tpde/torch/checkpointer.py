@@ -200,7 +200,10 @@ class Checkpointer:
         self.keyframe_every = keyframe_every or (4 if self.layout == "reverse" else 10)
         self.raw_newest = raw_newest and self.layout == "reverse"
         if not self.remote:
-            os.makedirs(self.directory, exist_ok=True)
+            try:
+                os.makedirs(self.directory, exist_ok=True)
+            except OSError as e:
+                raise error("io", f"{self.directory}: cannot make the checkpoint folder: {e.strerror or e}") from None
         # The group the checkpoint's collectives run on. An asynchronous save runs them on a
         # background thread, so it gets a group of its own (gloo: the staged state is on the
         # CPU), lest they interleave with the training's collectives on the same group.
