@@ -366,16 +366,11 @@ fn hints_are_confined_to_the_file_s_folder_by_default() {
     demo::write_checkpoint(model, 5, 1, &d.join("a.safetensors")).unwrap();
     demo::write_checkpoint(model, 6, 1, &d.join("b.safetensors")).unwrap();
     tpde().arg("pack").arg(d.join("a.safetensors")).arg("-o").arg(bases.join("a.tpde")).assert().success();
+    let delta = |base: &Path, out: &Path| {
+        tpde().arg("pack").arg(d.join("b.safetensors")).arg("--base").arg(base).arg("-o").arg(out).assert().success();
+    };
     let b = inbox.join("b.tpde");
-    tpde()
-        .arg("pack")
-        .arg(d.join("b.safetensors"))
-        .arg("--base")
-        .arg(bases.join("a.tpde"))
-        .arg("-o")
-        .arg(&b)
-        .assert()
-        .success();
+    delta(&bases.join("a.tpde"), &b);
     let runs: [&[&str]; 3] = [&["verify"], &["cat", "lm_head.weight"], &["unpack", "-o", "out.safetensors"]];
     for args in runs {
         let (cmd, rest) = args.split_first().unwrap();
@@ -394,15 +389,7 @@ fn hints_are_confined_to_the_file_s_folder_by_default() {
     // A hint into the file's own folder is followed as before.
     std::fs::copy(bases.join("a.tpde"), inbox.join("a.tpde")).unwrap();
     let moved = inbox.join("b2.tpde");
-    tpde()
-        .arg("pack")
-        .arg(d.join("b.safetensors"))
-        .arg("--base")
-        .arg(inbox.join("a.tpde"))
-        .arg("-o")
-        .arg(&moved)
-        .assert()
-        .success();
+    delta(&inbox.join("a.tpde"), &moved);
     tpde().arg("verify").arg(&moved).assert().success();
 }
 
