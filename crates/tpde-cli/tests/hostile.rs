@@ -182,16 +182,7 @@ fn a_hint_that_cannot_be_read_is_named() {
 fn a_file_table_that_leaves_the_folder_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let folder = d.join("model");
-    std::fs::create_dir_all(&folder).unwrap();
-    demo::write_checkpoint(
-        demo::DemoModel { vocab: 64, d_model: 16, d_ff: 48, layers: 1 },
-        1,
-        1,
-        &folder.join("model.safetensors"),
-    )
-    .unwrap();
-    std::fs::write(folder.join("config.json"), b"{}").unwrap();
+    let folder = small_model_folder(&d.join("model"));
     tpde().arg("pack").arg(&folder).arg("-o").arg(d.join("ok.tpde")).assert().success();
     let ok = std::fs::read(d.join("ok.tpde")).unwrap();
     let evil = with_table(&ok, &[(b"../evil.txt", b"pwned")]);
@@ -215,6 +206,15 @@ fn a_file_table_that_leaves_the_folder_is_refused() {
         .stderr(predicates::str::contains("malformed file table"));
     // The tensors still read: a reader of tensors ignores the table, as a 1.6 reader does.
     tpde().arg("unpack").arg(d.join("evil.tpde")).arg("-o").arg(d.join("one.safetensors")).assert().success();
+}
+
+/// A model folder at `folder`: a small `model.safetensors` and a `config.json`.
+fn small_model_folder(folder: &Path) -> PathBuf {
+    std::fs::create_dir_all(folder).unwrap();
+    let model = demo::DemoModel { vocab: 64, d_model: 16, d_ff: 48, layers: 1 };
+    demo::write_checkpoint(model, 1, 1, &folder.join("model.safetensors")).unwrap();
+    std::fs::write(folder.join("config.json"), b"{}").unwrap();
+    folder.to_path_buf()
 }
 
 /// `file` (a `.tpde` with a file table) with its table replaced by `files`, written by hand in a
@@ -296,19 +296,7 @@ fn a_file_table_that_carries_weights_is_refused() {
 fn packing_a_folder_follows_links_only_inside_and_refuses_special_files() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let fresh = |name: &str| {
-        let folder = d.join(name);
-        std::fs::create_dir_all(&folder).unwrap();
-        demo::write_checkpoint(
-            demo::DemoModel { vocab: 64, d_model: 16, d_ff: 48, layers: 1 },
-            1,
-            1,
-            &folder.join("model.safetensors"),
-        )
-        .unwrap();
-        std::fs::write(folder.join("config.json"), b"{}").unwrap();
-        folder
-    };
+    let fresh = |name: &str| small_model_folder(&d.join(name));
     for (name, target) in
         [("passwd", "/etc/passwd"), ("environ", "/proc/self/environ"), ("pagemap", "/proc/self/pagemap")]
     {
