@@ -13,6 +13,9 @@ use tpde::read::{Reader, Source};
 
 use crate::ratio;
 
+/// The widest the NAME column of `inspect`'s table grows.
+const MAX_NAME_WIDTH: usize = 60;
+
 /// The JSON schema name and version.
 pub const SCHEMA: &str = "tpde-inspect/1";
 
@@ -305,10 +308,13 @@ pub fn render_text(rep: &Report, full: bool) -> String {
             widths[i] = widths[i].max(c.chars().count());
         }
     }
+    // One long name (a state's path, an escaped key) must not pad every row to its width: past
+    // this, that row alone is wider.
+    widths[0] = widths[0].min(MAX_NAME_WIDTH);
     let line = |w: &mut String, cells: &[String; 7]| {
         let mut out = String::new();
         for (i, c) in cells.iter().enumerate() {
-            let pad = widths[i] - c.chars().count();
+            let pad = widths[i].saturating_sub(c.chars().count());
             if i >= 4 {
                 out.push_str(&" ".repeat(pad));
                 out.push_str(c);

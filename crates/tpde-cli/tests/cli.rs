@@ -926,3 +926,25 @@ fn a_one_file_model_folder_unpacks_to_the_same_folder() {
         .success();
     tpde().arg("verify").arg(d.join("same.tpde")).assert().success();
 }
+
+/// One tensor with a 190-character name padded every row of `inspect`'s table to its width
+/// (issue 58): the NAME column stops at 60 characters, and that row alone is wider.
+#[test]
+fn inspect_keeps_its_table_narrow_beside_a_long_name() {
+    use safetensors::tensor::{serialize_to_file, Dtype, TensorView};
+    let dir = tempfile::tempdir().unwrap();
+    let long = format!("optimizer.state.{}.exp_avg", "x".repeat(170));
+    let data = vec![0u8; 64];
+    let views = vec![
+        (long.as_str(), TensorView::new(Dtype::F32, vec![16], &data).unwrap()),
+        ("short.weight", TensorView::new(Dtype::F32, vec![16], &data).unwrap()),
+    ];
+    let src = dir.path().join("long.safetensors");
+    serialize_to_file(views, None, &src).unwrap();
+    let packed = dir.path().join("long.tpde");
+    tpde().arg("pack").arg(&src).arg("-o").arg(&packed).assert().success();
+    let text = String::from_utf8(inspect().arg(&packed).assert().success().get_output().stdout.clone()).unwrap();
+    let row = |name: &str| text.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{name}: {text}"));
+    assert!(row("short.weight").len() < 120, "{}", row("short.weight"));
+    assert!(row(&long).contains("f32"), "{text}");
+}
