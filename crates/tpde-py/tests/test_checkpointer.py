@@ -627,3 +627,23 @@ def test_a_damaged_newest_file_never_lengthens_a_chain(tmp_path, layout, damage)
             ck.wait()
             assert max(chain(ck, s) for s in ck.steps() if s > 5) <= 4
             assert torch.equal(ck.load()["w"], torch.full((1000,), 13.0))
+
+
+def test_exit_with_an_async_save_pending_says_so_and_finishes_it(tmp_path):
+    """A script that ends (or is interrupted) right after an asynchronous save waited about 11 s at
+    exit without a word (issue 58): it says what it waits for, and the save is whole."""
+    script = textwrap.dedent(
+        """
+        import sys, time, torch
+        from tpde import _tpde
+        from tpde.torch import Checkpointer
+        real = _tpde.save
+        _tpde.save = lambda *a, **k: (time.sleep(1), real(*a, **k))[1]  # surely pending at exit
+        ck = Checkpointer(sys.argv[1], async_save=True)
+        ck.save(1, {"w": torch.randn(500, 500)})
+        """
+    )
+    p = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "waiting for 1 pending checkpoint save" in p.stderr, p.stderr
+    assert Checkpointer(tmp_path).steps() == [1]

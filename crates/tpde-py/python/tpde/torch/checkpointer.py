@@ -102,6 +102,34 @@ def _identity(path: str) -> Optional[Tuple[int, int]]:
     return st.st_dev, st.st_ino
 
 
+def _say_pending_at_exit(ck: "Checkpointer") -> None:
+    """At interpreter exit (a script's end, Ctrl-C) the save threads are joined, and pending
+    asynchronous saves finish first: say so rather than wait without a word. Registered with
+    ``threading``'s exit hooks, which run before the executors' join (newest first)."""
+    import sys
+    import weakref
+
+    ref = weakref.ref(ck)
+
+    def say() -> None:
+        c = ref()
+        pending = 0 if c is None else sum(not f.done() for f in c._pending)
+        if pending:
+            print(
+                f"tpde: waiting for {pending} pending checkpoint save(s) to {c.directory} to finish "
+                "(interrupt again to abandon them: nothing is left half-written)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    register = getattr(threading, "_register_atexit", None)  # CPython 3.9+
+    if register is not None:
+        try:
+            register(say)
+        except RuntimeError:  # the interpreter is already shutting down
+            pass
+
+
 class Checkpointer:
     """Saves and restores a training state (any nesting of dicts, lists and tuples of tensors
     and plain values) in ``directory``, one ``.tpde`` file per step.
@@ -215,6 +243,8 @@ class Checkpointer:
         self._pool = None if self.distributed else (
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="tpde-save") if async_save else None
         )
+        if self._pool is not None:
+            _say_pending_at_exit(self)
         self.max_pending = max_pending
         # Asynchronous saves submitted and not yet waited for, oldest first.
         self._pending: Deque[Future] = collections.deque()
