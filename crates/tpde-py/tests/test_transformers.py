@@ -37,8 +37,12 @@ def test_a_killed_trainer_resumes_bit_for_bit(tmp_path):
     for k in plain:
         assert torch.equal(plain[k], resumed[k]), k
     assert sorted(os.listdir(out)) == ["checkpoint-10", "checkpoint-12", "checkpoint-8"]  # .tpde-resume is gone
-    # the folder as the Trainer wrote it comes back: its weights load with the Trainer's own reader
+    # the folder as the Trainer wrote it comes back: its weights load with the Trainer's own reader;
+    # one resume's copy at a time (three calls left three full raw copies, issue 58)
+    tpde.transformers.resume(out / "checkpoint-8")
+    tpde.transformers.resume(out / "checkpoint-10")
     back = tpde.transformers.resume(out)
+    assert os.listdir(out / ".tpde-resume") == ["checkpoint-12"]
     assert back.endswith(os.path.join(".tpde-resume", "checkpoint-12"))
     assert set(os.listdir(back)) >= {"model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json"}
     assert torch.equal(load_file(os.path.join(back, "model.safetensors"))["classifier.weight"], resumed["classifier.weight"])

@@ -142,7 +142,9 @@ def resume(checkpoint: Any) -> str:
     if not os.path.exists(os.path.join(checkpoint, _folder.STORED)):
         return checkpoint
     protect_bases(os.path.dirname(checkpoint))
-    dest = os.path.join(os.path.dirname(checkpoint), RESUME_DIR, os.path.basename(checkpoint))
-    shutil.rmtree(dest, ignore_errors=True)
+    resumes = os.path.join(os.path.dirname(checkpoint), RESUME_DIR)
+    dest = os.path.join(resumes, os.path.basename(checkpoint))
+    # One run resumes from one checkpoint: an earlier call's copy (a full raw checkpoint) goes.
+    shutil.rmtree(resumes, ignore_errors=True)
     _folder.expand(checkpoint, dest, Series())
     return dest
