@@ -111,7 +111,7 @@ pub fn read_one_json(file: &Path, bases: &[PathBuf], follow_hints: bool) -> Stri
         } else {
             let mut chain: Option<Reader> = None;
             for b in bases.iter().rev() {
-                let r = Reader::open(b)?;
+                let r = Reader::open(b).map_err(|e| given_base(e, b))?;
                 chain = Some(match chain {
                     Some(base) => r.with_base(Arc::new(base))?,
                     None => r,
@@ -131,6 +131,19 @@ pub fn read_one_json(file: &Path, bases: &[PathBuf], follow_hints: bool) -> Stri
         Err(e) => serde_json::json!({"error": e.kind().as_str(), "message": e.to_string()}),
     };
     value.to_string()
+}
+
+/// A base given to read against that is not a file (nothing there, or a folder) is a base not
+/// found, `base-missing` (spec §7.3), as a hint that leads nowhere is; other errors are the base's own.
+fn given_base(e: ReadError, path: &Path) -> ReadError {
+    match e {
+        ReadError::Io { source, .. }
+            if matches!(source.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::IsADirectory) =>
+        {
+            ReadError::GivenBaseMissing { path: path.to_path_buf(), source }
+        }
+        e => e,
+    }
 }
 
 /// What a file decoded to.

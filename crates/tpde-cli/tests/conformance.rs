@@ -78,3 +78,28 @@ fn the_gpu_decoder_passes_the_corpus() {
         outcomes.iter().filter_map(|o| o.failure.as_ref().map(|f| format!("{}: {f}", o.file))).collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A base given to the reference reader that is not a file, a folder or nothing at all, is a
+/// base not found, `base-missing` (spec §7.3); it answered `io` and `not-found`, neither a §9
+/// category (issue 59, item 7).
+#[test]
+fn a_given_base_that_is_not_a_file_is_base_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let delta = std::fs::read_dir(corpus().join("valid"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| tpde::read::Reader::open(p).is_ok_and(|r| r.directory().base.is_some()))
+        .expect("a valid delta in the corpus");
+    for base in [dir.path().to_path_buf(), dir.path().join("nothing.tpde")] {
+        let out = Command::cargo_bin("tpde")
+            .unwrap()
+            .arg("conformance-read")
+            .arg(&delta)
+            .arg("--base")
+            .arg(&base)
+            .output()
+            .unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(json["error"], "base-missing", "{base:?}: {json}");
+    }
+}

@@ -100,6 +100,15 @@ pub enum ReadError {
         /// Why not, and what to do instead.
         why: String,
     },
+    /// A base given by the caller that is not a file: nothing there, or a folder (spec §7.3: a
+    /// base not found).
+    #[error("{}: no base file there: {source}", path.display())]
+    GivenBaseMissing {
+        /// The path given.
+        path: PathBuf,
+        /// Why it is not a file.
+        source: std::io::Error,
+    },
     /// Following base references loops or exceeds the chain limit.
     #[error("base chain: {detail}")]
     BaseChain {
@@ -143,7 +152,9 @@ impl ReadError {
             ReadError::NotFound { .. } => ErrorKind::NotFound,
             ReadError::TooLarge { .. } | ReadError::OutOfMemory { .. } => ErrorKind::LimitExceeded,
             ReadError::BufferLength { .. } | ReadError::NotADelta => ErrorKind::InvalidArgument,
-            ReadError::BaseMissing { .. } | ReadError::HintRefused { .. } => ErrorKind::BaseMissing,
+            ReadError::BaseMissing { .. } | ReadError::HintRefused { .. } | ReadError::GivenBaseMissing { .. } => {
+                ErrorKind::BaseMissing
+            }
             ReadError::BaseMismatch { .. } => ErrorKind::BaseMismatch,
             ReadError::BaseTensor { .. } => ErrorKind::Malformed,
             ReadError::BaseChain { .. } => ErrorKind::BaseChain,
