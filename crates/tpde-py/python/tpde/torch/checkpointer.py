@@ -253,6 +253,7 @@ class Checkpointer:
         # Host copies of finished async saves' tensors, reused when the next has the same layout.
         self._free_buffers: List[Dict[str, torch.Tensor]] = []
         self._warned_stall = False
+        self._leftovers_checked = False  # see _compress_leftovers
         self._lock = threading.Lock()
         self._lock_buffers = threading.Lock()
         # Under torch.distributed: an async save's rewrite job, waiting for the save; and whether
@@ -590,8 +591,11 @@ class Checkpointer:
         ones a rewrite that a kill interrupted left as they were (each keeps its content digest,
         so what depends on it stays valid). A raw file is the newest's (``newest``, the step just
         saved) only until the next save."""
-        if not self.raw_newest or self.distributed:
+        # Left by an earlier process, so looked for once, at this object's first save: a rewrite
+        # that fails in this one leaves its file as it was, with a warning.
+        if not self.raw_newest or self.distributed or self._leftovers_checked:
             return
+        self._leftovers_checked = True
         done = {job[0]} if job is not None else set()
         for s in [s for s in self.steps() if s < newest]:
             path = self.path(s)
