@@ -22,9 +22,10 @@ pub const CANONICAL_NAN: u32 = 0x7FC0_0000;
 pub struct Inputs<'a> {
     /// The base tensor of the chunk's own name (spec §6.3).
     pub base: &'a [u8],
-    /// `exp_avg` of this file.
+    /// The first moment the params name: of this file (predictors 1-3), of the base (4).
     pub exp_avg: &'a [u8],
-    /// Predictor 1: `exp_avg` of the base. Predictor 2: `exp_avg_sq` of this file.
+    /// Predictors 1 and 3: the base's first moment. Predictor 2: the second moment of this
+    /// file; predictor 4: of the base.
     pub other: &'a [u8],
 }
 
@@ -49,6 +50,20 @@ pub fn predict(p: &Prediction, inputs: Inputs<'_>, out: &mut [u8]) {
             for (o, ((w0, m), v)) in out.chunks_exact_mut(4).zip(elements) {
                 let (w0, m, v) = (f(w0), f(m), f(v));
                 o.copy_from_slice(&canonical(w0 * d + (h * m) / (v.sqrt() / r + e)).to_le_bytes());
+            }
+        }
+        // The two steps above undone: the base is the checkpoint after this one.
+        Prediction::AdamSecondMomentReverse { one_minus_beta1: a, beta2, one_minus_beta2: c, .. } => {
+            for (o, ((v1, m), m1)) in out.chunks_exact_mut(4).zip(elements) {
+                let (v1, m, m1) = (f(v1), f(m), f(m1));
+                let g = m + (m1 - m) / a;
+                o.copy_from_slice(&canonical((v1 - (c * g) * g) / beta2).to_le_bytes());
+            }
+        }
+        Prediction::AdamParameterReverse { decay: d, bias2_sqrt: r, eps: e, neg_step: h, .. } => {
+            for (o, ((w1, m1), v1)) in out.chunks_exact_mut(4).zip(elements) {
+                let (w1, m1, v1) = (f(w1), f(m1), f(v1));
+                o.copy_from_slice(&canonical((w1 - (h * m1) / (v1.sqrt() / r + e)) / d).to_le_bytes());
             }
         }
     }
@@ -156,5 +171,45 @@ mod tests {
         assert_eq!(back, cur);
         let bad = Predicted.decode(ctx, &[9], &stored, &mut back).unwrap_err();
         assert!(matches!(bad, CodecError::BadParams { .. }), "{bad}");
+    }
+
+    /// One AdamW step forward in binary32, as torch's single-tensor step takes it, then the
+    /// reverse predictors (3, 4) from the step's result: each comes within a few ulp of the element
+    /// before it and follows the spec's formulas (a swapped input or sign would not).
+    #[test]
+    fn reverse_predictions_undo_one_step() {
+        let (a, beta2, c) = (0.1f32, 0.999f32, 0.001f32);
+        let (d, r, e, h) = (0.99999f32, 0.0447f32, 1e-8f32, -2.2e-3f32);
+        let (w0, m0, v0, g) =
+            ([0.5f32, -0.03, 1e-40], [1e-3f32, -2e-4, 0.0], [1e-6f32, 4e-8, 0.0], [0.01f32, -0.02, 0.0]);
+        let m1: Vec<f32> = (0..3).map(|i| m0[i] + a * (g[i] - m0[i])).collect();
+        let v1: Vec<f32> = (0..3).map(|i| v0[i] * beta2 + (c * g[i]) * g[i]).collect();
+        let w1: Vec<f32> = (0..3).map(|i| w0[i] * d + (h * m1[i]) / (v1[i].sqrt() / r + e)).collect();
+        let v_rev =
+            Prediction::AdamSecondMomentReverse { one_minus_beta1: a, beta2, one_minus_beta2: c, exp_avg: "m".into() };
+        let mut out = vec![0; 12];
+        predict(&v_rev, Inputs { base: &bytes(&v1), exp_avg: &bytes(&m0), other: &bytes(&m1) }, &mut out);
+        let gg: Vec<f32> = (0..3).map(|i| m0[i] + (m1[i] - m0[i]) / a).collect();
+        let want: Vec<u32> = (0..3).map(|i| canonical((v1[i] - (c * gg[i]) * gg[i]) / beta2)).collect();
+        assert_eq!(words(&out), want);
+        let close = |x: u32, y: f32| (x as i64 - y.to_bits() as i64).abs() <= 4; // close, not exact: the inverse rounds
+        assert!((0..3).all(|i| close(want[i], v0[i])), "{want:x?} against {v0:?}");
+
+        let w_rev = Prediction::AdamParameterReverse {
+            decay: d,
+            bias2_sqrt: r,
+            eps: e,
+            neg_step: h,
+            exp_avg: "m".into(),
+            exp_avg_sq: "v".into(),
+        };
+        predict(&w_rev, Inputs { base: &bytes(&w1), exp_avg: &bytes(&m1), other: &bytes(&v1) }, &mut out);
+        let want: Vec<u32> = (0..3).map(|i| canonical((w1[i] - (h * m1[i]) / (v1[i].sqrt() / r + e)) / d)).collect();
+        assert_eq!(words(&out), want);
+        assert_eq!(want[2], 1e-40f32.to_bits(), "a subnormal weight comes back as it was");
+        assert!((0..3).all(|i| close(want[i], w0[i])), "{want:x?} against {w0:?}");
+        let nan = [f32::NAN; 3];
+        predict(&w_rev, Inputs { base: &bytes(&w1), exp_avg: &bytes(&m1), other: &bytes(&nan) }, &mut out);
+        assert_eq!(words(&out), [CANONICAL_NAN; 3]);
     }
 }

@@ -43,6 +43,38 @@ pub enum Prediction {
         /// The second moment's tensor (under `amsgrad`, its running maximum).
         exp_avg_sq: String,
     },
+    /// Predictor 3 (since 1.9): Adam's second moment one step *before* the base's, for a file
+    /// whose base is the checkpoint after it (a reverse delta), `p = (b − (c·g)·g) / β` with
+    /// `g = m + (m' − m)/a`. `b` is the base's element of this tensor, `m` of tensor `exp_avg`
+    /// in this file, `m'` of `exp_avg` in the base. The constants are predictor 1's.
+    AdamSecondMomentReverse {
+        /// `a`: 1 − β1.
+        one_minus_beta1: f32,
+        /// `β`: β2.
+        beta2: f32,
+        /// `c`: 1 − β2.
+        one_minus_beta2: f32,
+        /// The first moment's tensor.
+        exp_avg: String,
+    },
+    /// Predictor 4 (since 1.9): a parameter one Adam(W) step before the base's,
+    /// `p = (b − (h·m')/(√v'/r + e)) / d`. `b` is the base's element of this tensor, `m'` and
+    /// `v'` those of tensors `exp_avg` and `exp_avg_sq` *in the base*: the moments of the step
+    /// that led from this file to its base. The constants are predictor 2's for that step.
+    AdamParameterReverse {
+        /// `d`: 1 − lr·λ.
+        decay: f32,
+        /// `r`: √(1 − β2^t), t the base's step count.
+        bias2_sqrt: f32,
+        /// `e`: ε.
+        eps: f32,
+        /// `h`: −lr / (1 − β1^t).
+        neg_step: f32,
+        /// The base's first moment's tensor.
+        exp_avg: String,
+        /// The base's second moment's tensor (under `amsgrad`, its running maximum).
+        exp_avg_sq: String,
+    },
 }
 
 impl Prediction {
@@ -51,35 +83,64 @@ impl Prediction {
         match self {
             Prediction::AdamSecondMoment { .. } => 1,
             Prediction::AdamParameter { .. } => 2,
+            Prediction::AdamSecondMomentReverse { .. } => 3,
+            Prediction::AdamParameterReverse { .. } => 4,
         }
+    }
+
+    /// The first format minor version that defines this predictor.
+    pub fn since_minor(&self) -> u16 {
+        if self.is_reverse() {
+            9
+        } else {
+            6
+        }
+    }
+
+    /// Whether this predictor runs backwards in time: its base is the checkpoint after the file.
+    pub fn is_reverse(&self) -> bool {
+        self.code() >= 3
     }
 
     /// The constants, in the order the params store them.
     pub fn constants(&self) -> Vec<f32> {
         match *self {
-            Prediction::AdamSecondMoment { one_minus_beta1, beta2, one_minus_beta2, .. } => {
+            Prediction::AdamSecondMoment { one_minus_beta1, beta2, one_minus_beta2, .. }
+            | Prediction::AdamSecondMomentReverse { one_minus_beta1, beta2, one_minus_beta2, .. } => {
                 vec![one_minus_beta1, beta2, one_minus_beta2]
             }
-            Prediction::AdamParameter { decay, bias2_sqrt, eps, neg_step, .. } => {
+            Prediction::AdamParameter { decay, bias2_sqrt, eps, neg_step, .. }
+            | Prediction::AdamParameterReverse { decay, bias2_sqrt, eps, neg_step, .. } => {
                 vec![decay, bias2_sqrt, eps, neg_step]
             }
+        }
+    }
+
+    /// The names the params hold, in their order.
+    pub fn names(&self) -> Vec<&str> {
+        match self {
+            Prediction::AdamSecondMoment { exp_avg, .. } | Prediction::AdamSecondMomentReverse { exp_avg, .. } => {
+                vec![exp_avg]
+            }
+            Prediction::AdamParameter { exp_avg, exp_avg_sq, .. }
+            | Prediction::AdamParameterReverse { exp_avg, exp_avg_sq, .. } => vec![exp_avg, exp_avg_sq],
         }
     }
 
     /// The tensors of the same file the prediction reads, in the params' order.
     pub fn inputs(&self) -> Vec<&str> {
         match self {
-            Prediction::AdamSecondMoment { exp_avg, .. } => vec![exp_avg],
-            Prediction::AdamParameter { exp_avg, exp_avg_sq, .. } => vec![exp_avg, exp_avg_sq],
+            Prediction::AdamParameterReverse { .. } => Vec::new(),
+            _ => self.names(),
         }
     }
 
     /// The tensors of the base the prediction reads besides the base's tensor of the chunk's
-    /// own name.
+    /// own name, in the params' order.
     pub fn base_inputs(&self) -> Vec<&str> {
         match self {
-            Prediction::AdamSecondMoment { exp_avg, .. } => vec![exp_avg],
             Prediction::AdamParameter { .. } => Vec::new(),
+            _ => self.names(),
         }
     }
 
@@ -89,7 +150,7 @@ impl Prediction {
         for c in self.constants() {
             out.extend_from_slice(&c.to_bits().to_le_bytes());
         }
-        for name in self.inputs() {
+        for name in self.names() {
             out.extend_from_slice(&(name.len() as u16).to_le_bytes());
             out.extend_from_slice(name.as_bytes());
         }
@@ -109,10 +170,10 @@ impl Prediction {
             Ok(head)
         };
         let code = take(1, "the predictor")?[0];
-        let constants = match code {
-            1 => 3,
-            2 => 4,
-            _ => return Err(format!("predictor {code} is not 1 or 2")),
+        let (constants, count) = match code {
+            1 | 3 => (3, 1),
+            2 | 4 => (4, 2),
+            _ => return Err(format!("predictor {code} is not 1, 2, 3 or 4")),
         };
         let mut k = Vec::with_capacity(4);
         for _ in 0..constants {
@@ -120,7 +181,7 @@ impl Prediction {
             k.push(f32::from_bits(u32::from_le_bytes([b[0], b[1], b[2], b[3]])));
         }
         let mut names = Vec::with_capacity(2);
-        for _ in 0..code {
+        for _ in 0..count {
             let len = take(2, "a name's length")?;
             let len = u16::from_le_bytes([len[0], len[1]]) as usize;
             let name = std::str::from_utf8(take(len, "a name")?).map_err(|_| "a name is not UTF-8".to_owned())?;
@@ -141,7 +202,21 @@ impl Prediction {
                 one_minus_beta2: k[2],
                 exp_avg: name(),
             },
-            _ => Prediction::AdamParameter {
+            2 => Prediction::AdamParameter {
+                decay: k[0],
+                bias2_sqrt: k[1],
+                eps: k[2],
+                neg_step: k[3],
+                exp_avg: name(),
+                exp_avg_sq: name(),
+            },
+            3 => Prediction::AdamSecondMomentReverse {
+                one_minus_beta1: k[0],
+                beta2: k[1],
+                one_minus_beta2: k[2],
+                exp_avg: name(),
+            },
+            _ => Prediction::AdamParameterReverse {
                 decay: k[0],
                 bias2_sqrt: k[1],
                 eps: k[2],
@@ -254,15 +329,35 @@ mod tests {
             exp_avg: "m".into(),
             exp_avg_sq: "v".into(),
         };
-        for p in [&v, &w] {
+        let v_rev = Prediction::AdamSecondMomentReverse {
+            one_minus_beta1: 0.1,
+            beta2: 0.999,
+            one_minus_beta2: 0.001,
+            exp_avg: "m".into(),
+        };
+        let w_rev = Prediction::AdamParameterReverse {
+            decay: 0.99999,
+            bias2_sqrt: 0.0447,
+            eps: 1e-8,
+            neg_step: -5e-4,
+            exp_avg: "m".into(),
+            exp_avg_sq: "v".into(),
+        };
+        for p in [&v, &w, &v_rev, &w_rev] {
             assert_eq!(&Prediction::parse(&p.to_bytes()).unwrap(), p);
         }
+        assert_eq!((w_rev.inputs(), w_rev.base_inputs()), (vec![], vec!["m", "v"]), "predictor 4 reads the base only");
+        assert_eq!((v_rev.inputs(), v_rev.base_inputs()), (vec!["m"], vec!["m"]));
+        assert_eq!((w.inputs(), w.base_inputs()), (vec!["m", "v"], vec![]));
+        assert_eq!(w_rev.to_bytes()[0], 4);
+        assert_eq!(v_rev.since_minor(), 9);
         let mut long = w.to_bytes();
         long.push(0);
         assert!(Prediction::parse(&long).unwrap_err().contains("follow"));
         let bytes = w.to_bytes();
         assert!(Prediction::parse(&bytes[..bytes.len() - 1]).is_err());
-        assert!(Prediction::parse(&[3]).unwrap_err().contains("predictor 3"));
+        assert!(Prediction::parse(&[5]).unwrap_err().contains("predictor 5"));
+        assert!(Prediction::parse(&[3]).unwrap_err().contains("constant"));
         let mut empty_name = vec![1u8];
         empty_name.extend_from_slice(&[0; 12]);
         empty_name.extend_from_slice(&[0, 0]);

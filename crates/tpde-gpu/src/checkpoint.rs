@@ -116,19 +116,24 @@ impl Gpu {
                 let b = base_tensor(reader, t, base)?.ok_or_else(|| reader.base_missing())?;
                 let slots_now = &slots;
                 let this = |name: &str| slots_now[index[name]].as_ref().expect("decoded before");
-                let effective = self.prediction_base(t, b, |p| match p {
-                    Prediction::AdamSecondMoment { exp_avg, .. } => {
-                        let found = base.and_then(|b| b.get(exp_avg));
-                        match found {
-                            Some(m0) if m0.dtype == DType::F32 && m0.shape == t.shape => Ok((this(exp_avg), m0)),
-                            _ => Err(ReadError::BaseTensor {
-                                name: exp_avg.clone(),
-                                detail: "a prediction reads it from the base, which has no f32 tensor of that name and shape".into(),
-                            }
-                            .into()),
+                // A tensor of the base that a prediction reads: f32 of the tensor's shape (R29).
+                let from_base = |name: &String| match base.and_then(|b| b.get(name)) {
+                    Some(x) if x.dtype == DType::F32 && x.shape == t.shape => Ok(x),
+                    _ => Err(ReadError::BaseTensor {
+                        name: name.clone(),
+                        detail: "a prediction reads it from the base, which has no f32 tensor of that name and shape"
+                            .into(),
+                    }),
+                };
+                let effective = self.prediction_base(t, b, |p| {
+                    Ok(match p {
+                        Prediction::AdamSecondMoment { exp_avg, .. }
+                        | Prediction::AdamSecondMomentReverse { exp_avg, .. } => (this(exp_avg), from_base(exp_avg)?),
+                        Prediction::AdamParameter { exp_avg, exp_avg_sq, .. } => (this(exp_avg), this(exp_avg_sq)),
+                        Prediction::AdamParameterReverse { exp_avg, exp_avg_sq, .. } => {
+                            (from_base(exp_avg)?, from_base(exp_avg_sq)?)
                         }
-                    }
-                    Prediction::AdamParameter { exp_avg, exp_avg_sq, .. } => Ok((this(exp_avg), this(exp_avg_sq))),
+                    })
                 })?;
                 let decoded = self.decode(reader, t, Some(&effective))?;
                 slots[i] = Some(decoded);

@@ -409,8 +409,8 @@ impl Gpu {
 
     /// The bytes a predicted tensor `t` decodes against (spec §6.8): for its `delta-predicted`
     /// chunks their prediction, computed on the device from `base` (the base's tensor of its
-    /// name), `exp_avg` and `other` (for predictor 1 the base's first moment, for predictor 2
-    /// this file's second moment: resident and decoded); for its other delta chunks the base's
+    /// name), `exp_avg` and `other` (the inputs of [`tpde_codec::predicted::Inputs`]: resident
+    /// and decoded); for its other delta chunks the base's
     /// bytes. The caller checked the inputs' dtypes and shapes.
     pub fn prediction_base<'a>(
         &self,

@@ -456,6 +456,35 @@ fn predictions_on_the_device_are_the_cpus_bit_for_bit() {
             exp_avg: "m".into(),
             exp_avg_sq: "o".into(),
         },
+        // The reverse predictors (since 1.9), ordinary and extreme constants.
+        Prediction::AdamSecondMomentReverse {
+            one_minus_beta1: 0.1,
+            beta2: 0.999,
+            one_minus_beta2: 0.001,
+            exp_avg: "m".into(),
+        },
+        Prediction::AdamParameterReverse {
+            decay: 0.9999,
+            bias2_sqrt: 0.0316,
+            eps: 1e-8,
+            neg_step: -1e-3,
+            exp_avg: "m".into(),
+            exp_avg_sq: "o".into(),
+        },
+        Prediction::AdamSecondMomentReverse {
+            one_minus_beta1: k(0x7F00_0000),
+            beta2: k(5),
+            one_minus_beta2: -2.5,
+            exp_avg: "m".into(),
+        },
+        Prediction::AdamParameterReverse {
+            decay: k(0x0040_0000),
+            bias2_sqrt: k(0x0000_0100),
+            eps: -0.0,
+            neg_step: k(0x7E80_0000),
+            exp_avg: "m".into(),
+            exp_avg_sq: "o".into(),
+        },
     ];
     for p in &predictions {
         // Three chunks, one of them a plain delta (its base bytes are copied, not predicted).

@@ -6,6 +6,7 @@
 //! arrays; the Python modules give them their dtype and shape (numpy, ml_dtypes, torch).
 
 mod interrupt;
+mod predictions;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -27,6 +28,8 @@ use tpde::open::{self, open_base, open_tpde_with, read_range};
 use tpde::pack::TensorRef;
 use tpde::{DType, ErrorKind, FileReader, Location, WriteOptions};
 use tpde::{PackJob, PackReport, PackSource, Packed, Progress};
+
+use predictions::{prediction_candidates, PredictionArg};
 
 create_exception!(tpde, TpdeError, PyException, "A TPDE operation failed; `kind` is the error's category.");
 
@@ -428,9 +431,9 @@ fn save<'py>(
 /// is in memory against another base (the Checkpointer's newest-as-keyframe layout) without
 /// copying it to Python. `order`, the snapshot's tensor names, is the order to write them in
 /// (the file's they came from, so that the bytes are those written from the file); by name if
-/// not given.
+/// not given. `predictions` are `save`'s.
 #[pyfunction]
-#[pyo3(signature = (path, snapshot, metadata=None, base=None, base_snapshot=None, codec="auto", order=None))]
+#[pyo3(signature = (path, snapshot, metadata=None, base=None, base_snapshot=None, codec="auto", order=None, predictions=None))]
 #[allow(clippy::too_many_arguments)]
 fn save_snapshot<'py>(
     py: Python<'py>,
@@ -441,8 +444,10 @@ fn save_snapshot<'py>(
     base_snapshot: Option<PyRef<'py, Snapshot>>,
     codec: &str,
     order: Option<Vec<String>>,
+    predictions: Option<Vec<PredictionArg>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let encoder = encoder(codec)?;
+    let predictions = prediction_candidates(predictions.unwrap_or_default())?;
     let (path, base) = (location(path)?, base.map(location).transpose()?);
     let metadata: Vec<(String, String)> = metadata.unwrap_or_default().into_iter().collect();
     let (content, base_snapshot) = (snapshot.tensors.clone(), base_snapshot.as_deref());
@@ -458,6 +463,7 @@ fn save_snapshot<'py>(
         let base_ck = base.as_ref().map(|b| base_of(b, base_snapshot)).transpose()?;
         let job = PackJob {
             base: base_ck.as_deref().zip(base.as_ref()).map(|(b, at)| (b, path.hint_to(at))),
+            predictions,
             ..PackJob::keyframe(WriteOptions { encoder, ..WriteOptions::default() })
         };
         let source = PackSource::Tensors { tensors: &list, metadata: &metadata, format: "python" };
@@ -465,43 +471,6 @@ fn save_snapshot<'py>(
     })?
     .map_err(py_err)?;
     pack_report(py, &report)
-}
-
-/// A prediction as Python gives it: `(tensor, predictor, constants, names)`.
-type PredictionArg = (String, u8, Vec<f64>, Vec<String>);
-
-/// Predictions to try, from `(tensor, predictor, constants, names)` tuples (spec §6.8: predictor
-/// 1 takes 3 constants and 1 name, predictor 2 takes 4 and 2). Constants are rounded to binary32
-/// to nearest, as torch rounds a Python float applied to a float32 tensor.
-fn prediction_candidates(list: Vec<PredictionArg>) -> PyResult<HashMap<String, Vec<tpde::Prediction>>> {
-    let mut out: HashMap<String, Vec<tpde::Prediction>> = HashMap::new();
-    for (tensor, code, k, names) in list {
-        let p = match (code, &k[..], &names[..]) {
-            (1, &[a, b, c], [m]) => tpde::Prediction::AdamSecondMoment {
-                one_minus_beta1: a as f32,
-                beta2: b as f32,
-                one_minus_beta2: c as f32,
-                exp_avg: m.clone(),
-            },
-            (2, &[d, r, e, h], [m, v]) => tpde::Prediction::AdamParameter {
-                decay: d as f32,
-                bias2_sqrt: r as f32,
-                eps: e as f32,
-                neg_step: h as f32,
-                exp_avg: m.clone(),
-                exp_avg_sq: v.clone(),
-            },
-            _ => {
-                return Err(invalid(format!(
-                    "prediction for {tensor:?}: predictor {code} with {} constants and {} names",
-                    k.len(),
-                    names.len()
-                )))
-            }
-        };
-        out.entry(tensor).or_default().push(p);
-    }
-    Ok(out)
 }
 
 /// Lossy bounds must be finite and not negative.

@@ -350,10 +350,14 @@ SAVER = textwrap.dedent(
     from tpde.torch import Checkpointer
     ck = Checkpointer(sys.argv[1], keyframe_every=3, keep_last=4, layout=sys.argv[2])
     start = (ck.latest() or 0) + 1
-    w = torch.randn(3_000_000)  # 12 MB: a save takes long enough to be killed inside
+    # 12 MB with Adam's moments: a save takes long enough to be killed inside, and the files
+    # written again are predicted (format 1.9).
+    w = torch.nn.Parameter(torch.randn(1_000_000))
+    opt = torch.optim.Adam([w], lr=1e-3)
     for s in range(start, start + 1000):
-        w[:: (s % 7) + 2] += 1e-3
-        ck.save(s, {"w": w, "step": s})
+        w.grad = torch.randn(w.shape, generator=torch.Generator().manual_seed(s))
+        opt.step()
+        ck.save(s, {"w": w, "opt": opt.state_dict(), "step": s})
         print(s, flush=True)
     """
 )
@@ -434,15 +438,22 @@ def _stored(ck, step, names):
     return sum(f.stored_bytes(n) for n in f.keys() if any(n.endswith(s) for s in names))
 
 
-@pytest.mark.parametrize("optimizer", ["adamw-amsgrad-steplr", "adam-l2"])
-def test_adam_states_saved_every_step_are_predicted(tmp_path, optimizer):
+@pytest.mark.parametrize("layout", ["reverse", "forward"])
+@pytest.mark.parametrize("optimizer", ["adamw-amsgrad-steplr", "adam-l2", "adamw"])
+def test_adam_states_saved_every_step_are_predicted(tmp_path, optimizer, layout):
+    # Forward, each step is predicted from the one before (format 1.6); reverse, each file
+    # written again is predicted back from the step after it (1.9). Bit-exact either way.
     runs = {}
     for predict in (True, False):
         model, opt, sched = make()
         if optimizer == "adam-l2":
             opt = torch.optim.Adam(model.parameters(), lr=3e-3, weight_decay=0.05)
             sched = torch.optim.lr_scheduler.StepLR(opt, step_size=100)
-        ck = Checkpointer(tmp_path / f"{optimizer}-{predict}", keyframe_every=10, predict=predict, layout="forward")
+        elif optimizer == "adamw":
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+            sched = torch.optim.lr_scheduler.StepLR(opt, step_size=100)
+        ck = Checkpointer(tmp_path / f"{optimizer}-{predict}", keyframe_every=10, predict=predict, layout=layout,
+                          keep_last=10)
         saved = {}
         for step in range(1, 8):
             train_step(model, opt, sched, step)
@@ -456,7 +467,12 @@ def test_adam_states_saved_every_step_are_predicted(tmp_path, optimizer):
                 for k, t in s.items():
                     assert bits(got["optim"]["state"][i][k]) == bits(t), (step, i, k)
         runs[predict] = ck
-    for step in range(3, 8):
+    if layout == "reverse":  # the files written again with reverse predictions declare 1.9 (spec §11)
+        minors = {s: int.from_bytes(Path(runs[True].path(s)).read_bytes()[10:12], "little") for s in range(1, 8)}
+        assert [minors[s] for s in range(1, 7)] == [9] * 6 and minors[7] == 0, minors
+    # The deltas: forward, steps 3-7 (after a young second moment); reverse, the files written
+    # again, 2-6 (7 is the newest, stored raw).
+    for step in range(3, 8) if layout == "forward" else range(2, 7):
         weights = [".weight", ".bias"]
         with_p, without = (_stored(runs[p], step, weights) for p in (True, False))
         assert with_p * 4 < without, (step, with_p, without)
@@ -647,3 +663,31 @@ def test_exit_with_an_async_save_pending_says_so_and_finishes_it(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "waiting for 1 pending checkpoint save" in p.stderr, p.stderr
     assert Checkpointer(tmp_path).steps() == [1]
+
+
+def test_a_series_predicts_adam_states_back(tmp_path):
+    # tpde.torch.Series (what the framework plug-ins write through) goes through the same rewrite
+    # as the Checkpointer's reverse layout: the file before each save, predicted back (1.9).
+    from tpde.torch import Series
+
+    sizes, saved = {}, {}
+    for predict in (True, False):
+        model, opt, sched = make()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=100)
+        series = Series(keyframe_every=10, predict=predict)
+        for step in range(1, 7):
+            train_step(model, opt, sched, step)
+            st = {"state_dict": model.state_dict(), "optimizer_states": [opt.state_dict()], "global_step": step}
+            series.save(tmp_path / str(predict) / f"step={step}.ckpt", st)
+            saved[step] = copy.deepcopy(st)
+        series.wait()
+        sizes[predict] = sum(os.path.getsize(tmp_path / str(predict) / f"step={s}.ckpt") for s in range(2, 6))
+        for step, want in saved.items():
+            got = series.load(tmp_path / str(predict) / f"step={step}.ckpt")
+            for k, t in want["state_dict"].items():
+                assert bits(got["state_dict"][k]) == bits(t), (step, k)
+            for i, s in want["optimizer_states"][0]["state"].items():
+                for k, t in s.items():
+                    assert bits(got["optimizer_states"][0]["state"][i][k]) == bits(t), (step, i, k)
+    assert sizes[True] * 1.5 < sizes[False], sizes

@@ -47,6 +47,9 @@ pub trait Base: Send + Sync {
         out.copy_from_slice(&t.data[range.start as usize..range.end as usize]);
         Ok(())
     }
+    /// Tensors a delta's predictions will read through [`Base::read_range_into`] (spec §6.8):
+    /// a base that decodes them keeps what it decodes, so a chain decodes each once.
+    fn keep_decoded(&self, _names: &[&str]) {}
     /// Fetches ahead what [`Base::read_range_into`] of bytes `range` of tensor `name` will
     /// read, for a base in remote storage (and its own chain); a no-op for others.
     fn prefetch_range(&self, _name: &str, _range: std::ops::Range<u64>) -> Result<(), ReadError> {
@@ -89,6 +92,11 @@ impl<S: Source + Send> Base for Reader<S> {
     fn read_range_into(&self, name: &str, range: std::ops::Range<u64>, out: &mut [u8]) -> Result<(), ReadError> {
         let t = Reader::tensor(self, name)?;
         self.decode_range(t, range, out)
+    }
+
+    fn keep_decoded(&self, names: &[&str]) {
+        let mut kept = self.predicted_inputs.write().expect("not poisoned");
+        kept.extend(names.iter().filter(|n| self.index.contains_key(**n)).map(|n| n.to_string()));
     }
 
     fn prefetch_range(&self, name: &str, range: std::ops::Range<u64>) -> Result<(), ReadError> {

@@ -310,7 +310,7 @@ impl<S: Source> Reader<S> {
         base: &ChunkBase<'_>,
         policy: ChecksumPolicy,
     ) -> Result<(), ReadError> {
-        if policy == self.options.checksums && self.predicted_inputs.contains(&t.name) {
+        if policy == self.options.checksums && self.predicted_inputs.read().expect("not poisoned").contains(&t.name) {
             // A chunk predictions read: decoded once (under the reader's checksum
             // policy) and kept, for the predictions and the reads that need it again.
             let key = (t.name.clone(), lo, lo + c.decoded_length);
@@ -413,7 +413,7 @@ impl<S: Source> Reader<S> {
         let prediction;
         let base = if c.codec == CodecTag::DeltaPredicted {
             let b = base.ok_or_else(|| self.base_missing())?;
-            prediction = self.predict(c, from..from + out.len() as u64, b)?;
+            prediction = self.predict(t, c, from..from + out.len() as u64, b)?;
             Some(&prediction[..])
         } else {
             base
@@ -425,11 +425,12 @@ impl<S: Source> Reader<S> {
         })
     }
 
-    /// The prediction of a `delta-predicted` chunk `c` over bytes `range` of its tensor, whose
+    /// The prediction of a `delta-predicted` chunk `c` of `t` over bytes `range` of `t`, whose
     /// base bytes there are `base` (spec §6.8). The tensors it reads in this file are decoded
     /// over the same range first; validation bounded how deep that goes (R30).
     pub(crate) fn predict(
         &self,
+        t: &TensorEntry,
         c: &ChunkEntry,
         range: std::ops::Range<u64>,
         base: &[u8],
@@ -442,29 +443,34 @@ impl<S: Source> Reader<S> {
             self.decode_range(self.tensor(name)?, range.clone(), &mut out)?;
             Ok(out)
         };
-        let exp_avg = this(p.inputs()[0])?;
-        let other = match &p {
-            Prediction::AdamSecondMoment { exp_avg: name, .. } => {
-                let b = self.base.as_ref().ok_or_else(|| self.base_missing())?;
-                match b.tensor_info(name)? {
-                    Some((DType::F32, shape)) if shape == self.tensor(name)?.shape => {}
-                    found => {
-                        return Err(ReadError::BaseTensor {
-                            name: name.clone(),
-                            detail: match found {
-                                None => "a prediction reads it from the base, which has no tensor of that name".into(),
-                                Some((dtype, shape)) => format!(
-                                    "a prediction reads it from the base, whose is {dtype} {shape:?}, not the file's"
-                                ),
-                            },
-                        })
-                    }
+        // A tensor of the base, which must be f32 of the predicted tensor's shape (R29).
+        let from_base = |name: &str| -> Result<Vec<u8>, ReadError> {
+            let b = self.base.as_ref().ok_or_else(|| self.base_missing())?;
+            match b.tensor_info(name)? {
+                Some((DType::F32, shape)) if shape == t.shape => {}
+                found => {
+                    return Err(ReadError::BaseTensor {
+                        name: name.to_owned(),
+                        detail: match found {
+                            None => "a prediction reads it from the base, which has no tensor of that name".into(),
+                            Some((dtype, shape)) => format!(
+                                "a prediction reads it from the base, whose is {dtype} {shape:?}, not the file's"
+                            ),
+                        },
+                    })
                 }
-                let mut out = vec![0u8; len];
-                b.read_range_into(name, range.clone(), &mut out)?;
-                out
             }
-            Prediction::AdamParameter { exp_avg_sq, .. } => this(exp_avg_sq)?,
+            let mut out = vec![0u8; len];
+            b.read_range_into(name, range.clone(), &mut out)?;
+            Ok(out)
+        };
+        let names = p.names();
+        let (exp_avg, other) = match &p {
+            Prediction::AdamSecondMoment { .. } | Prediction::AdamSecondMomentReverse { .. } => {
+                (this(names[0])?, from_base(names[0])?)
+            }
+            Prediction::AdamParameter { .. } => (this(names[0])?, this(names[1])?),
+            Prediction::AdamParameterReverse { .. } => (from_base(names[0])?, from_base(names[1])?),
         };
         let mut prediction = vec![0u8; len];
         tpde_codec::predicted::predict(&p, Inputs { base, exp_avg: &exp_avg, other: &other }, &mut prediction);

@@ -114,8 +114,10 @@ pub struct Reader<S: Source = memmap2::Mmap> {
     options: ReadOptions,
     /// The base a delta file decodes against, once attached and its digest checked.
     base: Option<Arc<dyn Base>>,
-    /// The tensors that predictions read (spec §6.8): their decoded chunks are kept in `inputs`.
-    predicted_inputs: HashSet<String>,
+    /// The tensors that predictions read (spec §6.8), this file's or, once a delta against this
+    /// file is opened, its (predictors 1, 3 and 4 read the base): their decoded chunks are kept
+    /// in `inputs`.
+    predicted_inputs: std::sync::RwLock<HashSet<String>>,
     inputs: InputCache,
 }
 

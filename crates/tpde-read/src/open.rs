@@ -87,7 +87,7 @@ impl<S: Source> Reader<S> {
             }
         }
         let index = directory.tensors.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
-        let predicted_inputs = directory
+        let predicted_inputs: HashSet<String> = directory
             .tensors
             .iter()
             .flat_map(|t| &t.chunks)
@@ -103,7 +103,7 @@ impl<S: Source> Reader<S> {
             index,
             options,
             base: None,
-            predicted_inputs,
+            predicted_inputs: predicted_inputs.into(),
             inputs: InputCache::default(),
         })
     }
@@ -118,6 +118,16 @@ impl<S: Source> Reader<S> {
         if found != want.digest {
             return Err(ReadError::BaseMismatch { expected: to_hex(&want.digest), found: to_hex(&found) });
         }
+        // In a chain the base's chunks that this file's predictions read are read again by the
+        // file above it as the base tensors themselves: kept, not decoded once per reader.
+        let predictions: Vec<Prediction> = (self.directory.tensors.iter().flat_map(|t| &t.chunks))
+            .filter(|c| c.codec == CodecTag::DeltaPredicted)
+            .filter_map(|c| Prediction::parse(&c.params).ok())
+            .collect();
+        let mut names: Vec<&str> = predictions.iter().flat_map(|p| p.base_inputs()).collect();
+        names.sort_unstable();
+        names.dedup();
+        base.keep_decoded(&names);
         self.base = Some(base);
         Ok(self)
     }

@@ -333,7 +333,7 @@ impl<W: Write> Writer<W> {
             debug_assert_eq!(tensor_digest(base), digest, "the digest of tensor {:?}'s base", t.name);
         }
         if let Some(p) = t.predict {
-            let minor = CodecTag::DeltaPredicted.since_minor();
+            let minor = p.prediction.since_minor();
             if self.header.minor_version < minor {
                 return Err(WriteError::invalid(
                     what(),

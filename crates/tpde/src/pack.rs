@@ -230,8 +230,11 @@ pub(crate) fn pack_tensors(
     }
     let predicting = bound.is_none() && job.base.is_some() && !job.predictions.is_empty();
     if predicting {
-        // Spec §11: a writer that may choose delta-predicted declares 1.6.
-        options.min_minor_version = options.min_minor_version.max(CodecTag::DeltaPredicted.since_minor());
+        // Spec §11: a writer that may choose delta-predicted declares 1.6, 1.9 if it may choose a
+        // reverse predictor.
+        let since = job.predictions.values().flatten().map(Prediction::since_minor).max();
+        options.min_minor_version =
+            options.min_minor_version.max(since.unwrap_or(CodecTag::DeltaPredicted.since_minor()));
     }
     if job.max_rel_error.is_some() {
         options.min_minor_version = options.min_minor_version.max(metadata::since_minor(KEY_MAX_REL_ERROR));
@@ -374,7 +377,7 @@ fn add_batch(w: &mut Writer<Sink>, batch: &[Pending<'_>], report: &mut PackRepor
             base: p.base.as_ref().zip(digest).map(|(b, d)| (&b.data[..], d)),
             predict: p.predict.as_ref().map(|c| PredictInput {
                 prediction: &c.prediction,
-                exp_avg: c.exp_avg,
+                exp_avg: &c.exp_avg,
                 other: &c.other,
             }),
         })

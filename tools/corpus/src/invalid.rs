@@ -46,7 +46,15 @@ fn bad(g: &mut Gen, name: &str, rule: &str, description: &str, bytes: Vec<u8>, e
 }
 
 /// An invalid delta file read against `base`.
-fn bad_delta(g: &mut Gen, name: &str, rule: &str, description: &str, bytes: Vec<u8>, base: &str, error: ErrorKind) {
+pub(crate) fn bad_delta(
+    g: &mut Gen,
+    name: &str,
+    rule: &str,
+    description: &str,
+    bytes: Vec<u8>,
+    base: &str,
+    error: ErrorKind,
+) {
     g.invalid(Case { base: Some(base.into()), ..case(name, rule, description, error) }, bytes);
 }
 
@@ -55,7 +63,7 @@ fn bad_via_hint(g: &mut Gen, name: &str, description: &str, bytes: Vec<u8>, erro
     g.invalid(Case { follow_hints: true, ..case(name, "R29", description, error) }, bytes);
 }
 
-fn edit_dir(file: &[u8], edit: impl FnOnce(&mut Directory)) -> Vec<u8> {
+pub(crate) fn edit_dir(file: &[u8], edit: impl FnOnce(&mut Directory)) -> Vec<u8> {
     surgery::with_directory(file, edit).expect("surgery on a valid file")
 }
 
@@ -1146,9 +1154,10 @@ fn predicted(g: &mut Gen) {
     };
     fn first_name(p: &mut Prediction, to: &str) {
         match p {
-            Prediction::AdamSecondMoment { exp_avg, .. } | Prediction::AdamParameter { exp_avg, .. } => {
-                *exp_avg = to.into()
-            }
+            Prediction::AdamSecondMoment { exp_avg, .. }
+            | Prediction::AdamParameter { exp_avg, .. }
+            | Prediction::AdamSecondMomentReverse { exp_avg, .. }
+            | Prediction::AdamParameterReverse { exp_avg, .. } => *exp_avg = to.into(),
         }
     }
     let cases: Vec<(&str, &str, &str, Vec<u8>)> = vec![
@@ -1166,12 +1175,12 @@ fn predicted(g: &mut Gen) {
         ),
         ("r30-predicted-self", "R30", "v's prediction reads v itself", with_params("v", |p| first_name(p, "v"))),
         (
-            "r30-predicted-predictor-3",
+            "r30-predicted-predictor-5",
             "R30",
-            "a prediction's predictor byte is 3",
+            "a prediction's predictor byte is 5 (1.9 defines 1 to 4)",
             edit_dir(&file, |d| {
                 let c = d.tensors[0].chunks.iter_mut().find(|c| c.codec == CodecTag::DeltaPredicted).expect("one");
-                c.params[0] = 3;
+                c.params[0] = 5;
             }),
         ),
         (
@@ -1286,6 +1295,37 @@ fn predicted_edges(g: &mut Gen) {
         "r30-predicted-chain-5",
         "R30",
         "delta-predicted-chain with c0 predicted from c1: a chain of 5 predicted tensors (c0 to c4), its chunk coded against that prediction",
+        five,
+        PREDICTED_EDGE_BASE,
+        Malformed,
+    );
+    // The same chain with its first link a reverse predictor (1.9): predictor 3 reads c1 of the
+    // file as predictor 1 does, so the chain is as long.
+    let p = Prediction::AdamSecondMomentReverse {
+        one_minus_beta1: crate::valid::EDGE_MOMENT.0,
+        beta2: crate::valid::EDGE_MOMENT.1,
+        one_minus_beta2: crate::valid::EDGE_MOMENT.2,
+        exp_avg: "c1".into(),
+    };
+    let predicted = crate::valid::prediction_of(
+        &p,
+        &data(&base.tensors, "c0"),
+        &data(&chain.tensors, "c1"),
+        &data(&base.tensors, "c1"),
+    );
+    let mut stored = Vec::new();
+    tpde_codec::Predicted::encode_against(DType::F32, &predicted, &data(&chain.tensors, "c0"), &mut stored)
+        .expect("encodes");
+    let mut five = surgery::with_chunk(&chain.bytes, c0, 0, &stored).expect("surgery");
+    five = edit_dir(&five, |d| {
+        let c = &mut d.tensors[c0].chunks[0];
+        (c.codec, c.params) = (CodecTag::DeltaPredicted, p.to_bytes());
+    });
+    bad_delta(
+        g,
+        "r30-predicted-reverse-chain-5",
+        "R30",
+        "delta-predicted-chain with c0 predicted from c1 by predictor 3 (1.9): a chain of 5 predicted tensors (c0 to c4), its chunk coded against that prediction",
         five,
         PREDICTED_EDGE_BASE,
         Malformed,

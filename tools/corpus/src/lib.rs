@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 mod invalid;
+mod reverse;
 mod valid;
 
 use std::collections::HashMap;
@@ -22,7 +23,7 @@ use tpde_format::{BaseRef, DType, MetadataValue, Prediction};
 use tpde_write::{PredictInput, TensorInput, WriteOptions, Writer};
 
 /// The spec version the corpus is generated for.
-pub const SPEC_VERSION: &str = "1.8";
+pub const SPEC_VERSION: &str = "1.9";
 
 /// The generated corpus: files (path relative to the corpus folder, bytes) and the manifest.
 pub struct Corpus {
@@ -43,7 +44,9 @@ impl Corpus {
 pub fn generate() -> Corpus {
     let mut g = Gen::default();
     valid::all(&mut g);
+    reverse::valid(&mut g);
     invalid::all(&mut g);
+    reverse::invalid(&mut g);
     Corpus {
         files: g.files,
         manifest: Manifest { schema: SCHEMA.into(), spec_version: SPEC_VERSION.into(), files: g.cases },
@@ -181,11 +184,15 @@ impl Gen {
             let this = |name: &str| &spec.tensors.iter().find(|t| t.name == name).expect("named tensor").data;
             let r = if let (true, Some(p)) = (t.delta, &t.predict) {
                 let b = base_of(&t.name);
-                let other = match p {
-                    Prediction::AdamSecondMoment { exp_avg, .. } => &base_of(exp_avg).data,
-                    Prediction::AdamParameter { exp_avg_sq, .. } => this(exp_avg_sq),
+                let names = p.names();
+                let (exp_avg, other) = match p {
+                    Prediction::AdamSecondMoment { .. } | Prediction::AdamSecondMomentReverse { .. } => {
+                        (this(names[0]), &base_of(names[0]).data)
+                    }
+                    Prediction::AdamParameter { .. } => (this(names[0]), this(names[1])),
+                    Prediction::AdamParameterReverse { .. } => (&base_of(names[0]).data, &base_of(names[1]).data),
                 };
-                let predict = Some(PredictInput { prediction: p, exp_avg: this(p.inputs()[0]), other });
+                let predict = Some(PredictInput { prediction: p, exp_avg, other });
                 let base = Some((&b.data[..], tensor_digest(&b.data)));
                 let input =
                     TensorInput { name: &t.name, dtype: t.dtype, shape: &t.shape, data: &t.data, base, predict };

@@ -7,13 +7,13 @@
 // the same bits as a CPU's float unit, on any GPU. Every NaN result is the canonical 0x7FC00000.
 
 @group(0) @binding(0) var<storage, read> base: array<u32>;
-@group(0) @binding(1) var<storage, read> in_m: array<u32>;
+@group(0) @binding(1) var<storage, read> in_m: array<u32>;      // the first moment the params name
 @group(0) @binding(2) var<storage, read> in_other: array<u32>;
 @group(0) @binding(3) var<storage, read_write> pred: array<u32>;
 @group(0) @binding(4) var<uniform> job: Job;
 
 struct Job {
-    predictor: u32, // 1: adam-second-moment, 2: adam-parameter
+    predictor: u32, // 1: adam-second-moment, 2: adam-parameter, 3 and 4: their reverses
     n: u32,         // elements
     skip: u32,      // elements of each binding before the first one (binding offsets are aligned)
     pad: u32,
@@ -273,9 +273,16 @@ fn predict(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         // g = m' + ((m − m') / a); p = (b × β) + ((c × g) × g)
         let g = f_add(o, f_div(f_sub(m, o), job.k.x));
         p = f_add(f_mul(b, job.k.y), f_mul(f_mul(job.k.z, g), g));
-    } else {
+    } else if (job.predictor == 2u) {
         // p = (b × d) + ((h × m) / ((√v / r) + e))
         p = f_add(f_mul(b, job.k.x), f_div(f_mul(job.k.w, m), f_add(f_div(f_sqrt(o), job.k.y), job.k.z)));
+    } else if (job.predictor == 3u) {
+        // g = m + ((m' − m) / a); p = (b − ((c × g) × g)) / β
+        let g = f_add(m, f_div(f_sub(o, m), job.k.x));
+        p = f_div(f_sub(b, f_mul(f_mul(job.k.z, g), g)), job.k.y);
+    } else {
+        // p = (b − ((h × m') / ((√v' / r) + e))) / d, m' and v' of the base
+        p = f_div(f_sub(b, f_div(f_mul(job.k.w, m), f_add(f_div(f_sqrt(o), job.k.y), job.k.z))), job.k.x);
     }
     pred[at] = select(p, NAN, is_nan(p));
 }

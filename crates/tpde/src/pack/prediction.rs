@@ -10,11 +10,12 @@ use tpde_read::Base;
 
 use crate::Error;
 
-/// A prediction chosen for a tensor, with the tensors it reads: `exp_avg` of the file and, for
-/// predictor 1, `exp_avg` of the base, for predictor 2 `exp_avg_sq` of the file.
+/// A prediction chosen for a tensor, with the tensors it reads (those of
+/// [`tpde_codec::predicted::Inputs`]: the first moment the params name, of the file or of the
+/// base, and the other input).
 pub struct Chosen<'a> {
     pub(crate) prediction: Prediction,
-    pub(crate) exp_avg: &'a [u8],
+    pub(crate) exp_avg: Cow<'a, [u8]>,
     pub(crate) other: Cow<'a, [u8]>,
 }
 
@@ -37,19 +38,21 @@ pub fn choose_prediction<'a>(
     let same = |name: &str| file.get(name).copied().filter(|t| t.len() == data.len());
     let mut best: Option<(usize, Chosen<'a>)> = None;
     for p in candidates {
-        let Some(exp_avg) = same(p.inputs()[0]) else { continue };
-        let other: Cow<'a, [u8]> = match p {
-            Prediction::AdamSecondMoment { exp_avg: name, .. } => {
-                match base_ck.tensor(name)?.filter(|t| t.dtype == DType::F32 && t.data.len() == data.len()) {
-                    Some(t) => t.data,
-                    None => continue,
-                }
-            }
-            Prediction::AdamParameter { exp_avg_sq, .. } => match same(exp_avg_sq) {
-                Some(v) => Cow::Borrowed(v),
-                None => continue,
-            },
+        // A tensor of the base the prediction reads, f32 of the tensor's length.
+        let from_base = |name: &str| -> Result<Option<Cow<'a, [u8]>>, Error> {
+            Ok(base_ck.tensor(name)?.filter(|t| t.dtype == DType::F32 && t.data.len() == data.len()).map(|t| t.data))
         };
+        let names = p.names();
+        let inputs = match p {
+            Prediction::AdamSecondMoment { .. } | Prediction::AdamSecondMomentReverse { .. } => {
+                same(names[0]).map(Cow::Borrowed).zip(from_base(names[0])?)
+            }
+            Prediction::AdamParameter { .. } => {
+                same(names[0]).map(Cow::Borrowed).zip(same(names[1]).map(Cow::Borrowed))
+            }
+            Prediction::AdamParameterReverse { .. } => from_base(names[0])?.zip(from_base(names[1])?),
+        };
+        let Some((exp_avg, other)) = inputs else { continue };
         let mut predicted = vec![0u8; n];
         let inputs = Inputs { base: &base[..n], exp_avg: &exp_avg[..n], other: &other[..n] };
         tpde_codec::predicted::predict(p, inputs, &mut predicted);

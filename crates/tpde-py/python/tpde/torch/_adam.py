@@ -1,5 +1,7 @@
 """Optimizer-aware deltas (spec §6.8): the predictions a ``Checkpointer`` offers the writer for
-torch's Adam and AdamW, from the optimizer state it flattened.
+torch's Adam and AdamW, from the optimizer state it flattened: forward (predictors 1 and 2, a
+file against the checkpoint before it) and reverse (3 and 4, the checkpoint before a file
+against it, the reverse layout's rewrite).
 """
 from __future__ import annotations
 
@@ -74,3 +76,11 @@ def _adam_predictions(flat: _Flattener, last_lrs: Dict[Tuple[str, int], float]) 
                         ]
                         out.append((same[i], 2, constants, [m, denom]))
     return out
+
+
+def reverse(predictions: List[Tuple]) -> List[Tuple]:
+    """The reverse predictions (predictors 3 and 4, spec 1.9) of the checkpoint one step before
+    the state ``predictions`` were computed from, against that state: the same step, undone.
+    The constants and names are the forward ones (the step's hyperparameters, the moments'
+    tensors); predictor 4 reads the moments from the base, the newer state."""
+    return [(name, code + 2, constants, names) for name, code, constants, names in predictions]

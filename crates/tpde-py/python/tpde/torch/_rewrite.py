@@ -4,7 +4,7 @@ every delta (and DCP ``.metadata``) that names it stays valid; the file is repla
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from .. import _tpde
 
@@ -21,6 +21,7 @@ def rewrite(
     codec: str,
     content: Any = None,
     base_snapshot: Any = None,
+    predictions: Optional[List[Tuple]] = None,
 ) -> None:
     """Writes the file ``path`` again with ``codec``: as a delta against the file ``base_path``,
     or a keyframe if None (a newest checkpoint stored raw, compressed once a newer one exists; a
@@ -28,7 +29,8 @@ def rewrite(
     ``checkpoint.base_step`` in a ``Checkpointer`` folder, ``checkpoint.base`` in a
     ``tpde.torch.Series``). The tensors come from ``content`` (a ``Snapshot`` of the file, used
     only if its digest is the file's) or else are decoded from the file; ``base_snapshot`` is the
-    base as it decodes, if held."""
+    base as it decodes, if held. ``predictions`` (``_adam.reverse``'s, with a newer base) are
+    offered to the writer, which codes a tensor against one only where that is smaller."""
     f = _tpde.File(path, None)
     metadata = {k: v for k, v in f.metadata().items() if k not in _SHED}  # tpde.* left out
     metadata.update(recorded)
@@ -36,7 +38,8 @@ def rewrite(
     if content is not None and content.content_digest() == f.content_digest():
         # In the file's tensor order, so that the bytes are those written from the file.
         _tpde.save_snapshot(path, content, metadata=metadata, base=base_path, base_snapshot=base_snapshot, codec=codec,
-                            order=names)
+                            order=names, predictions=predictions)
         return
     items = [(name, *f.info(name), flat) for name, flat in zip(names, f.read_many(names))]
-    _tpde.save(path, items, metadata=metadata, base=base_path, base_snapshot=base_snapshot, codec=codec)
+    _tpde.save(path, items, metadata=metadata, base=base_path, base_snapshot=base_snapshot, codec=codec,
+               predictions=predictions)

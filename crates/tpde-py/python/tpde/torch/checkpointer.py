@@ -17,7 +17,11 @@ Two layouts (``Checkpointer(layout=...)``):
   (the same content digest), so the deltas that name it as their base stay valid.
 - ``"forward"``: each checkpoint is a delta against the one before, a keyframe every
   ``keyframe_every``; files are never written again. The newest costs a walk down its chain.
-  Lossy bounds and optimizer predictions (``predict``) apply to this layout only.
+  Lossy bounds apply to this layout only.
+
+Optimizer predictions (``predict``) work in both: forward, a step is predicted from the one
+before (format 1.6); reverse, the step before is predicted back from the newer one when it is
+written again (format 1.9).
 
 Under torch.distributed each rank writes its own file of the step before again, against its
 own file of the new step.
@@ -74,6 +78,7 @@ import torch
 from .. import _dtypes, _tpde
 from .._errors import error
 from . import _distributed, _prune, _rewrite, _writer_lock
+from . import _adam
 from ._adam import _adam_predictions, _learning_rates
 from ._state import SCHEMA, SCHEMA_DCP, _Flattener, load_state
 
@@ -151,10 +156,12 @@ class Checkpointer:
     tensors and optimizer step counters stay exact); the bounds are recorded in each file. A
     relative bound suits states whose tensors differ in scale by orders of magnitude (weights
     and Adam's moments; ``tools/bench/lossy.py`` measures both).
-    ``predict`` (default on; forward layout) codes the weights and second moments of an Adam or AdamW optimizer
-    in the state against what its step predicts from the last checkpoint (format 1.6,
-    ``delta-predicted``), where that is smaller than the plain delta: on a run checkpointed
-    every optimizer step, most of them are predicted bit-exactly and cost almost nothing. The
+    ``predict`` (default on) codes the weights and second moments of an Adam or AdamW optimizer
+    in the state against what its step predicts (``delta-predicted``): from the last checkpoint
+    in the forward layout (format 1.6), or, in the reverse layout, back from the newer
+    checkpoint when the one before it is written again (format 1.9), where that is smaller than
+    the plain delta: on a run checkpointed every optimizer step, most of them are predicted
+    bit-exactly (or within an ulp, reversed) and cost almost nothing. The
     optimizer's ``state_dict()`` must be in the state; its moments are matched to the weights
     by shape and order, and each guess is checked on a sample first, so a state it does not fit
     (other spacings, other optimizers) costs a little time, never bytes.
@@ -484,7 +491,7 @@ class Checkpointer:
         predictions: List[Tuple],
     ) -> None:
         if self.layout == "reverse":
-            self._write_reverse(step, newest, tree, tensors)
+            self._write_reverse(step, newest, tree, tensors, predictions)
             return
         with self._lock:
             self._check_lock()
@@ -523,10 +530,16 @@ class Checkpointer:
             self._prune()
 
     def _write_reverse(
-        self, step: int, newest: Optional[Tuple[int, Dict[str, str]]], tree: Any, tensors: Dict[str, torch.Tensor]
+        self,
+        step: int,
+        newest: Optional[Tuple[int, Dict[str, str]]],
+        tree: Any,
+        tensors: Dict[str, torch.Tensor],
+        predictions: List[Tuple],
     ) -> None:
         """The reverse layout: ``step`` as a keyframe (stored raw with ``raw_newest``), then the
-        checkpoint before it written again (``_reverse_plan``)."""
+        checkpoint before it written again (``_reverse_plan``), its Adam state predicted back
+        from this step's (``predictions``, the forward ones of this step, reversed)."""
         with self._lock:
             self._check_lock()
             previous, mode, run = self._reverse_plan(newest)
@@ -547,7 +560,8 @@ class Checkpointer:
             if snapshot is not None:
                 self._last = (step, snapshot)
             content = last[1] if last is not None and last[0] == previous else None
-            job = (self.path(previous), self.path(step), step, mode, content, snapshot) if mode is not None else None
+            back = _adam.reverse(predictions) if mode == "delta" else None
+            job = (self.path(previous), self.path(step), step, mode, content, snapshot, back) if mode is not None else None
             if job is not None and self._pool is None:
                 # The new checkpoint is complete: a synchronous save returns now, and the one
                 # before is written again while training goes on (the next save waits for it).
@@ -608,13 +622,23 @@ class Checkpointer:
             if raw:
                 self._rewrite(path, "", s, "keyframe", None, None)
 
-    def _rewrite(self, path: str, newest: str, step: int, mode: str, content: Any, newest_snapshot: Any) -> None:
-        """``_rewrite.rewrite`` of ``path``: against ``newest``, the file of ``step`` ("delta"),
-        or alone ("keyframe"); a failure is a warning (the file stays as it was: nothing is lost)."""
+    def _rewrite(
+        self,
+        path: str,
+        newest: str,
+        step: int,
+        mode: str,
+        content: Any,
+        newest_snapshot: Any,
+        predictions: Optional[List[Tuple]] = None,
+    ) -> None:
+        """``_rewrite.rewrite`` of ``path``: against ``newest``, the file of ``step`` ("delta",
+        trying ``predictions``), or alone ("keyframe"); a failure is a warning (the file stays as
+        it was: nothing is lost)."""
         try:
             if mode == "delta":
                 recorded = {"checkpoint.base_step": str(step), "checkpoint.depth": "1"}
-                _rewrite.rewrite(path, newest, recorded, self.codec, content, newest_snapshot)
+                _rewrite.rewrite(path, newest, recorded, self.codec, content, newest_snapshot, predictions)
             else:
                 _rewrite.rewrite(path, None, {}, self.codec, content)
         except Exception as e:

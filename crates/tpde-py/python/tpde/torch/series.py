@@ -5,7 +5,8 @@
 Each ``save`` writes its file as a keyframe, so the newest checkpoint, the one a resume loads,
 decodes alone; the file this series wrote before it is then written again (``_rewrite``, on a
 background thread) as a delta against the new one, and every ``keyframe_every``-th stays a
-keyframe. A file records the file it is a delta against in ``checkpoint.base``, as a path
+keyframe; an Adam or AdamW state in it is predicted back from the new file's (the
+``Checkpointer``'s ``predict``, format 1.9). A file records the file it is a delta against in ``checkpoint.base``, as a path
 relative to its own folder (the format's hint names the same file), and its state as the
 ``Checkpointer``'s ``tpde-state/1``: tensors by their path in the state, the rest JSON, never pickle.
 
@@ -26,7 +27,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from .. import _dtypes, _tpde
 from .._errors import error
-from . import _rewrite
+from . import _adam, _rewrite
 from ._state import SCHEMA, _Flattener, load_state
 
 
@@ -35,13 +36,17 @@ class Series:
     written again as a delta against it (see the module's docstring). ``keyframe_every`` bounds
     the files a restore of an older checkpoint decodes; ``codec`` is ``tpde.save``'s. Holds the
     newest state as it decodes (one copy of its tensors) so that the next save's rewrite need
-    not decode it. Thread-safe: a framework may save on one thread and remove on another."""
+    not decode it. ``predict`` is the ``Checkpointer``'s. Thread-safe: a framework may save on
+    one thread and remove on another."""
 
-    def __init__(self, keyframe_every: int = 4, codec: str = "auto"):
+    def __init__(self, keyframe_every: int = 4, codec: str = "auto", predict: bool = True):
         if keyframe_every < 1:
             raise error("invalid-argument", "keyframe_every must be at least 1")
         self.keyframe_every = keyframe_every
         self.codec = codec
+        self.predict = predict
+        # The learning rates of the last save's optimizers: the step after it may have used them.
+        self._last_lrs: Dict[Tuple[str, int], float] = {}
         self._lock = threading.RLock()
         # (path, Snapshot or None): the newest file this series wrote or loaded, the next save's
         # file to write again.
@@ -59,6 +64,8 @@ class Series:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with self._lock:
             self.wait()
+            predictions = _adam.reverse(_adam._adam_predictions(flat, self._last_lrs)) if self.predict else None
+            self._last_lrs = _adam._learning_rates(flat)
             if os.path.exists(path):
                 self._detach(path)  # written over: what depends on its old content must not
             previous, run = self._plan(path)
@@ -74,7 +81,7 @@ class Series:
             if previous is not None:
                 if self._rewriter is None:
                     self._rewriter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tpde-series")
-                self._rewriting = self._rewriter.submit(self._rewrite, previous, path, snapshot)
+                self._rewriting = self._rewriter.submit(self._rewrite, previous, path, snapshot, predictions)
 
     def _plan(self, path: str) -> Tuple[Optional[Tuple[str, Any]], int]:
         """(the file to write again against ``path`` and its content, or None; the new file's
@@ -91,12 +98,14 @@ class Series:
             return None, 0
         return self._newest, run + 1
 
-    def _rewrite(self, previous: Tuple[str, Any], base: str, base_snapshot: Any) -> None:
+    def _rewrite(
+        self, previous: Tuple[str, Any], base: str, base_snapshot: Any, predictions: Optional[List[Tuple]]
+    ) -> None:
         path, content = previous
         try:
             recorded = {"checkpoint.base": _relative(base, path)}
             with _times_kept(path):
-                _rewrite.rewrite(path, base, recorded, self.codec, content, base_snapshot)
+                _rewrite.rewrite(path, base, recorded, self.codec, content, base_snapshot, predictions)
         except Exception as e:
             warnings.warn(f"{path}: not written again as a delta, it stays a keyframe: {e}", stacklevel=2)
 

@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""What each Checkpointer layout costs on a run trained from scratch (issue 54).
+
+    python tools/bench/every_step.py [--saves 12] [--every 1 10] [--optim adamw adam amsgrad]
+                                     [--keyframe-every N ...]
+
+A 1.6M-parameter transformer (4 layers, width 192) trained from scratch on random token
+sequences (next-token loss), fp32, on the CPU; torch's AdamW at lr 1e-3, weight decay 0.01
+(or Adam, or AdamW with amsgrad). The states a training loop would save every k optimizer steps
+({"model": ..., "optim": ...}) are captured once, then saved, in order, by each contender into
+its own folder:
+
+- reverse: ``tpde.torch.Checkpointer`` with its defaults (layout="reverse", predict=True);
+- reverse, no predictions: predict=False (the reverse layout before format 1.9);
+- forward: layout="forward";
+- torch.save, one file per step.
+
+Printed per contender: the stored share of the raw training-state bytes of every step but the
+newest (which the reverse layout stores raw by design) and of the newest, the median stall of a
+save, and the time to load the newest and the oldest retained step (in this process, page cache
+warm) over torch.load's of the same step. Every load is checked bit for bit.
+"""
+import argparse
+import os
+import platform
+import statistics
+import tempfile
+import time
+
+import torch
+
+from tpde import _tpde
+from tpde.torch import Checkpointer
+
+
+def states(optim: str, saves: int, every: int):
+    torch.manual_seed(0)
+    vocab, width, seq = 512, 192, 64
+    layer = torch.nn.TransformerEncoderLayer(width, 4, 2 * width, batch_first=True, dropout=0.0)
+    model = torch.nn.Sequential(torch.nn.Embedding(vocab, width), torch.nn.TransformerEncoder(layer, 4),
+                                torch.nn.Linear(width, vocab))
+    kind = {"adamw": dict(weight_decay=0.01), "adam": dict(), "amsgrad": dict(weight_decay=0.01, amsgrad=True)}[optim]
+    opt = (torch.optim.Adam if optim == "adam" else torch.optim.AdamW)(model.parameters(), lr=1e-3, **kind)
+    gen = torch.Generator().manual_seed(1)
+
+    def train(n):
+        for _ in range(n):
+            x = torch.randint(0, vocab, (8, seq + 1), generator=gen)
+            loss = torch.nn.functional.cross_entropy(model(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    train(5)
+    out = []
+    for _ in range(saves):
+        train(every)
+        out.append({"model": {k: v.clone() for k, v in model.state_dict().items()},
+                    "optim": __import__("copy").deepcopy(opt.state_dict())})
+    return out
+
+
+def raw_bytes(state) -> int:
+    ts = [*state["model"].values(), *(x for s in state["optim"]["state"].values() for x in s.values())]
+    return sum(t.numel() * t.element_size() for t in ts)
+
+
+def same(a, b) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, torch.Tensor):
+        return a.dtype == b.dtype and torch.equal(a.view(-1).view(torch.uint8), b.view(-1).view(torch.uint8))
+    return a == b
+
+
+def timed(f, runs=3):
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        out = f()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--saves", type=int, default=12)
+    ap.add_argument("--every", type=int, nargs="+", default=[1, 10])
+    ap.add_argument("--optim", nargs="+", default=["adamw"])
+    ap.add_argument("--keyframe-every", type=int, nargs="*", default=[], help="extra reverse rows with these")
+    args = ap.parse_args()
+    print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}")
+    print("| optimizer | every | contender | older steps / raw | newest / raw | stall ms | newest load / torch.load "
+          "| oldest load / torch.load |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|")
+    for optim in args.optim:
+        for every in args.every:
+            run = states(optim, args.saves, every)
+            raw = raw_bytes(run[0])
+            steps = [(i + 1) * every for i in range(len(run))]
+            contenders = [("reverse", {}), ("reverse, no predictions", {"predict": False}),
+                          ("forward", {"layout": "forward"})]
+            contenders += [(f"reverse, keyframe_every={k}", {"keyframe_every": k}) for k in args.keyframe_every]
+            with tempfile.TemporaryDirectory(prefix="tpde-every-step-") as root:
+                pt = os.path.join(root, "pt")
+                os.makedirs(pt)
+                for s, st in zip(steps, run):
+                    torch.save(st, os.path.join(pt, f"{s}.pt"))
+                torch_load = {s: timed(lambda s=s: torch.load(os.path.join(pt, f"{s}.pt"), weights_only=True))[0]
+                              for s in (steps[0], steps[-1])}
+                for name, kw in contenders:
+                    ck = Checkpointer(os.path.join(root, name.replace(" ", "_").replace(",", "")), keep_last=len(run), **kw)
+                    stalls = []
+                    for s, st in zip(steps, run):
+                        t0 = time.perf_counter()
+                        ck.save(s, st)
+                        stalls.append(time.perf_counter() - t0)
+                    ck.wait()
+                    size = {s: os.path.getsize(ck.path(s)) for s in ck.steps()}
+                    older = sum(size[s] for s in steps[:-1]) / (raw * (len(steps) - 1))
+                    newest = size[steps[-1]] / raw
+                    t_new, back = timed(lambda: ck.load(steps[-1]))
+                    assert same(back, run[-1]), f"{name}: step {steps[-1]} does not load bit-exact"
+                    t_old, back = timed(lambda: ck.load(steps[0]))
+                    assert same(back, run[0]), f"{name}: step {steps[0]} does not load bit-exact"
+                    print(f"| {optim} | {every} | {name} | {older:.3f} | {newest:.3f} | "
+                          f"{statistics.median(stalls[1:]) * 1e3:.0f} | {t_new / torch_load[steps[-1]]:.2f} | "
+                          f"{t_old / torch_load[steps[0]]:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

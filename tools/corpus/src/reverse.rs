@@ -1,0 +1,257 @@
+//! 1.9's reverse predictions (spec §6.8, predictors 3 and 4): a file whose base is the
+//! checkpoint one optimizer step *after* it, its second moment and weights predicted back.
+
+use tpde_codec::Encoder;
+use tpde_format::{surgery, CodecTag, DType, ErrorKind, Prediction};
+
+use crate::invalid::{bad_delta, edit_dir};
+use crate::valid::prediction_of;
+use crate::{Gen, Rng, Spec, T};
+
+/// The keyframe after the step: what the reverse delta decodes against.
+pub const REVERSE_BASE: &str = "valid/delta-predicted-reverse-base.tpde";
+/// The checkpoint before the step, as a reverse delta with predictors 3 and 4.
+pub const REVERSE: &str = "valid/delta-predicted-reverse.tpde";
+/// The base of [`REVERSE_EXACT`]: it also holds moments `bm`, `bv` that only predictor 4 reads.
+pub const REVERSE_EXACT_BASE: &str = "valid/delta-predicted-reverse-exact-base.tpde";
+/// Elements that are their predictions exactly, from subnormal operands.
+pub const REVERSE_EXACT: &str = "valid/delta-predicted-reverse-exact.tpde";
+
+fn f32_bytes(x: &[f32]) -> Vec<u8> {
+    x.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn word(b: &[u8], i: usize) -> f32 {
+    f32::from_le_bytes(b[4 * i..4 * i + 4].try_into().expect("4 bytes"))
+}
+
+pub fn valid(g: &mut Gen) {
+    realistic(g);
+    exact(g);
+}
+
+/// One AdamW step in binary32 as torch takes it (the 1.6 file's step), stored backwards: the
+/// base holds the state after it, the file the state before, its weights and second moment
+/// predicted back. Special elements as in the 1.6 file: a NaN weight, an infinite one, a
+/// negative second moment, subnormal moments; the weights' last chunk is noise that no
+/// prediction fits.
+fn realistic(g: &mut Gen) {
+    let mut rng = Rng::new(54);
+    let n = 3000;
+    let (beta1, beta2, eps, lr, wd, t) = (0.9f64, 0.999f64, 1e-8f64, 1e-3f64, 0.01f64, 8i32);
+    let (a, b2, c) = ((1.0 - beta1) as f32, beta2 as f32, (1.0 - beta2) as f32);
+    let (d, r, e, h) = (
+        (1.0 - lr * wd) as f32,
+        (1.0 - beta2.powi(t)).sqrt() as f32,
+        eps as f32,
+        (-(lr / (1.0 - beta1.powi(t)))) as f32,
+    );
+    let mut w0: Vec<f32> = (0..n).map(|_| rng.normal(0.05) as f32).collect();
+    let mut m0: Vec<f32> = (0..n).map(|_| rng.normal(1e-3) as f32).collect();
+    let mut v0: Vec<f32> = (0..n).map(|_| (rng.normal(1e-3) as f32).powi(2)).collect();
+    let grad: Vec<f32> = (0..n).map(|_| rng.normal(1e-3) as f32).collect();
+    (w0[5], w0[6], v0[7], m0[8], v0[8]) = (f32::NAN, f32::INFINITY, -1e-6, 1e-39, 1e-40);
+    let m1: Vec<f32> = m0.iter().zip(&grad).map(|(&m, &g)| m + a * (g - m)).collect();
+    let v1: Vec<f32> = v0.iter().zip(&grad).map(|(&v, &g)| v * b2 + (c * g) * g).collect();
+    let w1: Vec<f32> = (0..n).map(|i| w0[i] * d + (h * m1[i]) / (v1[i].sqrt() / r + e)).collect();
+    for x in &mut w0[2048..] {
+        *x = rng.normal(0.05) as f32;
+    }
+    let shape = [30, 100];
+    g.valid(
+        Spec::new(
+            REVERSE_BASE,
+            "§6.8",
+            "the base of delta-predicted-reverse: AdamW's weights w and moments m, v after a step (f32, 30x100)",
+        )
+        .encoder(Encoder::Codec(CodecTag::PlanesLanes))
+        .tensors([
+            T::new("w", DType::F32, &shape, f32_bytes(&w1)),
+            T::new("m", DType::F32, &shape, f32_bytes(&m1)),
+            T::new("v", DType::F32, &shape, f32_bytes(&v1)),
+        ]),
+    );
+    let v_pred =
+        Prediction::AdamSecondMomentReverse { one_minus_beta1: a, beta2: b2, one_minus_beta2: c, exp_avg: "m".into() };
+    let w_pred = Prediction::AdamParameterReverse {
+        decay: d,
+        bias2_sqrt: r,
+        eps: e,
+        neg_step: h,
+        exp_avg: "m".into(),
+        exp_avg_sq: "v".into(),
+    };
+    let file = g.valid(
+        Spec::new(
+            REVERSE,
+            "§6.8",
+            "reverse predictions (1.9) of the state one AdamW step before its base: w predicted back from its base and the base's m and v (predictor 4), v from its base, m here and m in the base (predictor 3), m a plain delta; w's last chunk is a plain delta; a NaN, an infinity, a negative v and subnormals among the elements",
+        )
+        .encoder(Encoder::Auto)
+        .minor(9)
+        .chunk_bytes(4096)
+        .tensors([
+            T { delta: true, predict: Some(w_pred), ..T::new("w", DType::F32, &shape, f32_bytes(&w0)) },
+            T { delta: true, ..T::new("m", DType::F32, &shape, f32_bytes(&m0)) },
+            T { delta: true, predict: Some(v_pred), ..T::new("v", DType::F32, &shape, f32_bytes(&v0)) },
+        ])
+        .base(REVERSE_BASE),
+    );
+    let dir = surgery::directory(&file).expect("a valid file");
+    let tags = |name: &str| {
+        dir.tensors.iter().find(|t| t.name == name).unwrap().chunks.iter().map(|c| c.codec).collect::<Vec<_>>()
+    };
+    assert_eq!(tags("w")[..2], [CodecTag::DeltaPredicted; 2], "w's first chunks are predicted");
+    assert_ne!(tags("w")[2], CodecTag::DeltaPredicted, "w's noise is a plain delta");
+    assert!(tags("v").iter().all(|&c| c == CodecTag::DeltaPredicted), "v is predicted");
+}
+
+/// Elements that are their reverse predictions exactly (zero residuals), so that every decoded
+/// byte is the prediction: results that a reader flushing subnormals, fusing a multiply-add or
+/// reading predictor 4's moments from the file rather than the base gets wrong. Predictor 4
+/// names `bm` and `bv`, which only the base holds.
+fn exact(g: &mut Gen) {
+    let mut rng = Rng::new(55);
+    let n = 256;
+    let normal = |rng: &mut Rng, sd: f64| (0..n).map(|_| rng.normal(sd) as f32).collect::<Vec<f32>>();
+    let (mut m, mut m1) = (normal(&mut rng, 1e-3), normal(&mut rng, 1e-3));
+    let mut v1: Vec<f32> = normal(&mut rng, 1e-4).iter().map(|x| x * x + 1e-9).collect();
+    let (mut w1, mut bm) = (normal(&mut rng, 0.05), normal(&mut rng, 1e-3));
+    let mut bv: Vec<f32> = normal(&mut rng, 1e-4).iter().map(|x| x * x).collect();
+    // Predictor 3. Element 0: g = 0, p = b / β of a subnormal b; element 1: b − c·g² subnormal.
+    (v1[0], m[0], m1[0]) = (1e-40, 0.0, 0.0);
+    (v1[1], m[1], m1[1]) = (1e-38, 2e-21, 2e-21);
+    // Predictor 4. Element 2: h·m' of a subnormal m' over ε, a normal result that is 0 under
+    // flush-to-zero; element 3: a subnormal base weight; element 4: √ of a negative v', a NaN.
+    (w1[2], bm[2], bv[2]) = (0.0, 1e-39, 0.0);
+    (w1[3], bm[3]) = (1e-41, 0.0);
+    bv[4] = -1e-6;
+    let v_pred = Prediction::AdamSecondMomentReverse {
+        one_minus_beta1: 0.1,
+        beta2: 0.999,
+        one_minus_beta2: 0.001,
+        exp_avg: "m".into(),
+    };
+    let w_pred = Prediction::AdamParameterReverse {
+        decay: 0.99999,
+        bias2_sqrt: 0.05,
+        eps: 1e-8,
+        neg_step: -1e-3,
+        exp_avg: "bm".into(),
+        exp_avg_sq: "bv".into(),
+    };
+    let (m, m1, v1, w1, bm, bv) =
+        (f32_bytes(&m), f32_bytes(&m1), f32_bytes(&v1), f32_bytes(&w1), f32_bytes(&bm), f32_bytes(&bv));
+    let v0 = prediction_of(&v_pred, &v1, &m, &m1);
+    let w0 = prediction_of(&w_pred, &w1, &bm, &bv);
+    assert!(word(&v0, 0).is_subnormal() && word(&v0, 1).is_subnormal(), "subnormal second moments");
+    assert!(word(&w0, 2).is_normal() && word(&w0, 3).is_subnormal(), "a normal weight from a subnormal m'");
+    assert_eq!(word(&w0, 4).to_bits(), 0x7FC0_0000, "the canonical NaN");
+    let shape = [n as u64];
+    g.valid(
+        Spec::new(
+            REVERSE_EXACT_BASE,
+            "§6.8",
+            "the base of delta-predicted-reverse-exact: w, m, v and the moments bm, bv that only predictor 4 reads (f32, 256, raw); bs, bv's bytes as 16x16",
+        )
+        .encoder(Encoder::Codec(CodecTag::Raw))
+        .tensors([
+            T::new("w", DType::F32, &shape, w1),
+            T::new("m", DType::F32, &shape, m1),
+            T::new("v", DType::F32, &shape, v1),
+            T::new("bm", DType::F32, &shape, bm),
+            T::new("bv", DType::F32, &shape, bv.clone()),
+            T::new("bs", DType::F32, &[16, 16], bv),
+        ]),
+    );
+    g.valid(
+        Spec::new(
+            REVERSE_EXACT,
+            "§6.8",
+            "reverse predictions (1.9) that are exact, so every element is its prediction: v (predictor 3) with a subnormal base element and a subnormal b − c·g²; w (predictor 4, reading bm and bv, which only the base holds) with a normal result of a subnormal m', a subnormal base weight and the canonical NaN of √ of a negative v'",
+        )
+        .encoder(Encoder::Auto)
+        .minor(9)
+        .tensors([
+            T { delta: true, predict: Some(w_pred), ..T::new("w", DType::F32, &shape, w0) },
+            T { delta: true, ..T::new("m", DType::F32, &shape, m) },
+            T { delta: true, predict: Some(v_pred), ..T::new("v", DType::F32, &shape, v0) },
+        ])
+        .base(REVERSE_EXACT_BASE),
+    );
+}
+
+/// Each breaks one rule of §6.8 as 1.9 extends it.
+pub fn invalid(g: &mut Gen) {
+    use ErrorKind::Malformed;
+    let file = g.get(REVERSE).bytes.clone();
+    let at =
+        |name: &str| surgery::directory(&file).expect("valid").tensors.iter().position(|t| t.name == name).unwrap();
+    let with_params = |ti: usize, edit: &dyn Fn(&mut Prediction)| {
+        edit_dir(&file, |d| {
+            for c in d.tensors[ti].chunks.iter_mut().filter(|c| c.codec == CodecTag::DeltaPredicted) {
+                let mut p = Prediction::parse(&c.params).expect("valid params");
+                edit(&mut p);
+                c.params = p.to_bytes();
+            }
+        })
+    };
+    let (w, v) = (at("w"), at("v"));
+    let cases: Vec<(&str, &str, &str, Vec<u8>)> = vec![
+        (
+            "r29-predicted-reverse-base-v-absent",
+            "R29",
+            "delta-predicted-reverse with w's prediction (predictor 4) reading v' from v.absent, which the base lacks (nor does the file hold it: predictor 4 reads the base only)",
+            with_params(w, &|p| {
+                if let Prediction::AdamParameterReverse { exp_avg_sq, .. } = p {
+                    *exp_avg_sq = "v.absent".into();
+                }
+            }),
+        ),
+        (
+            "r30-predicted-reverse-name-absent",
+            "R30",
+            "delta-predicted-reverse with v's prediction (predictor 3) reading m.absent, which the file lacks",
+            with_params(v, &|p| {
+                if let Prediction::AdamSecondMomentReverse { exp_avg, .. } = p {
+                    *exp_avg = "m.absent".into();
+                }
+            }),
+        ),
+        (
+            "r30-predicted-reverse-one-name",
+            "R30",
+            "delta-predicted-reverse with w's prediction (predictor 4) cut after its first name: predictor 4 has two",
+            edit_dir(&file, |d| {
+                for c in d.tensors[w].chunks.iter_mut().filter(|c| c.codec == CodecTag::DeltaPredicted) {
+                    let cut = c.params.len() - "v".len() - 2;
+                    c.params.truncate(cut);
+                }
+            }),
+        ),
+    ];
+    for (name, rule, description, bytes) in cases {
+        bad_delta(g, name, rule, description, bytes, REVERSE_BASE, Malformed);
+    }
+    // A base tensor of another shape with as many elements: a reader must compare shapes.
+    let exact = g.get(REVERSE_EXACT).bytes.clone();
+    let w = surgery::directory(&exact).expect("valid").tensors.iter().position(|t| t.name == "w").unwrap();
+    let bytes = edit_dir(&exact, |d| {
+        for c in d.tensors[w].chunks.iter_mut().filter(|c| c.codec == CodecTag::DeltaPredicted) {
+            let mut p = Prediction::parse(&c.params).expect("valid params");
+            if let Prediction::AdamParameterReverse { exp_avg_sq, .. } = &mut p {
+                *exp_avg_sq = "bs".into();
+            }
+            c.params = p.to_bytes();
+        }
+    });
+    bad_delta(
+        g,
+        "r29-predicted-reverse-base-shape",
+        "R29",
+        "delta-predicted-reverse-exact with w's prediction (predictor 4) reading v' from bs, a base tensor of shape [16, 16]: as many elements as w's [256], another shape",
+        bytes,
+        REVERSE_EXACT_BASE,
+        Malformed,
+    );
+}
