@@ -255,7 +255,7 @@ pub fn parse(
                 at = layout.bytes.end;
                 PlaneRecord::BaseContexts(model, layout)
             }
-            (SPARSE, PlaneForm::BaseContexts) if codec != CodecTag::DeltaPredicted => {
+            (SPARSE, PlaneForm::BaseContexts) => {
                 let (sparse, end) =
                     sparse::parse(codec, stored, at, n).map_err(|e| corrupt(format!("plane {j}: {e}")))?;
                 at = end;

@@ -410,11 +410,12 @@ impl<S: Source> Reader<S> {
                 Some(&own[..])
             }
         };
-        let prediction;
+        let mut prediction = Scratch::default();
         let base = if c.codec == CodecTag::DeltaPredicted {
             let b = base.ok_or_else(|| self.base_missing())?;
-            prediction = self.predict(t, c, from..from + out.len() as u64, b)?;
-            Some(&prediction[..])
+            let p = prediction.of_len(out.len());
+            self.predict(t, c, from..from + out.len() as u64, b, p)?;
+            Some(&p[..])
         } else {
             base
         };
@@ -425,26 +426,23 @@ impl<S: Source> Reader<S> {
         })
     }
 
-    /// The prediction of a `delta-predicted` chunk `c` of `t` over bytes `range` of `t`, whose
-    /// base bytes there are `base` (spec §6.8). The tensors it reads in this file are decoded
-    /// over the same range first; validation bounded how deep that goes (R30).
+    /// Writes into `prediction` the prediction of a `delta-predicted` chunk `c` of `t` over bytes
+    /// `range` of `t`, whose base bytes there are `base` (spec §6.8). The tensors it reads in
+    /// this file are decoded over the same range first; validation bounded how deep that goes
+    /// (R30). Its inputs go to reused buffers: fresh ones cost page faults on every chunk.
     pub(crate) fn predict(
         &self,
         t: &TensorEntry,
         c: &ChunkEntry,
         range: std::ops::Range<u64>,
         base: &[u8],
-    ) -> Result<Vec<u8>, ReadError> {
+        prediction: &mut [u8],
+    ) -> Result<(), ReadError> {
         let p = Prediction::parse(&c.params).expect("validated when the file was opened (R30)");
-        let len = base.len();
         // Through decode_range, which keeps the chunks of the tensors predictions read.
-        let this = |name: &str| -> Result<Vec<u8>, ReadError> {
-            let mut out = vec![0u8; len];
-            self.decode_range(self.tensor(name)?, range.clone(), &mut out)?;
-            Ok(out)
-        };
+        let this = |name: &str, out: &mut [u8]| self.decode_range(self.tensor(name)?, range.clone(), out);
         // A tensor of the base, which must be f32 of the predicted tensor's shape (R29).
-        let from_base = |name: &str| -> Result<Vec<u8>, ReadError> {
+        let from_base = |name: &str, out: &mut [u8]| -> Result<(), ReadError> {
             let b = self.base.as_ref().ok_or_else(|| self.base_missing())?;
             match b.tensor_info(name)? {
                 Some((DType::F32, shape)) if shape == t.shape => {}
@@ -460,21 +458,27 @@ impl<S: Source> Reader<S> {
                     })
                 }
             }
-            let mut out = vec![0u8; len];
-            b.read_range_into(name, range.clone(), &mut out)?;
-            Ok(out)
+            b.read_range_into(name, range.clone(), out)
         };
+        let (mut first, mut second) = (Scratch::default(), Scratch::default());
+        let (exp_avg, other) = (first.of_len(base.len()), second.of_len(base.len()));
         let names = p.names();
-        let (exp_avg, other) = match &p {
+        match &p {
             Prediction::AdamSecondMoment { .. } | Prediction::AdamSecondMomentReverse { .. } => {
-                (this(names[0])?, from_base(names[0])?)
+                this(names[0], exp_avg)?;
+                from_base(names[0], other)?;
             }
-            Prediction::AdamParameter { .. } => (this(names[0])?, this(names[1])?),
-            Prediction::AdamParameterReverse { .. } => (from_base(names[0])?, from_base(names[1])?),
-        };
-        let mut prediction = vec![0u8; len];
-        tpde_codec::predicted::predict(&p, Inputs { base, exp_avg: &exp_avg, other: &other }, &mut prediction);
-        Ok(prediction)
+            Prediction::AdamParameter { .. } => {
+                this(names[0], exp_avg)?;
+                this(names[1], other)?;
+            }
+            Prediction::AdamParameterReverse { .. } => {
+                from_base(names[0], exp_avg)?;
+                from_base(names[1], other)?;
+            }
+        }
+        tpde_codec::predicted::predict(&p, Inputs { base, exp_avg, other }, prediction);
+        Ok(())
     }
 
     /// A chunk's stored bytes, CRC-checked under `policy`.

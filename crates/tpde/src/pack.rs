@@ -231,10 +231,13 @@ pub(crate) fn pack_tensors(
     let predicting = bound.is_none() && job.base.is_some() && !job.predictions.is_empty();
     if predicting {
         // Spec §11: a writer that may choose delta-predicted declares 1.6, 1.9 if it may choose a
-        // reverse predictor.
+        // reverse predictor, or (`auto`) a sparse plane record in a predicted chunk.
         let since = job.predictions.values().flatten().map(Prediction::since_minor).max();
-        options.min_minor_version =
-            options.min_minor_version.max(since.unwrap_or(CodecTag::DeltaPredicted.since_minor()));
+        let mut minor = since.unwrap_or(CodecTag::DeltaPredicted.since_minor());
+        if options.encoder == tpde_codec::Encoder::Auto {
+            minor = minor.max(tpde_codec::predicted::SPARSE_IN_PREDICTED_SINCE_MINOR);
+        }
+        options.min_minor_version = options.min_minor_version.max(minor);
     }
     if job.max_rel_error.is_some() {
         options.min_minor_version = options.min_minor_version.max(metadata::since_minor(KEY_MAX_REL_ERROR));

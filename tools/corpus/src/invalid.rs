@@ -1282,7 +1282,7 @@ fn predicted_edges(g: &mut Gen) {
         &data(&base.tensors, "c1"),
     );
     let mut stored = Vec::new();
-    tpde_codec::Predicted::encode_against(DType::F32, &predicted, &data(&chain.tensors, "c0"), &mut stored)
+    tpde_codec::Predicted::encode_against(DType::F32, &predicted, &data(&chain.tensors, "c0"), false, &mut stored)
         .expect("encodes");
     let c0 = index(&chain.bytes, "c0");
     let mut five = surgery::with_chunk(&chain.bytes, c0, 0, &stored).expect("surgery");
@@ -1314,7 +1314,7 @@ fn predicted_edges(g: &mut Gen) {
         &data(&base.tensors, "c1"),
     );
     let mut stored = Vec::new();
-    tpde_codec::Predicted::encode_against(DType::F32, &predicted, &data(&chain.tensors, "c0"), &mut stored)
+    tpde_codec::Predicted::encode_against(DType::F32, &predicted, &data(&chain.tensors, "c0"), false, &mut stored)
         .expect("encodes");
     let mut five = surgery::with_chunk(&chain.bytes, c0, 0, &stored).expect("surgery");
     five = edit_dir(&five, |d| {

@@ -104,6 +104,14 @@ fn realistic(g: &mut Gen) {
     assert_eq!(tags("w")[..2], [CodecTag::DeltaPredicted; 2], "w's first chunks are predicted");
     assert_ne!(tags("w")[2], CodecTag::DeltaPredicted, "w's noise is a plain delta");
     assert!(tags("v").iter().all(|&c| c == CodecTag::DeltaPredicted), "v is predicted");
+    // 1.9 lets a predicted chunk hold sparse plane records (§6.2): the residual's top planes.
+    let w = dir.tensors.iter().find(|t| t.name == "w").unwrap();
+    let sparse = w.chunks.iter().filter(|c| c.codec == CodecTag::DeltaPredicted).any(|c| {
+        let stored = &file[c.offset as usize..(c.offset + c.stored_length) as usize];
+        let (records, _) = tpde_codec::planes::parse(c.codec, stored, 0, 4, c.element_count as usize).expect("records");
+        records.iter().any(|r| matches!(r, tpde_codec::planes::PlaneRecord::Sparse(_)))
+    });
+    assert!(sparse, "a predicted chunk of w holds a sparse plane record");
 }
 
 /// Elements that are their reverse predictions exactly (zero residuals), so that every decoded

@@ -27,7 +27,7 @@ import weakref
 from typing import Any, Optional
 
 from ._errors import error
-from .torch import _folder
+from .torch import _folder, _rewrite
 
 __all__ = ["save_state", "load_state", "wait"]
 
@@ -36,7 +36,7 @@ __all__ = ["save_state", "load_state", "wait"]
 _STORES: "weakref.WeakKeyDictionary[Any, _folder.Storer]" = weakref.WeakKeyDictionary()
 
 
-def _store(accelerator: Any, keyframe_every: int = 4) -> _folder.Storer:
+def _store(accelerator: Any, keyframe_every: int = _rewrite.KEYFRAME_EVERY) -> _folder.Storer:
     s = _STORES.get(accelerator)
     if s is None:
         s = _STORES[accelerator] = _folder.Storer(keyframe_every)
@@ -62,7 +62,7 @@ def _check(accelerator: Any) -> None:
 
 
 def save_state(
-    accelerator: Any, output_dir: Optional[str] = None, keyframe_every: int = 4, background: bool = True, **kwargs: Any
+    accelerator: Any, output_dir: Optional[str] = None, keyframe_every: int = _rewrite.KEYFRAME_EVERY, background: bool = True, **kwargs: Any
 ) -> str:
     """``accelerator.save_state(output_dir, **kwargs)``, stored as TPDE; returns the folder.
     Every process calls it, as ``save_state``; the main process stores the folder once every

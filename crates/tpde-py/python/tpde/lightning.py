@@ -19,6 +19,7 @@ from typing import Any, Dict, Optional, Set
 
 from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
 
+from .torch import _rewrite
 from .torch.series import Series
 
 __all__ = ["TpdeCheckpointIO"]
@@ -29,7 +30,7 @@ class TpdeCheckpointIO(CheckpointIO):
     such as ``epoch=0-step=100.ckpt``). ``keyframe_every`` and ``codec`` as for
     ``tpde.torch.Series``."""
 
-    def __init__(self, keyframe_every: int = 4, codec: str = "auto"):
+    def __init__(self, keyframe_every: int = _rewrite.KEYFRAME_EVERY, codec: str = "auto"):
         super().__init__()
         self.series = Series(keyframe_every=keyframe_every, codec=codec)
         # Paths deleted before they were written (under AsyncCheckpointIO): their saves are skipped.

@@ -52,7 +52,7 @@ class TpdeCallback(TrainerCallback):
     ``background`` (the default) a folder is stored on a thread while training goes on, and the
     end of the next step waits for it; an error there is raised at that step."""
 
-    def __init__(self, keyframe_every: int = 4, codec: str = "auto", background: bool = True):
+    def __init__(self, keyframe_every: int = _rewrite.KEYFRAME_EVERY, codec: str = "auto", background: bool = True):
         # Storing a folder runs on a thread while training goes on (the folder is complete on disk);
         # the next step's end waits for it, before the Trainer's next save may rotate folders.
         self.storer = _folder.Storer(keyframe_every, codec, background)

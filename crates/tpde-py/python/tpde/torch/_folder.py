@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from .._errors import error
+from . import _rewrite
 from .series import Series
 
 STORED = "checkpoint.tpde"
@@ -60,7 +61,7 @@ class Storer:
     a thread of its own while training goes on (with ``background``), or at once. The caller
     ``wait``s before the framework may delete old folders."""
 
-    def __init__(self, keyframe_every: int = 4, codec: str = "auto", background: bool = True):
+    def __init__(self, keyframe_every: int = _rewrite.KEYFRAME_EVERY, codec: str = "auto", background: bool = True):
         self.series = Series(keyframe_every=keyframe_every, codec=codec)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tpde-folder") if background else None
         self._storing: Optional[Future] = None

@@ -9,6 +9,12 @@ from typing import Any, Dict, List, Optional, Tuple
 from .. import _tpde
 
 
+# The reverse layout's default keyframe_every: a file in three a keyframe, so every retained step
+# decodes at most two deltas and loads in at most about 3 times torch.load's time, in real runs
+# saved every step (where a keyframe costs three deltas) and every 10 (where it costs about one);
+# the trade is measured in docs/guide.md.
+KEYFRAME_EVERY = 3
+
 # The entries that a file written again sheds: the reverse layout's newest-only ones (it is no
 # longer the newest) and the base it named (``recorded`` names the new one).
 _SHED = ("checkpoint.reverse_run", "checkpoint.raw", "checkpoint.base")

@@ -144,8 +144,8 @@ class Checkpointer:
     delta against it; ``"forward"``, the default with a lossy bound, writes each checkpoint as a
     delta against the one before. Either way every
     ``keyframe_every``-th checkpoint is a keyframe, so a restore decodes at most
-    ``keyframe_every`` files (default: 4 in the reverse layout, where it bounds only the
-    restores of older steps, to about 4 times the newest's; 10 in the forward). ``keep_last``
+    ``keyframe_every`` files (default: 3 in the reverse layout, where it bounds only the
+    restores of older steps, to at most about 3 times ``torch.load``'s time; 10 in the forward). ``keep_last``
     keeps that many checkpoints (and the files they need as bases). ``async_save`` returns from
     ``save`` once the tensors are copied to host memory, and encodes and writes on a background
     thread, one save after another. Up to ``max_pending`` saves wait there (default 2), each
@@ -232,7 +232,7 @@ class Checkpointer:
             and torch.distributed.get_world_size() > 1
         )
         self.layout = layout or ("forward" if lossy else "reverse")
-        self.keyframe_every = keyframe_every or (4 if self.layout == "reverse" else 10)
+        self.keyframe_every = keyframe_every or (_rewrite.KEYFRAME_EVERY if self.layout == "reverse" else 10)
         self.raw_newest = raw_newest and self.layout == "reverse"
         if not self.remote:
             try:

@@ -39,7 +39,7 @@ class Series:
     not decode it. ``predict`` is the ``Checkpointer``'s. Thread-safe: a framework may save on
     one thread and remove on another."""
 
-    def __init__(self, keyframe_every: int = 4, codec: str = "auto", predict: bool = True):
+    def __init__(self, keyframe_every: int = _rewrite.KEYFRAME_EVERY, codec: str = "auto", predict: bool = True):
         if keyframe_every < 1:
             raise error("invalid-argument", "keyframe_every must be at least 1")
         self.keyframe_every = keyframe_every
