@@ -1389,7 +1389,7 @@ fn with_files_value(g: &Gen, value: MetadataValue) -> Vec<u8> {
 
 /// R31 (§5.5): file tables that break one rule each, in frames written by hand.
 fn files(g: &mut Gen) {
-    use crate::valid::{raw_blocks, raw_frame, table_bytes};
+    use crate::valid::{checksummed_frame, raw_blocks, raw_frame, table_bytes};
     let framed = |table: &[u8]| MetadataValue::Bytes(raw_frame(table.len() as u32, table));
     let one = |path: &[u8]| {
         let t = table_bytes(1, &[(path, b"{}")]);
@@ -1442,6 +1442,40 @@ fn files(g: &mut Gen) {
                 let mut f = vec![0x28, 0xB5, 0x2F, 0xFD, 0xA1, 7];
                 f.extend((good.len() as u32).to_le_bytes());
                 raw_blocks(&mut f, &good);
+                MetadataValue::Bytes(f)
+            },
+            Malformed,
+        ),
+        (
+            "r31-files-skippable-frame",
+            "a skippable frame (RFC 8878 §3.1.2) holding a valid frame: not a Zstandard frame",
+            {
+                let inner = raw_frame(good.len() as u32, &good);
+                let mut f = vec![0x50, 0x2A, 0x4D, 0x18];
+                f.extend((inner.len() as u32).to_le_bytes());
+                f.extend(inner);
+                MetadataValue::Bytes(f)
+            },
+            Malformed,
+        ),
+        (
+            "r31-files-reserved-bit",
+            "a frame header with its reserved bit (bit 3 of the descriptor) set",
+            {
+                let mut f = raw_frame(good.len() as u32, &good);
+                f[4] |= 0x08;
+                MetadataValue::Bytes(f)
+            },
+            Malformed,
+        ),
+        (
+            "r31-files-content-checksum",
+            "a frame whose content checksum does not match its content",
+            {
+                let mut f = checksummed_frame(&good);
+                let last = f.len() - 1;
+                f[last] ^= 0x01;
+                assert!(zstd::bulk::decompress(&f, good.len()).is_err(), "libzstd checks the checksum");
                 MetadataValue::Bytes(f)
             },
             Malformed,

@@ -1172,6 +1172,36 @@ fn files(g: &mut Gen) {
             .files(Vec::new(), raw_frame(4, &table_bytes(0, &[])))
             .tensor(small()),
     );
+    // A Dictionary_ID field that is there and 0 names no dictionary (§5.5).
+    let one: Vec<FileEntry> = vec![FileEntry { path: "config.json".into(), data: b"{}".to_vec() }];
+    let table = table_bytes(1, &[(b"config.json", b"{}")]);
+    let mut frame = vec![0x28, 0xB5, 0x2F, 0xFD, 0xA1, 0x00];
+    frame.extend((table.len() as u32).to_le_bytes());
+    raw_blocks(&mut frame, &table);
+    g.valid(
+        Spec::new(
+            "valid/files-dictionary-id-zero.tpde",
+            "§5.5",
+            "a frame with a 1-byte Dictionary_ID field of 0: no dictionary",
+        )
+        .files(one.clone(), frame)
+        .tensor(small()),
+    );
+    g.valid(
+        Spec::new("valid/files-checksum.tpde", "§5.5", "a frame with a content checksum (libzstd), which matches")
+            .files(one, checksummed_frame(&table))
+            .tensor(small()),
+    );
+}
+
+/// `content` compressed by libzstd into one frame with its content size and a content checksum.
+pub fn checksummed_frame(content: &[u8]) -> Vec<u8> {
+    let mut c = zstd::bulk::Compressor::new(3).expect("a compressor");
+    c.include_checksum(true).expect("checksum flag");
+    c.include_contentsize(true).expect("content size flag");
+    let frame = c.compress(content).expect("compresses");
+    assert_ne!(frame[4] & 0x04, 0, "the frame has a checksum");
+    frame
 }
 
 /// The keyframe of 1.8's sparse-plane delta.
