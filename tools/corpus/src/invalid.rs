@@ -1389,7 +1389,7 @@ fn with_files_value(g: &Gen, value: MetadataValue) -> Vec<u8> {
 
 /// R31 (§5.5): file tables that break one rule each, in frames written by hand.
 fn files(g: &mut Gen) {
-    use crate::valid::{checksummed_frame, raw_blocks, raw_frame, table_bytes};
+    use crate::valid::{checksummed_frame, long_path, raw_blocks, raw_frame, table_bytes};
     let framed = |table: &[u8]| MetadataValue::Bytes(raw_frame(table.len() as u32, table));
     let one = |path: &[u8]| {
         let t = table_bytes(1, &[(path, b"{}")]);
@@ -1531,6 +1531,50 @@ fn files(g: &mut Gen) {
         ("r31-files-path-too-long", "a path of 1025 bytes", one(&[b'a'; 1025]), LimitExceeded),
         ("r31-files-component-too-long", "a path component of 256 bytes", one(&[b'a'; 256]), LimitExceeded),
         ("r31-files-weights", "a weight file, model.safetensors", one(b"model.safetensors"), Malformed),
+        // Each alone catches a reader that checks the rule only in its commonest form.
+        ("r31-files-trailing-slash", "the path config/ (an empty last component)", one(b"config/"), Malformed),
+        ("r31-files-colon", "the path a:b.json (a colon that is not a drive prefix)", one(b"a:b.json"), Malformed),
+        ("r31-files-del", "a path holding DEL (U+007F)", one(b"config\x7f.json"), Malformed),
+        (
+            "r31-files-c1-control",
+            "a path holding NEL (U+0085, a C1 control)",
+            one("config\u{85}.json".as_bytes()),
+            Malformed,
+        ),
+        (
+            "r31-files-path-too-long-in-components",
+            "a path of 1025 bytes whose components are at most 255 (the path limit alone)",
+            one(long_path(1025).as_bytes()),
+            LimitExceeded,
+        ),
+        (
+            "r31-files-file-and-grandfolder",
+            "a file a and a file a/b/c: a is a folder two levels up",
+            framed(&table_bytes(2, &[(b"a", b"{}"), (b"a/b/c", b"[]")])),
+            Malformed,
+        ),
+        (
+            "r31-files-window-mantissa",
+            "a window descriptor of exponent 16 and mantissa 1: 64 MiB + 8 MiB (64 MiB without the mantissa)",
+            {
+                let mut f = vec![0x28, 0xB5, 0x2F, 0xFD, 0x80, (16 << 3) | 1];
+                f.extend((good.len() as u32).to_le_bytes());
+                raw_blocks(&mut f, &good);
+                MetadataValue::Bytes(f)
+            },
+            LimitExceeded,
+        ),
+        (
+            "r31-files-content-size-limit",
+            "a frame (not single segment, 1 KiB window) declaring 64 MiB + 1 bytes: the content-size limit alone",
+            {
+                let mut f = vec![0x28, 0xB5, 0x2F, 0xFD, 0xC0, 0x00];
+                f.extend(((64u64 << 20) + 1).to_le_bytes());
+                raw_blocks(&mut f, &good);
+                MetadataValue::Bytes(f)
+            },
+            LimitExceeded,
+        ),
         (
             "r31-files-weights-index",
             "an index of weights, model.safetensors.index.json",

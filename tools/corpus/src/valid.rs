@@ -1189,9 +1189,47 @@ fn files(g: &mut Gen) {
     );
     g.valid(
         Spec::new("valid/files-checksum.tpde", "§5.5", "a frame with a content checksum (libzstd), which matches")
-            .files(one, checksummed_frame(&table))
+            .files(one.clone(), checksummed_frame(&table))
             .tensor(small()),
     );
+    // Single segment with a 1-byte content size (Frame_Content_Size_Flag 0).
+    let mut frame = vec![0x28, 0xB5, 0x2F, 0xFD, 0x20, table.len() as u8];
+    raw_blocks(&mut frame, &table);
+    g.valid(
+        Spec::new("valid/files-content-size-1-byte.tpde", "§5.5", "a single-segment frame with a 1-byte content size")
+            .files(one.clone(), frame)
+            .tensor(small()),
+    );
+    // Each limit at its edge: a 64 MiB window (exponent 16, mantissa 0), a path of 1024 bytes,
+    // a component of 255.
+    let (path, component) = (long_path(1024), "b".repeat(255));
+    let edge = vec![
+        FileEntry { path: path.clone(), data: b"{}".to_vec() },
+        FileEntry { path: component.clone(), data: b"[]".to_vec() },
+    ];
+    let table = table_bytes(2, &[(path.as_bytes(), b"{}"), (component.as_bytes(), b"[]")]);
+    let mut frame = vec![0x28, 0xB5, 0x2F, 0xFD, 0x80, 16 << 3];
+    frame.extend((table.len() as u32).to_le_bytes());
+    raw_blocks(&mut frame, &table);
+    g.valid(
+        Spec::new(
+            "valid/files-at-limits.tpde",
+            "§5.5",
+            "limits at their edge: a 64 MiB window, a path of 1024 bytes, a path component of 255",
+        )
+        .files(edge, frame)
+        .tensor(small()),
+    );
+}
+
+/// A path of `len` bytes in components of at most 255 (`aaa…/aaa…/…`), for the path limit alone.
+pub fn long_path(len: usize) -> String {
+    let parts = (len + 1).div_ceil(256);
+    let letters = len - (parts - 1);
+    let sizes = (0..parts).map(|i| letters / parts + usize::from(i < letters % parts));
+    let path = sizes.map(|n| "a".repeat(n)).collect::<Vec<_>>().join("/");
+    assert!(path.len() == len && path.split('/').all(|c| !c.is_empty() && c.len() <= 255), "{len}");
+    path
 }
 
 /// `content` compressed by libzstd into one frame with its content size and a content checksum.
