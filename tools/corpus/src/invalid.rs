@@ -1690,6 +1690,11 @@ fn sparse_planes(g: &mut Gen) {
             "a chunk with a sparse record relabelled delta-xor-lanes (0x000A), which has no mode 5",
             edit_dir(&file, |d| d.tensors[0].chunks[0].codec = CodecTag::DeltaXorLanes),
         ),
+        (
+            "r25-sparse-plane-context-tag",
+            "a chunk with a sparse record relabelled planes-context (0x000D), which allows modes 0, 2 and 3 but not 5",
+            edit_dir(&file, |d| d.tensors[0].chunks[0].codec = CodecTag::PlanesContext),
+        ),
     ];
     for (path, description, bytes) in cases {
         bad_delta(g, path, "R25", description, bytes, SPARSE_PLANES_BASE, Malformed);

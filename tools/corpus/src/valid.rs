@@ -1325,4 +1325,43 @@ fn sparse_planes(g: &mut Gen) {
         let coder_byte = stored[s.positions.start - 5];
         assert!(coder.is_none_or(|k| coder_byte == k), "{}: coder {coder_byte}", t.name);
     }
+    sparse_planes_sub(g);
+}
+
+/// A sparse record whose fill is not zero, under `delta-sub-context` (1.8 let mode 0x05 under
+/// 0x000E and 0x000F; its files held it only under 0x000E, always with fill 0): almost every
+/// element one unit below its base (zigzag 1: plane 0 is almost all 0x01), every 256th unchanged
+/// (a listed 0x00, which only a fill of 0 would forbid).
+fn sparse_planes_sub(g: &mut Gen) {
+    let base = g.get(SPARSE_PLANES_BASE).tensors.iter().find(|t| t.name == "b.random").expect("base").clone();
+    let data: Vec<u8> = base
+        .data
+        .chunks_exact(4)
+        .enumerate()
+        .flat_map(|(i, b)| {
+            let bits = u32::from_le_bytes(b.try_into().unwrap());
+            (if i % 256 == 5 { bits } else { bits.wrapping_sub(1) }).to_le_bytes()
+        })
+        .collect();
+    let path = "valid/delta-sparse-planes-sub.tpde";
+    let bytes = g.valid(
+        Spec::new(
+            path,
+            "§6.2.5",
+            "a sparse record of fill 0x01 under delta-sub-context (0x000F): every element one unit below its base but every 256th, unchanged (listed 0x00)",
+        )
+        .encoder(Encoder::Auto)
+        .minor(8)
+        .tensor(T { delta: true, ..T::new("b.random", DType::F32, &base.shape, data) })
+        .base(SPARSE_PLANES_BASE),
+    );
+    let dir = tpde_format::surgery::directory(&bytes).expect("a valid file");
+    let c = &dir.tensors[0].chunks[0];
+    assert_eq!(c.codec, CodecTag::DeltaSubContext);
+    let stored = &bytes[c.offset as usize..(c.offset + c.stored_length) as usize];
+    let (records, _) = tpde_codec::planes::parse(c.codec, stored, 0, 4, c.element_count as usize).expect("valid");
+    let tpde_codec::planes::PlaneRecord::Sparse(s) = &records[0] else {
+        panic!("plane 0 is {:?}, not a sparse record", records[0]);
+    };
+    assert_eq!((s.fill, s.count), (1, 16), "fill 0x01, the unchanged elements listed");
 }
