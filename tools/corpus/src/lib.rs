@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 mod invalid;
+mod isolation;
 mod reverse;
 mod valid;
 
