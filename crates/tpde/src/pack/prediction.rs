@@ -36,34 +36,57 @@ pub fn choose_prediction<'a>(
 ) -> Result<Option<Chosen<'a>>, Error> {
     let n = data.len().min(PREDICTION_SAMPLE * 4);
     let same = |name: &str| file.get(name).copied().filter(|t| t.len() == data.len());
-    let mut best: Option<(usize, Chosen<'a>)> = None;
+    // The first bytes of a tensor of the base, if it is f32 of the tensor's length: a sample
+    // read through the base's ranges, so that a wrong guess does not decode a whole tensor.
+    let base_sample = |name: &str| -> Result<Option<Vec<u8>>, Error> {
+        match base_ck.tensor_info(name)? {
+            Some((DType::F32, shape)) if shape.iter().product::<u64>() * 4 == data.len() as u64 => {
+                let mut out = vec![0u8; n];
+                base_ck.read_range_into(name, 0..n as u64, &mut out)?;
+                Ok(Some(out))
+            }
+            _ => Ok(None),
+        }
+    };
+    let mut best: Option<(usize, &Prediction)> = None;
     for p in candidates {
-        // A tensor of the base the prediction reads, f32 of the tensor's length.
-        let from_base = |name: &str| -> Result<Option<Cow<'a, [u8]>>, Error> {
-            Ok(base_ck.tensor(name)?.filter(|t| t.dtype == DType::F32 && t.data.len() == data.len()).map(|t| t.data))
-        };
         let names = p.names();
+        let sample = |name: &str| same(name).map(|t| t[..n].to_vec());
         let inputs = match p {
             Prediction::AdamSecondMoment { .. } | Prediction::AdamSecondMomentReverse { .. } => {
-                same(names[0]).map(Cow::Borrowed).zip(from_base(names[0])?)
+                sample(names[0]).zip(base_sample(names[0])?)
             }
-            Prediction::AdamParameter { .. } => {
-                same(names[0]).map(Cow::Borrowed).zip(same(names[1]).map(Cow::Borrowed))
-            }
-            Prediction::AdamParameterReverse { .. } => from_base(names[0])?.zip(from_base(names[1])?),
+            Prediction::AdamParameter { .. } => sample(names[0]).zip(sample(names[1])),
+            Prediction::AdamParameterReverse { .. } => base_sample(names[0])?.zip(base_sample(names[1])?),
         };
         let Some((exp_avg, other)) = inputs else { continue };
         let mut predicted = vec![0u8; n];
-        let inputs = Inputs { base: &base[..n], exp_avg: &exp_avg[..n], other: &other[..n] };
-        tpde_codec::predicted::predict(p, inputs, &mut predicted);
+        tpde_codec::predicted::predict(
+            p,
+            Inputs { base: &base[..n], exp_avg: &exp_avg, other: &other },
+            &mut predicted,
+        );
         let hits = predicted.chunks_exact(4).zip(data.chunks_exact(4)).filter(|(a, b)| a == b).count();
-        let chosen = Chosen { prediction: p.clone(), exp_avg, other };
         if hits * 10 >= (n / 4) * 9 {
-            return Ok(Some(chosen));
+            best = Some((hits, p));
+            break;
         }
-        if best.as_ref().is_none_or(|(h, _)| hits > *h) {
-            best = Some((hits, chosen));
+        if best.is_none_or(|(h, _)| hits > h) {
+            best = Some((hits, p));
         }
     }
-    Ok(best.filter(|(hits, _)| hits * 50 >= n / 4 && *hits > 0).map(|(_, c)| c))
+    let Some((_, p)) = best.filter(|(hits, _)| hits * 50 >= n / 4 && *hits > 0) else { return Ok(None) };
+    // The chosen one's inputs, whole.
+    let whole = |name: &str| -> Result<Cow<'a, [u8]>, Error> { Ok(Cow::Borrowed(same(name).expect("sampled above"))) };
+    let from_base =
+        |name: &str| -> Result<Cow<'a, [u8]>, Error> { Ok(base_ck.tensor(name)?.expect("sampled above").data) };
+    let names = p.names();
+    let (exp_avg, other) = match p {
+        Prediction::AdamSecondMoment { .. } | Prediction::AdamSecondMomentReverse { .. } => {
+            (whole(names[0])?, from_base(names[0])?)
+        }
+        Prediction::AdamParameter { .. } => (whole(names[0])?, whole(names[1])?),
+        Prediction::AdamParameterReverse { .. } => (from_base(names[0])?, from_base(names[1])?),
+    };
+    Ok(Some(Chosen { prediction: p.clone(), exp_avg, other }))
 }
