@@ -408,7 +408,8 @@ fn run(command: Command) -> Result<(), CliError> {
                 true => crate::gpu_unpack::unpack_gpu(&input, base.as_ref(), &output, &opts, &bar)?,
                 #[cfg(not(feature = "gpu"))]
                 true => return Err(no_gpu()),
-                false => unpack::unpack_with(&input, base.as_ref(), &output, &opts, &bar)?,
+                false => unpack::unpack_with(&input, base.as_ref(), &output, &opts, &bar)
+                    .map_err(|e| CliError::from(e).about(&input))?,
             };
             eprintln!(
                 "unpacked {} tensors ({}) in {:.2} s, {:.0} MB/s",

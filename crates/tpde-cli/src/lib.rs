@@ -40,6 +40,16 @@ impl CliError {
     pub fn usage(message: impl Into<String>) -> Self {
         CliError { code: 2, message: message.into(), kind: None }
     }
+
+    /// The same error naming the file `at` it is about, unless its message names it already
+    /// (errors of a chain name the link they come from; those of the file itself may not).
+    pub fn about(mut self, at: &impl fmt::Display) -> Self {
+        let at = at.to_string();
+        if !self.message.contains(&at) {
+            self.message = format!("{at}: {}", self.message);
+        }
+        self
+    }
 }
 
 impl CliError {
@@ -149,7 +159,11 @@ pub fn mb_per_s(bytes: u64, seconds: f64) -> f64 {
 
 /// Runs `tpde-inspect` (also `tpde inspect`): prints the report of `path` as text or JSON.
 pub fn run_inspect(at: &tpde::Location, json: bool, chunks: bool, full: bool) -> Result<(), CliError> {
-    let opened = at.open().map_err(CliError::from).and_then(|src| Ok(tpde::read::Reader::from_source(src)?));
+    let opened = at
+        .open()
+        .map_err(CliError::from)
+        .and_then(|src| Ok(tpde::read::Reader::from_source(src)?))
+        .map_err(|e| e.about(at));
     match opened {
         Ok(r) => {
             let rep = inspect::report(&at.to_string(), &r, chunks);

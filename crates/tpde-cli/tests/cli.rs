@@ -948,3 +948,26 @@ fn inspect_keeps_its_table_narrow_beside_a_long_name() {
     assert!(row("short.weight").len() < 120, "{}", row("short.weight"));
     assert!(row(&long).contains("f32"), "{text}");
 }
+
+/// Every error of `inspect` and `unpack` names the file it is about (issue 58): a truncated
+/// file and a file that is not TPDE to `inspect`, a delta with no base to `unpack --no-hints`.
+#[test]
+fn inspect_and_unpack_errors_name_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = small_model(dir.path());
+    let (key, delta) = (dir.path().join("k.tpde"), dir.path().join("d.tpde"));
+    tpde().arg("pack").arg(&src).arg("-o").arg(&key).assert().success();
+    tpde().arg("pack").arg(&src).arg("--base").arg(&key).arg("-o").arg(&delta).assert().success();
+    let cut = dir.path().join("cut.tpde");
+    let bytes = std::fs::read(&key).unwrap();
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "hello").unwrap();
+    for file in [&cut, &text] {
+        let named = predicates::str::contains(format!("{}: ", file.display()));
+        tpde().arg("inspect").arg(file).assert().failure().stderr(named);
+    }
+    let out = dir.path().join("out.safetensors");
+    let named = predicates::str::contains(format!("{}: ", delta.display()));
+    tpde().arg("unpack").arg(&delta).arg("--no-hints").arg("-o").arg(&out).assert().failure().stderr(named);
+}
