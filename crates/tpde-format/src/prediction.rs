@@ -193,37 +193,34 @@ impl Prediction {
         if !at.is_empty() {
             return Err(format!("{} bytes follow the params", at.len()));
         }
+        Prediction::from_parts(code, &k, names)
+    }
+
+    /// The prediction of predictor `code` with `constants` and `names` in the params' order;
+    /// an error says what does not fit (a predictor not 1-4, a count of constants or names
+    /// other than its own).
+    pub fn from_parts(code: u8, constants: &[f32], names: Vec<String>) -> Result<Prediction, String> {
+        let count = names.len();
         let mut names = names.into_iter();
-        let mut name = || names.next().expect("one name per input");
-        Ok(match code {
-            1 => Prediction::AdamSecondMoment {
-                one_minus_beta1: k[0],
-                beta2: k[1],
-                one_minus_beta2: k[2],
-                exp_avg: name(),
+        let (exp_avg, exp_avg_sq) = (names.next(), names.next());
+        let bad = || format!("predictor {code} with {} constants and {count} names", constants.len());
+        if count > 2 {
+            return Err(bad());
+        }
+        Ok(match (code, constants, exp_avg, exp_avg_sq) {
+            (1 | 3, &[a, b, c], Some(exp_avg), None) => {
+                let (one_minus_beta1, beta2, one_minus_beta2) = (a, b, c);
+                match code {
+                    1 => Prediction::AdamSecondMoment { one_minus_beta1, beta2, one_minus_beta2, exp_avg },
+                    _ => Prediction::AdamSecondMomentReverse { one_minus_beta1, beta2, one_minus_beta2, exp_avg },
+                }
+            }
+            (2 | 4, &[decay, bias2_sqrt, eps, neg_step], Some(exp_avg), Some(exp_avg_sq)) => match code {
+                2 => Prediction::AdamParameter { decay, bias2_sqrt, eps, neg_step, exp_avg, exp_avg_sq },
+                _ => Prediction::AdamParameterReverse { decay, bias2_sqrt, eps, neg_step, exp_avg, exp_avg_sq },
             },
-            2 => Prediction::AdamParameter {
-                decay: k[0],
-                bias2_sqrt: k[1],
-                eps: k[2],
-                neg_step: k[3],
-                exp_avg: name(),
-                exp_avg_sq: name(),
-            },
-            3 => Prediction::AdamSecondMomentReverse {
-                one_minus_beta1: k[0],
-                beta2: k[1],
-                one_minus_beta2: k[2],
-                exp_avg: name(),
-            },
-            _ => Prediction::AdamParameterReverse {
-                decay: k[0],
-                bias2_sqrt: k[1],
-                eps: k[2],
-                neg_step: k[3],
-                exp_avg: name(),
-                exp_avg_sq: name(),
-            },
+            (1..=4, ..) => return Err(bad()),
+            _ => return Err(format!("predictor {code} is not 1, 2, 3 or 4")),
         })
     }
 }
@@ -358,6 +355,11 @@ mod tests {
         assert!(Prediction::parse(&bytes[..bytes.len() - 1]).is_err());
         assert!(Prediction::parse(&[5]).unwrap_err().contains("predictor 5"));
         assert!(Prediction::parse(&[3]).unwrap_err().contains("constant"));
+        let names = |n: usize| (0..n).map(|i| format!("t{i}")).collect::<Vec<_>>();
+        assert_eq!(Prediction::from_parts(4, &[1.0; 4], names(2)).unwrap().code(), 4);
+        for (code, k, n) in [(1, 3, 2), (2, 4, 1), (3, 4, 1), (4, 4, 3), (4, 3, 2), (0, 3, 1)] {
+            assert!(Prediction::from_parts(code, &vec![1.0; k], names(n)).is_err(), "{code} {k} {n}");
+        }
         let mut empty_name = vec![1u8];
         empty_name.extend_from_slice(&[0; 12]);
         empty_name.extend_from_slice(&[0, 0]);

@@ -15,43 +15,9 @@ pub(crate) type PredictionArg = (String, u8, Vec<f64>, Vec<String>);
 pub(crate) fn prediction_candidates(list: Vec<PredictionArg>) -> PyResult<HashMap<String, Vec<tpde::Prediction>>> {
     let mut out: HashMap<String, Vec<tpde::Prediction>> = HashMap::new();
     for (tensor, code, k, names) in list {
-        let p = match (code, &k[..], &names[..]) {
-            (1, &[a, b, c], [m]) => tpde::Prediction::AdamSecondMoment {
-                one_minus_beta1: a as f32,
-                beta2: b as f32,
-                one_minus_beta2: c as f32,
-                exp_avg: m.clone(),
-            },
-            (2, &[d, r, e, h], [m, v]) => tpde::Prediction::AdamParameter {
-                decay: d as f32,
-                bias2_sqrt: r as f32,
-                eps: e as f32,
-                neg_step: h as f32,
-                exp_avg: m.clone(),
-                exp_avg_sq: v.clone(),
-            },
-            (3, &[a, b, c], [m]) => tpde::Prediction::AdamSecondMomentReverse {
-                one_minus_beta1: a as f32,
-                beta2: b as f32,
-                one_minus_beta2: c as f32,
-                exp_avg: m.clone(),
-            },
-            (4, &[d, r, e, h], [m, v]) => tpde::Prediction::AdamParameterReverse {
-                decay: d as f32,
-                bias2_sqrt: r as f32,
-                eps: e as f32,
-                neg_step: h as f32,
-                exp_avg: m.clone(),
-                exp_avg_sq: v.clone(),
-            },
-            _ => {
-                return Err(invalid(format!(
-                    "prediction for {tensor:?}: predictor {code} with {} constants and {} names",
-                    k.len(),
-                    names.len()
-                )))
-            }
-        };
+        let k: Vec<f32> = k.iter().map(|&x| x as f32).collect();
+        let p = tpde::Prediction::from_parts(code, &k, names)
+            .map_err(|detail| invalid(format!("prediction for {tensor:?}: {detail}")))?;
         out.entry(tensor).or_default().push(p);
     }
     Ok(out)

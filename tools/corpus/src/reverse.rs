@@ -5,7 +5,7 @@ use tpde_codec::Encoder;
 use tpde_format::{surgery, CodecTag, DType, ErrorKind, Prediction};
 
 use crate::invalid::{bad_delta, edit_dir};
-use crate::valid::prediction_of;
+use crate::valid::{adamw_step, prediction_of, AdamWStep};
 use crate::{Gen, Rng, Spec, T};
 
 /// The keyframe after the step: what the reverse delta decodes against.
@@ -37,23 +37,7 @@ pub fn valid(g: &mut Gen) {
 /// prediction fits.
 fn realistic(g: &mut Gen) {
     let mut rng = Rng::new(54);
-    let n = 3000;
-    let (beta1, beta2, eps, lr, wd, t) = (0.9f64, 0.999f64, 1e-8f64, 1e-3f64, 0.01f64, 8i32);
-    let (a, b2, c) = ((1.0 - beta1) as f32, beta2 as f32, (1.0 - beta2) as f32);
-    let (d, r, e, h) = (
-        (1.0 - lr * wd) as f32,
-        (1.0 - beta2.powi(t)).sqrt() as f32,
-        eps as f32,
-        (-(lr / (1.0 - beta1.powi(t)))) as f32,
-    );
-    let mut w0: Vec<f32> = (0..n).map(|_| rng.normal(0.05) as f32).collect();
-    let mut m0: Vec<f32> = (0..n).map(|_| rng.normal(1e-3) as f32).collect();
-    let mut v0: Vec<f32> = (0..n).map(|_| (rng.normal(1e-3) as f32).powi(2)).collect();
-    let grad: Vec<f32> = (0..n).map(|_| rng.normal(1e-3) as f32).collect();
-    (w0[5], w0[6], v0[7], m0[8], v0[8]) = (f32::NAN, f32::INFINITY, -1e-6, 1e-39, 1e-40);
-    let m1: Vec<f32> = m0.iter().zip(&grad).map(|(&m, &g)| m + a * (g - m)).collect();
-    let v1: Vec<f32> = v0.iter().zip(&grad).map(|(&v, &g)| v * b2 + (c * g) * g).collect();
-    let w1: Vec<f32> = (0..n).map(|i| w0[i] * d + (h * m1[i]) / (v1[i].sqrt() / r + e)).collect();
+    let AdamWStep { a, b2, c, d, r, e, h, mut w0, m0, v0, m1, v1, w1 } = adamw_step(&mut rng, 8);
     for x in &mut w0[2048..] {
         *x = rng.normal(0.05) as f32;
     }

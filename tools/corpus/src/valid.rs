@@ -839,14 +839,29 @@ pub const PREDICTED_BASE: &str = "valid/delta-predicted-base.tpde";
 /// 1.6's predicted delta (§6.8).
 pub const PREDICTED: &str = "valid/delta-predicted.tpde";
 
-/// 1.6: one AdamW step of weights `w` and moments `m`, `v`, computed in binary32 as torch does,
-/// stored as a delta whose `v` and `w` are predicted (§6.8). The weights' last chunk is noise
-/// that no prediction fits, coded as a plain delta; special elements (a NaN weight, an infinite
-/// one, a negative second moment, subnormal moments) test the canonical NaN and the subnormals.
-fn predicted(g: &mut Gen) {
-    let mut rng = Rng::new(16);
+/// One AdamW step of 3000 weights in binary32, as torch's single-tensor step takes it (lr 1e-3,
+/// weight decay 0.01, betas 0.9 and 0.999, eps 1e-8, step count `t`), with special elements: a NaN
+/// weight, an infinite one, a negative second moment, subnormal moments. The constants are
+/// those §6.8's predictors get for it; the 1.6 file predicts the step forward, 1.9's backward.
+pub struct AdamWStep {
+    pub a: f32,
+    pub b2: f32,
+    pub c: f32,
+    pub d: f32,
+    pub r: f32,
+    pub e: f32,
+    pub h: f32,
+    pub w0: Vec<f32>,
+    pub m0: Vec<f32>,
+    pub v0: Vec<f32>,
+    pub m1: Vec<f32>,
+    pub v1: Vec<f32>,
+    pub w1: Vec<f32>,
+}
+
+pub fn adamw_step(rng: &mut Rng, t: i32) -> AdamWStep {
     let n = 3000;
-    let (beta1, beta2, eps, lr, wd, t) = (0.9f64, 0.999f64, 1e-8f64, 1e-3f64, 0.01f64, 7i32);
+    let (beta1, beta2, eps, lr, wd) = (0.9f64, 0.999f64, 1e-8f64, 1e-3f64, 0.01f64);
     let (a, b2, c) = ((1.0 - beta1) as f32, beta2 as f32, (1.0 - beta2) as f32);
     let (d, r, e, h) = (
         (1.0 - lr * wd) as f32,
@@ -861,7 +876,17 @@ fn predicted(g: &mut Gen) {
     (w0[5], w0[6], v0[7], m0[8], v0[8]) = (f32::NAN, f32::INFINITY, -1e-6, 1e-39, 1e-40);
     let m1: Vec<f32> = m0.iter().zip(&grad).map(|(&m, &g)| m + a * (g - m)).collect();
     let v1: Vec<f32> = v0.iter().zip(&grad).map(|(&v, &g)| v * b2 + (c * g) * g).collect();
-    let mut w1: Vec<f32> = (0..n).map(|i| w0[i] * d + (h * m1[i]) / (v1[i].sqrt() / r + e)).collect();
+    let w1: Vec<f32> = (0..n).map(|i| w0[i] * d + (h * m1[i]) / (v1[i].sqrt() / r + e)).collect();
+    AdamWStep { a, b2, c, d, r, e, h, w0, m0, v0, m1, v1, w1 }
+}
+
+/// 1.6: one AdamW step of weights `w` and moments `m`, `v`, computed in binary32 as torch does,
+/// stored as a delta whose `v` and `w` are predicted (§6.8). The weights' last chunk is noise
+/// that no prediction fits, coded as a plain delta; special elements (a NaN weight, an infinite
+/// one, a negative second moment, subnormal moments) test the canonical NaN and the subnormals.
+fn predicted(g: &mut Gen) {
+    let mut rng = Rng::new(16);
+    let AdamWStep { a, b2, c, d, r, e, h, w0, m0, v0, m1, v1, mut w1 } = adamw_step(&mut rng, 7);
     for x in &mut w1[2048..] {
         *x = rng.normal(0.05) as f32;
     }
