@@ -293,6 +293,14 @@ mod tests {
     }
 
     #[test]
+    fn a_repeat_is_named() {
+        // The path listed twice, not the first path of the table (a mutant cargo-mutants found
+        // that the corpus cannot see: the category is the same, the message names another path).
+        let err = encode_table(&[file("b", b""), file("a", b""), file("a", b"x")]).unwrap_err();
+        assert!(err.to_string().contains("\"a\" is listed twice"), "{err}");
+    }
+
+    #[test]
     fn cut_and_padded_tables_are_refused() {
         let table = encode_table(&[file("a", b"xyz")]).unwrap();
         for cut in 0..table.len() {
