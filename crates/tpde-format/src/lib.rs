@@ -38,5 +38,5 @@ pub use dtype::DType;
 pub use error::{ErrorKind, FormatError, Position};
 pub use header::{Header, OptionalFeatures, RequiredFeatures, FORMAT_MAJOR, FORMAT_MINOR, MAGIC};
 pub use metadata::{MetadataEntry, MetadataValue};
-pub use prediction::Prediction;
+pub use prediction::{Operand, Prediction};
 pub use trailer::Trailer;

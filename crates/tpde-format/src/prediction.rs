@@ -77,6 +77,15 @@ pub enum Prediction {
     },
 }
 
+/// Where a prediction reads an operand (spec §6.8): this file, or its base.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operand {
+    /// A tensor of the file itself, decoded over the same elements first.
+    File,
+    /// A tensor of the file's base.
+    Base,
+}
+
 impl Prediction {
     /// The predictor's code in the params.
     pub fn code(&self) -> u8 {
@@ -127,21 +136,30 @@ impl Prediction {
         }
     }
 
+    /// The prediction's two operands besides the base's element of its own tensor, in the order
+    /// they are read (spec P8): the first moment the params name, then the other (the base's
+    /// first moment under predictors 1 and 3, the second moment under 2 and 4), each with where
+    /// it is read.
+    pub fn operands(&self) -> [(&str, Operand); 2] {
+        use Operand::{Base, File};
+        match self {
+            Prediction::AdamSecondMoment { exp_avg, .. } | Prediction::AdamSecondMomentReverse { exp_avg, .. } => {
+                [(exp_avg, File), (exp_avg, Base)]
+            }
+            Prediction::AdamParameter { exp_avg, exp_avg_sq, .. } => [(exp_avg, File), (exp_avg_sq, File)],
+            Prediction::AdamParameterReverse { exp_avg, exp_avg_sq, .. } => [(exp_avg, Base), (exp_avg_sq, Base)],
+        }
+    }
+
     /// The tensors of the same file the prediction reads, in the params' order.
     pub fn inputs(&self) -> Vec<&str> {
-        match self {
-            Prediction::AdamParameterReverse { .. } => Vec::new(),
-            _ => self.names(),
-        }
+        self.operands().into_iter().filter(|(_, at)| *at == Operand::File).map(|(name, _)| name).collect()
     }
 
     /// The tensors of the base the prediction reads besides the base's tensor of the chunk's
     /// own name, in the params' order.
     pub fn base_inputs(&self) -> Vec<&str> {
-        match self {
-            Prediction::AdamParameter { .. } => Vec::new(),
-            _ => self.names(),
-        }
+        self.operands().into_iter().filter(|(_, at)| *at == Operand::Base).map(|(name, _)| name).collect()
     }
 
     /// The params bytes.

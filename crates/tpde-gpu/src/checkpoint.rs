@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use tpde_format::digest::{to_hex, Digest};
-use tpde_format::{CodecTag, DType, Prediction, TensorEntry};
+use tpde_format::{CodecTag, DType, Operand, Prediction, TensorEntry};
 use tpde_read::chain;
 use tpde_read::{PathHints, ReadError, Reader, Source};
 
@@ -115,25 +115,23 @@ impl Gpu {
                 let t = &all[i];
                 let b = base_tensor(reader, t, base)?.ok_or_else(|| reader.base_missing())?;
                 let slots_now = &slots;
-                let this = |name: &str| slots_now[index[name]].as_ref().expect("decoded before");
-                // A tensor of the base that a prediction reads: f32 of the tensor's shape (R29).
-                let from_base = |name: &String| match base.and_then(|b| b.get(name)) {
-                    Some(x) if x.dtype == DType::F32 && x.shape == t.shape => Ok(x),
-                    _ => Err(ReadError::BaseTensor {
-                        name: name.clone(),
-                        detail: "a prediction reads it from the base, which has no f32 tensor of that name and shape"
-                            .into(),
-                    }),
+                // An operand: decoded before in this file, or a tensor of the base, which must be
+                // f32 of the tensor's shape (R29).
+                let operand = |(name, at): (&str, Operand)| match at {
+                    Operand::File => Ok(slots_now[index[name]].as_ref().expect("decoded before")),
+                    Operand::Base => match base.and_then(|b| b.get(name)) {
+                        Some(x) if x.dtype == DType::F32 && x.shape == t.shape => Ok(x),
+                        _ => Err(ReadError::BaseTensor {
+                            name: name.to_owned(),
+                            detail:
+                                "a prediction reads it from the base, which has no f32 tensor of that name and shape"
+                                    .into(),
+                        }),
+                    },
                 };
                 let effective = self.prediction_base(t, b, |p| {
-                    Ok(match p {
-                        Prediction::AdamSecondMoment { exp_avg, .. }
-                        | Prediction::AdamSecondMomentReverse { exp_avg, .. } => (this(exp_avg), from_base(exp_avg)?),
-                        Prediction::AdamParameter { exp_avg, exp_avg_sq, .. } => (this(exp_avg), this(exp_avg_sq)),
-                        Prediction::AdamParameterReverse { exp_avg, exp_avg_sq, .. } => {
-                            (from_base(exp_avg)?, from_base(exp_avg_sq)?)
-                        }
-                    })
+                    let [first, second] = p.operands();
+                    Ok((operand(first)?, operand(second)?))
                 })?;
                 let decoded = self.decode(reader, t, Some(&effective))?;
                 slots[i] = Some(decoded);

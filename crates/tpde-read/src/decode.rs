@@ -462,19 +462,10 @@ impl<S: Source> Reader<S> {
         };
         let (mut first, mut second) = (Scratch::default(), Scratch::default());
         let (exp_avg, other) = (first.of_len(base.len()), second.of_len(base.len()));
-        let names = p.names();
-        match &p {
-            Prediction::AdamSecondMoment { .. } | Prediction::AdamSecondMomentReverse { .. } => {
-                this(names[0], exp_avg)?;
-                from_base(names[0], other)?;
-            }
-            Prediction::AdamParameter { .. } => {
-                this(names[0], exp_avg)?;
-                this(names[1], other)?;
-            }
-            Prediction::AdamParameterReverse { .. } => {
-                from_base(names[0], exp_avg)?;
-                from_base(names[1], other)?;
+        for ((name, at), out) in p.operands().into_iter().zip([&mut *exp_avg, &mut *other]) {
+            match at {
+                Operand::File => this(name, out)?,
+                Operand::Base => from_base(name, out)?,
             }
         }
         tpde_codec::predicted::predict(&p, Inputs { base, exp_avg, other }, prediction);

@@ -53,8 +53,8 @@ use tpde_codec::ChunkContext;
 use tpde_format::digest::{content_digest, tensor_digest, to_hex, Digest, DigestInput};
 use tpde_format::validate::validate;
 use tpde_format::{
-    ChunkEntry, CodecTag, DType, Directory, FormatError, Header, MetadataValue, Position, Prediction, TensorEntry,
-    Trailer,
+    ChunkEntry, CodecTag, DType, Directory, FormatError, Header, MetadataValue, Operand, Position, Prediction,
+    TensorEntry, Trailer,
 };
 
 pub use base::{Base, BaseTensor};

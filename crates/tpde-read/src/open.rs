@@ -87,12 +87,7 @@ impl<S: Source> Reader<S> {
             }
         }
         let index = directory.tensors.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
-        let predicted_inputs: HashSet<String> = directory
-            .tensors
-            .iter()
-            .flat_map(|t| &t.chunks)
-            .filter(|c| c.codec == CodecTag::DeltaPredicted)
-            .filter_map(|c| Prediction::parse(&c.params).ok())
+        let predicted_inputs: HashSet<String> = predictions(&directory)
             .flat_map(|p| p.inputs().into_iter().map(str::to_owned).collect::<Vec<_>>())
             .collect();
         Ok(Reader {
@@ -120,15 +115,16 @@ impl<S: Source> Reader<S> {
         }
         // In a chain the base's chunks that this file's predictions read are read again by the
         // file above it as the base tensors themselves: kept, not decoded once per reader.
-        let predictions: Vec<Prediction> = (self.directory.tensors.iter().flat_map(|t| &t.chunks))
-            .filter(|c| c.codec == CodecTag::DeltaPredicted)
-            .filter_map(|c| Prediction::parse(&c.params).ok())
-            .collect();
-        let mut names: Vec<&str> = predictions.iter().flat_map(|p| p.base_inputs()).collect();
-        names.sort_unstable();
-        names.dedup();
-        base.keep_decoded(&names);
+        let predictions: Vec<Prediction> = predictions(&self.directory).collect();
+        base.keep_decoded(&predictions.iter().flat_map(Prediction::base_inputs).collect::<Vec<_>>());
         self.base = Some(base);
         Ok(self)
     }
+}
+
+/// The predictions of a file's `delta-predicted` chunks (spec §6.8), as validated at open (R30).
+fn predictions(directory: &Directory) -> impl Iterator<Item = Prediction> + '_ {
+    (directory.tensors.iter().flat_map(|t| &t.chunks))
+        .filter(|c| c.codec == CodecTag::DeltaPredicted)
+        .filter_map(|c| Prediction::parse(&c.params).ok())
 }

@@ -20,7 +20,7 @@ use tpde_codec::Encoder;
 use tpde_conformance::{Case, Expect, ExpectedFile, ExpectedMetadata, ExpectedTensor, Manifest, SCHEMA};
 use tpde_format::digest::{content_digest, tensor_digest, DigestInput};
 use tpde_format::files::{FileEntry, KEY_FILES};
-use tpde_format::{BaseRef, DType, MetadataValue, Prediction};
+use tpde_format::{BaseRef, DType, MetadataValue, Operand, Prediction};
 use tpde_write::{PredictInput, TensorInput, WriteOptions, Writer};
 
 /// The spec version the corpus is generated for.
@@ -185,14 +185,12 @@ impl Gen {
             let this = |name: &str| &spec.tensors.iter().find(|t| t.name == name).expect("named tensor").data;
             let r = if let (true, Some(p)) = (t.delta, &t.predict) {
                 let b = base_of(&t.name);
-                let names = p.names();
-                let (exp_avg, other) = match p {
-                    Prediction::AdamSecondMoment { .. } | Prediction::AdamSecondMomentReverse { .. } => {
-                        (this(names[0]), &base_of(names[0]).data)
-                    }
-                    Prediction::AdamParameter { .. } => (this(names[0]), this(names[1])),
-                    Prediction::AdamParameterReverse { .. } => (&base_of(names[0]).data, &base_of(names[1]).data),
+                let operand = |(name, at): (&str, Operand)| match at {
+                    Operand::File => this(name),
+                    Operand::Base => &base_of(name).data,
                 };
+                let [first, second] = p.operands();
+                let (exp_avg, other) = (operand(first), operand(second));
                 let predict = Some(PredictInput { prediction: p, exp_avg, other });
                 let base = Some((&b.data[..], tensor_digest(&b.data)));
                 let input =

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 use tpde_codec::predicted::Inputs;
-use tpde_format::{DType, Prediction};
+use tpde_format::{DType, Operand, Prediction};
 use tpde_read::Base;
 
 use crate::Error;
@@ -36,36 +36,28 @@ pub fn choose_prediction<'a>(
 ) -> Result<Option<Chosen<'a>>, Error> {
     let n = data.len().min(PREDICTION_SAMPLE * 4);
     let same = |name: &str| file.get(name).copied().filter(|t| t.len() == data.len());
-    // The first bytes of a tensor of the base, if it is f32 of the tensor's length: a sample
-    // read through the base's ranges, so that a wrong guess does not decode a whole tensor.
-    let base_sample = |name: &str| -> Result<Option<Vec<u8>>, Error> {
-        match base_ck.tensor_info(name)? {
-            Some((DType::F32, shape)) if shape.iter().product::<u64>() * 4 == data.len() as u64 => {
-                let mut out = vec![0u8; n];
-                base_ck.read_range_into(name, 0..n as u64, &mut out)?;
-                Ok(Some(out))
-            }
-            _ => Ok(None),
-        }
+    // An operand's first `n` bytes, if it is an f32 tensor of the tensor's length; the base's is
+    // read through its ranges, so that a wrong guess does not decode a whole tensor.
+    let sample = |(name, at): (&str, Operand)| -> Result<Option<Cow<'_, [u8]>>, Error> {
+        Ok(match at {
+            Operand::File => same(name).map(|t| Cow::Borrowed(&t[..n])),
+            Operand::Base => match base_ck.tensor_info(name)? {
+                Some((DType::F32, shape)) if shape.iter().product::<u64>() * 4 == data.len() as u64 => {
+                    let mut out = vec![0u8; n];
+                    base_ck.read_range_into(name, 0..n as u64, &mut out)?;
+                    Some(Cow::Owned(out))
+                }
+                _ => None,
+            },
+        })
     };
     let mut best: Option<(usize, &Prediction)> = None;
     for p in candidates {
-        let names = p.names();
-        let sample = |name: &str| same(name).map(|t| t[..n].to_vec());
-        let inputs = match p {
-            Prediction::AdamSecondMoment { .. } | Prediction::AdamSecondMomentReverse { .. } => {
-                sample(names[0]).zip(base_sample(names[0])?)
-            }
-            Prediction::AdamParameter { .. } => sample(names[0]).zip(sample(names[1])),
-            Prediction::AdamParameterReverse { .. } => base_sample(names[0])?.zip(base_sample(names[1])?),
-        };
-        let Some((exp_avg, other)) = inputs else { continue };
+        let [first, second] = p.operands();
+        let (Some(exp_avg), Some(other)) = (sample(first)?, sample(second)?) else { continue };
+        let (exp_avg, other) = (&exp_avg[..], &other[..]);
         let mut predicted = vec![0u8; n];
-        tpde_codec::predicted::predict(
-            p,
-            Inputs { base: &base[..n], exp_avg: &exp_avg, other: &other },
-            &mut predicted,
-        );
+        tpde_codec::predicted::predict(p, Inputs { base: &base[..n], exp_avg, other }, &mut predicted);
         let hits = predicted.chunks_exact(4).zip(data.chunks_exact(4)).filter(|(a, b)| a == b).count();
         if hits * 10 >= (n / 4) * 9 {
             best = Some((hits, p));
@@ -77,16 +69,13 @@ pub fn choose_prediction<'a>(
     }
     let Some((_, p)) = best.filter(|(hits, _)| hits * 50 >= n / 4 && *hits > 0) else { return Ok(None) };
     // The chosen one's inputs, whole.
-    let whole = |name: &str| -> Result<Cow<'a, [u8]>, Error> { Ok(Cow::Borrowed(same(name).expect("sampled above"))) };
-    let from_base =
-        |name: &str| -> Result<Cow<'a, [u8]>, Error> { Ok(base_ck.tensor(name)?.expect("sampled above").data) };
-    let names = p.names();
-    let (exp_avg, other) = match p {
-        Prediction::AdamSecondMoment { .. } | Prediction::AdamSecondMomentReverse { .. } => {
-            (whole(names[0])?, from_base(names[0])?)
-        }
-        Prediction::AdamParameter { .. } => (whole(names[0])?, whole(names[1])?),
-        Prediction::AdamParameterReverse { .. } => (from_base(names[0])?, from_base(names[1])?),
+    let whole = |(name, at): (&str, Operand)| -> Result<Cow<'a, [u8]>, Error> {
+        Ok(match at {
+            Operand::File => Cow::Borrowed(same(name).expect("sampled above")),
+            Operand::Base => base_ck.tensor(name)?.expect("sampled above").data,
+        })
     };
+    let [first, second] = p.operands();
+    let (exp_avg, other) = (whole(first)?, whole(second)?);
     Ok(Some(Chosen { prediction: p.clone(), exp_avg, other }))
 }

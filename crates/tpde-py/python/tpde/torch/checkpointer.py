@@ -77,8 +77,7 @@ import torch
 
 from .. import _dtypes, _tpde
 from .._errors import error
-from . import _distributed, _prune, _rewrite, _writer_lock
-from . import _adam
+from . import _adam, _distributed, _prune, _rewrite, _writer_lock
 from ._adam import _adam_predictions, _learning_rates
 from ._state import SCHEMA, SCHEMA_DCP, _Flattener, load_state
 
