@@ -6,6 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
+# CI builds once from a clean tree: incremental caches would only take disk (the run shares a
+# disk whose free space varies from tens of GB to a few hundred MB).
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 
 step() { printf '\n== %s\n' "$*"; }
 
@@ -44,6 +47,8 @@ cargo test --workspace --locked "${features[@]}"
 # (Its dependencies keep the features the workspace build gave them, so only the facade builds
 # again: without them, half the workspace did, about a minute.)
 cargo test --locked -q -p tpde --lib "${features[@]}" --features tpde-format/surgery
+# Nothing after this point uses the debug build: give its disk back before the release builds.
+rm -rf target/debug
 
 step "conformance corpus, as another implementation would run it"
 cargo run --release --locked --bin tpde -- conformance conformance --quiet
