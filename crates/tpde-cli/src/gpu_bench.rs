@@ -55,7 +55,15 @@ fn pack(st: &SafetensorsFile, base: Option<&SafetensorsFile>, encoder: Encoder) 
         Some(b) => Some(tpde::format::BaseRef { digest: b.content_digest()?, path_hint: String::new() }),
         None => None,
     };
-    let opts = WriteOptions { encoder, chunk_bytes: DEFAULT_CHUNK_BYTES, base: base_ref, ..WriteOptions::default() };
+    // As `tpde pack` writes them: `auto` in a 1.10 file, with rANS blocks (spec §6.2.6).
+    let min_minor_version = if encoder == Encoder::Auto { tpde::codec::planes::BLOCKS_SINCE_MINOR } else { 0 };
+    let opts = WriteOptions {
+        encoder,
+        chunk_bytes: DEFAULT_CHUNK_BYTES,
+        base: base_ref,
+        min_minor_version,
+        ..WriteOptions::default()
+    };
     let mut w = Writer::new(Vec::new(), opts)?;
     for (name, dtype, shape, data) in st.tensors() {
         let bt = base.and_then(|b| b.tensors().find(|t| t.0 == name)).filter(|t| t.1 == dtype && t.2 == shape);

@@ -6,7 +6,7 @@
 
 use tpde_format::{CodecTag, DType};
 
-use crate::planes::{self, with_word, PlaneForm};
+use crate::planes::{self, with_word, PlaneForm, Records};
 use crate::positions::PositionCoder;
 use crate::{no_params, ChunkCodec, ChunkContext, CodecError};
 
@@ -17,6 +17,30 @@ const SPARSE_HEADER: usize = 8;
 /// `planes`, `planes-lanes` and `planes-context`: the keyframe codec.
 #[derive(Clone, Copy, Debug)]
 pub struct Planes(pub PlaneForm);
+
+impl Planes {
+    /// [`ChunkCodec::encode`], with the newer plane records `records` allowed.
+    pub fn encode_planes(
+        &self,
+        ctx: ChunkContext,
+        input: &[u8],
+        records: Records,
+        out: &mut Vec<u8>,
+    ) -> Result<Vec<u8>, CodecError> {
+        let w = width(ctx.dtype);
+        // A chunk of a keyframe file, or a delta file's chunk coded as a keyframe.
+        let encode = if ctx.base.is_none() { planes::encode_keyframe } else { planes::encode };
+        if !planes::rotates(ctx.dtype) {
+            encode(input, w, self.0, records, out);
+            return Ok(Vec::new());
+        }
+        ELEMENTS.with_borrow_mut(|elements| {
+            planes::rotated_into(input, w, elements);
+            encode(elements, w, self.0, records, out);
+        });
+        Ok(Vec::new())
+    }
+}
 
 impl ChunkCodec for Planes {
     fn tag(&self) -> CodecTag {
@@ -29,18 +53,7 @@ impl ChunkCodec for Planes {
     }
 
     fn encode(&self, ctx: ChunkContext, input: &[u8], out: &mut Vec<u8>) -> Result<Vec<u8>, CodecError> {
-        let w = width(ctx.dtype);
-        // A chunk of a keyframe file, or a delta file's chunk coded as a keyframe.
-        let encode = if ctx.base.is_none() { planes::encode_keyframe } else { planes::encode };
-        if !planes::rotates(ctx.dtype) {
-            encode(input, w, self.0, out);
-            return Ok(Vec::new());
-        }
-        ELEMENTS.with_borrow_mut(|elements| {
-            planes::rotated_into(input, w, elements);
-            encode(elements, w, self.0, out);
-        });
-        Ok(Vec::new())
+        self.encode_planes(ctx, input, Records::FIRST, out)
     }
 
     fn check_lengths(&self, stored: u64, decoded: u64) -> Result<(), CodecError> {
@@ -132,13 +145,13 @@ impl Dense {
 }
 
 impl Dense {
-    /// [`ChunkCodec::encode`], with sparse plane records (spec §6.2.5, format 1.8) allowed in
-    /// the base-context form where they are smaller.
+    /// [`ChunkCodec::encode`], with the newer plane records `records` allowed: sparse ones
+    /// (spec §6.2.5) in the base-context form where they are smaller, blocks (§6.2.6).
     pub fn encode_planes(
         &self,
         ctx: ChunkContext,
         input: &[u8],
-        sparse: bool,
+        records: Records,
         out: &mut Vec<u8>,
     ) -> Result<Vec<u8>, CodecError> {
         let base = base_for(self.tag(), ctx, input.len())?;
@@ -147,10 +160,10 @@ impl Dense {
             if self.1 == PlaneForm::BaseContexts {
                 CONTEXTS.with_borrow_mut(|contexts| {
                     planes::base_contexts(ctx.dtype, base, contexts);
-                    planes::encode_against_base(d, width(ctx.dtype), contexts, sparse, out);
+                    planes::encode_against_base(d, width(ctx.dtype), contexts, records, out);
                 });
             } else {
-                planes::encode(d, width(ctx.dtype), self.1, out);
+                planes::encode(d, width(ctx.dtype), self.1, records, out);
             }
         });
         Ok(Vec::new())
@@ -171,7 +184,7 @@ impl ChunkCodec for Dense {
     }
 
     fn encode(&self, ctx: ChunkContext, input: &[u8], out: &mut Vec<u8>) -> Result<Vec<u8>, CodecError> {
-        self.encode_planes(ctx, input, false, out)
+        self.encode_planes(ctx, input, Records::FIRST, out)
     }
 
     fn check_lengths(&self, _stored: u64, _decoded: u64) -> Result<(), CodecError> {
@@ -273,7 +286,7 @@ impl Sparse {
         self.0.encode(positions, out);
         let len = (out.len() - at - 4) as u32;
         out[at..at + 4].copy_from_slice(&len.to_le_bytes());
-        planes::encode(&values, w, self.1, out);
+        planes::encode(&values, w, self.1, Records::FIRST, out);
     }
 }
 

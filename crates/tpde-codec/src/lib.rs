@@ -22,7 +22,7 @@ mod zstd_codec;
 use tpde_format::{CodecTag, DType, ErrorKind};
 
 pub use float::{trailing, Dense, DenseOp, Planes, Sparse, SparseLayout};
-pub use planes::PlaneForm;
+pub use planes::{PlaneForm, Records};
 pub use positions::PositionCoder;
 pub use predicted::Predicted;
 pub use raw::Raw;
@@ -210,7 +210,7 @@ impl Encoder {
         minor: u16,
         out: &mut Vec<u8>,
     ) -> Result<(CodecTag, Vec<u8>), CodecError> {
-        let sparse = minor >= planes::SPARSE_PLANES_SINCE_MINOR;
+        let records = planes::Records::of(minor);
         let tag = match self {
             Encoder::Raw => CodecTag::Raw,
             Encoder::Zstd { level } => return Ok((CodecTag::Zstd, Zstd { level }.encode(ctx, input, out)?)),
@@ -219,8 +219,8 @@ impl Encoder {
                 _ => CodecTag::PlanesLanes,
             },
             Encoder::Codec(tag) => tag,
-            Encoder::Auto => return select::encode_best(ctx, input, PlaneForm::Lanes, sparse, out),
-            Encoder::AutoSerial => return select::encode_best(ctx, input, PlaneForm::Serial, false, out),
+            Encoder::Auto => return select::encode_best(ctx, input, PlaneForm::Lanes, records, out),
+            Encoder::AutoSerial => return select::encode_best(ctx, input, PlaneForm::Serial, Records::FIRST, out),
         };
         Ok((tag, decoder(tag).encode(ctx, input, out)?))
     }

@@ -10,17 +10,19 @@
 //! plane   u8 mode: 0 stored (n bytes follow) | 1 rANS (table, stream) | 2 rANS lanes (table,
 //!         lanes) | 3 rANS lanes with contexts (map, tables, lanes) | 4 rANS lanes with base
 //!         contexts (map, tables, lanes); see rans.rs | 5 sparse (a fill byte, the positions
-//!         that differ from it, a mode 0 or 2 record of their bytes; since 1.8). The serial tags
-//!         use modes 0 and 1, the lane tags 0 and 2, `planes-context` 0, 2 and 3,
-//!         `delta-xor-context` and `delta-sub-context` 0, 2, 4 and 5, `delta-predicted` 0, 2
-//!         and 4.
+//!         that differ from it, a mode 0 or 2 record of their bytes; since 1.8) | 6 rANS
+//!         blocks (table, blocks; since 1.10). The serial tags use modes 0 and 1, the lane tags
+//!         0, 2 and 6, `planes-context` 0, 2, 3 and 6, `delta-xor-context`, `delta-sub-context`
+//!         and `delta-predicted` 0, 2, 4, 5 and 6.
 //! ```
 //!
 //! Each record has its module: [`stored`] (mode 0), [`lanes`] (modes 1 and 2, one table),
-//! [`contexts`] (modes 3 and 4, tables chosen by context) and [`sparse`] (mode 5); this one
+//! [`contexts`] (modes 3 and 4, tables chosen by context), [`sparse`] (mode 5) and [`blocks`]
+//! (mode 6); this one
 //! splits and merges the planes and dispatches by mode, and [`estimate`] holds what the writer
 //! chooses records by.
 
+mod blocks;
 mod contexts;
 mod estimate;
 mod lanes;
@@ -31,13 +33,14 @@ use std::ops::Range;
 
 use tpde_format::CodecTag;
 
+pub use blocks::BLOCKS_SINCE_MINOR;
 pub use contexts::{base_contexts, BaseElements};
 pub use estimate::{estimate, histograms, sampled_histograms};
 pub use sparse::{SparsePlane, SPARSE_PLANES_SINCE_MINOR};
 
 use estimate::coded_bytes;
 
-use crate::rans::{self, Contexts, LaneLayout, Table};
+use crate::rans::{self, BlockLayout, Contexts, LaneLayout, Table};
 #[cfg(test)]
 use crate::shuffle::split;
 pub(crate) use crate::shuffle::with_word;
@@ -51,6 +54,27 @@ const RANS_LANES: u8 = 2;
 const RANS_CONTEXTS: u8 = 3;
 const RANS_BASE_CONTEXTS: u8 = 4;
 const SPARSE: u8 = 5;
+const RANS_BLOCKS: u8 = 6;
+
+/// The plane records a writer may use beyond those its codec tag had from the start: each came
+/// with a minor version (spec §11), so a file may hold it only if it declares that version.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Records {
+    /// Mode 5, sparse (since 1.8), where a tag allows it.
+    pub sparse: bool,
+    /// Mode 6, rANS blocks (since 1.10), for order-0 planes in lane form.
+    pub blocks: bool,
+}
+
+impl Records {
+    /// Only the records every version of the tag allows.
+    pub const FIRST: Records = Records { sparse: false, blocks: false };
+
+    /// The records a file that declares minor version `minor` may hold.
+    pub fn of(minor: u16) -> Records {
+        Records { sparse: minor >= SPARSE_PLANES_SINCE_MINOR, blocks: minor >= BLOCKS_SINCE_MINOR }
+    }
+}
 
 /// How a codec's rANS planes are laid out: one serial stream (spec §6.2.2) or independent lanes
 /// (§6.2.3) that a GPU decodes in parallel.
@@ -117,6 +141,8 @@ pub enum PlaneRecord {
     /// Mode 5: a fill byte, the positions where the plane differs from it and a mode 0 or 2
     /// record of the bytes there.
     Sparse(SparsePlane),
+    /// Mode 6: a table and rANS blocks.
+    Blocks(Table, BlockLayout),
 }
 
 thread_local! {
@@ -128,21 +154,22 @@ thread_local! {
 /// Appends the planes of `elements` (already transformed), `w` bytes each, in `form`: each
 /// plane rANS-coded with a table of its own, or stored when rANS would shrink it by under 2%
 /// (not worth its decode time).
-pub fn encode(elements: &[u8], w: usize, form: PlaneForm, out: &mut Vec<u8>) {
-    encode_with(elements, w, form, None, false, contexts::CONTEXT_GAIN, out);
+/// `records`: the newer records the file may hold.
+pub fn encode(elements: &[u8], w: usize, form: PlaneForm, records: Records, out: &mut Vec<u8>) {
+    encode_with(elements, w, form, None, records, contexts::CONTEXT_GAIN, out);
 }
 
 /// [`encode`] for a keyframe file's chunk: neighbour contexts only where they save more, since
 /// a keyframe is what a resume reads.
-pub fn encode_keyframe(elements: &[u8], w: usize, form: PlaneForm, out: &mut Vec<u8>) {
+pub fn encode_keyframe(elements: &[u8], w: usize, form: PlaneForm, records: Records, out: &mut Vec<u8>) {
     let gain = if w >= 4 { contexts::WIDE_KEYFRAME_CONTEXT_GAIN } else { contexts::CONTEXT_GAIN };
-    encode_with(elements, w, form, None, false, gain, out);
+    encode_with(elements, w, form, None, records, gain, out);
 }
 
 /// [`encode`] in [`PlaneForm::BaseContexts`], the elements' base contexts given; with
-/// `sparse`, a plane almost all one byte may take a sparse record (spec §6.2.5, format 1.8).
-pub fn encode_against_base(elements: &[u8], w: usize, contexts: &[u8], sparse: bool, out: &mut Vec<u8>) {
-    encode_with(elements, w, PlaneForm::BaseContexts, Some(contexts), sparse, contexts::CONTEXT_GAIN, out);
+/// `records.sparse`, a plane almost all one byte may take a sparse record (spec §6.2.5).
+pub fn encode_against_base(elements: &[u8], w: usize, contexts: &[u8], records: Records, out: &mut Vec<u8>) {
+    encode_with(elements, w, PlaneForm::BaseContexts, Some(contexts), records, contexts::CONTEXT_GAIN, out);
 }
 
 fn encode_with(
@@ -150,7 +177,7 @@ fn encode_with(
     w: usize,
     form: PlaneForm,
     contexts: Option<&[u8]>,
-    sparse: bool,
+    records: Records,
     gain: f64,
     out: &mut Vec<u8>,
 ) {
@@ -160,7 +187,7 @@ fn encode_with(
     let sampled = (n >= estimate::SAMPLE_FROM).then(|| sampled_histograms(n, w, |r| &elements[r]));
     SCRATCH.with_borrow_mut(|planes| {
         split_into(elements, w, planes);
-        encode_planes(planes, n, w, sampled.as_deref(), form, contexts, sparse, gain, out)
+        encode_planes(planes, n, w, sampled.as_deref(), form, contexts, records, gain, out)
     })
 }
 
@@ -172,7 +199,7 @@ fn encode_planes(
     sampled: Option<&[[u64; 256]]>,
     form: PlaneForm,
     contexts: Option<&[u8]>,
-    sparse: bool,
+    records: Records,
     gain: f64,
     out: &mut Vec<u8>,
 ) {
@@ -196,9 +223,18 @@ fn encode_planes(
                     _ => false,
                 };
                 if !written {
-                    table.write_record(form, plane, out);
+                    // Order 0: blocks in a keyframe's chunk, in a delta's where no larger.
+                    let blocks = records.blocks && form != PlaneForm::Serial && blocks::worth_it(n);
+                    match (blocks, form) {
+                        (true, PlaneForm::Contexts) => blocks::write(&table, plane, out),
+                        (true, _) => {
+                            table.write_record(form, plane, out);
+                            blocks::replace_lanes_if_no_larger(&table, plane, start, out);
+                        }
+                        (false, _) => table.write_record(form, plane, out),
+                    }
                 }
-                if sparse {
+                if records.sparse && form == PlaneForm::BaseContexts {
                     sparse::write_sparse_if_smaller(plane, &hist, start, out);
                 }
                 continue;
@@ -254,6 +290,11 @@ pub fn parse(
                 let (model, layout) = contexts::parse(stored, at, n).map_err(&corrupt)?;
                 at = layout.bytes.end;
                 PlaneRecord::BaseContexts(model, layout)
+            }
+            (RANS_BLOCKS, PlaneForm::Lanes | PlaneForm::Contexts | PlaneForm::BaseContexts) => {
+                let (table, layout) = blocks::parse(stored, at, n).map_err(&corrupt)?;
+                at = layout.words.end;
+                PlaneRecord::Blocks(table, layout)
             }
             (SPARSE, PlaneForm::BaseContexts) => {
                 let (sparse, end) =
@@ -324,6 +365,7 @@ fn decode_with(
             PlaneRecord::Lanes(table, layout) => rans::decode_lanes(table, stored, layout, plane),
             PlaneRecord::Contexts(model, layout) => model.decode_lanes(stored, layout, plane),
             PlaneRecord::Sparse(record) => sparse::decode(record, stored, plane),
+            PlaneRecord::Blocks(table, layout) => rans::decode_blocks(table, stored, layout, plane),
             PlaneRecord::BaseContexts(model, layout) => {
                 let base = base.ok_or_else(|| corrupt("a base-context record without a base".into()))?;
                 contexts::decode_given(model, stored, layout, base, &mut indexed, plane)

@@ -10,7 +10,7 @@
 use tpde_format::{CodecTag, DType, Prediction};
 
 use crate::float::{trailing, Dense, DenseOp};
-use crate::planes::{self, PlaneForm};
+use crate::planes::{self, PlaneForm, Records};
 use crate::{ChunkCodec, ChunkContext, CodecError};
 
 /// The prediction of a NaN (spec §6.8): the canonical quiet NaN.
@@ -90,17 +90,17 @@ pub struct Predicted;
 
 impl Predicted {
     /// Appends the stored form of `input` coded against `prediction` to `out`; the chunk's
-    /// params are `p.to_bytes()`. With `sparse` (a file of 1.9 or later,
-    /// [`SPARSE_IN_PREDICTED_SINCE_MINOR`]) a plane almost all one byte may be a sparse record.
+    /// params are `p.to_bytes()`. `records`: the newer plane records the file may hold (sparse
+    /// ones from 1.9 here, [`SPARSE_IN_PREDICTED_SINCE_MINOR`]; blocks from 1.10).
     pub fn encode_against(
         dtype: DType,
         prediction: &[u8],
         input: &[u8],
-        sparse: bool,
+        records: Records,
         out: &mut Vec<u8>,
     ) -> Result<(), CodecError> {
         let ctx = ChunkContext { dtype, base: Some(prediction) };
-        Dense(DenseOp::Sub, PlaneForm::BaseContexts).encode_planes(ctx, input, sparse, out)?;
+        Dense(DenseOp::Sub, PlaneForm::BaseContexts).encode_planes(ctx, input, records, out)?;
         Ok(())
     }
 }
@@ -173,7 +173,8 @@ mod tests {
         // A chunk coded against its prediction decodes back to the chunk.
         let cur = bytes(&[4.1e-8f32, 1e-11, 3.0, 1e-40]);
         let mut stored = Vec::new();
-        Predicted::encode_against(DType::F32, &out, &cur, true, &mut stored).unwrap();
+        Predicted::encode_against(DType::F32, &out, &cur, Records { sparse: true, blocks: false }, &mut stored)
+            .unwrap();
         let mut back = vec![0; 16];
         let ctx = ChunkContext { dtype: DType::F32, base: Some(&out) };
         Predicted.decode(ctx, &v.to_bytes(), &stored, &mut back).unwrap();

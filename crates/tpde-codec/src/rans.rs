@@ -18,6 +18,7 @@
 
 use crate::CodecError;
 
+pub mod blocks;
 pub mod context;
 mod lanes;
 mod serial;
@@ -26,6 +27,9 @@ mod simd;
 mod symbol;
 mod table;
 
+pub use blocks::{
+    block_count, decode_blocks, decode_blocks_with, encode_blocks, BlockLayout, BlockLoop, BLOCK_STATES, BLOCK_SYMBOLS,
+};
 pub use context::Contexts;
 pub use lanes::{decode_lanes, encode_lanes, lane_count, lane_loop, LaneLayout};
 pub use serial::{decode, encode};

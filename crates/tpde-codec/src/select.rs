@@ -5,7 +5,7 @@
 use tpde_format::CodecTag;
 
 use crate::float::{width, Dense, DenseOp, Planes, Sparse};
-use crate::planes::{self, PlaneForm};
+use crate::planes::{self, PlaneForm, Records};
 use crate::positions::PositionCoder;
 use crate::{ChunkCodec, ChunkContext, CodecError};
 
@@ -86,17 +86,17 @@ fn estimate_all(ctx: ChunkContext, input: &[u8], base: &[u8], form: PlaneForm) -
 }
 
 /// Encodes the chunk in its smallest estimated form.
-/// `sparse`: the dense deltas' planes may take sparse records (spec §6.2.5, format 1.8).
+/// `records`: the newer plane records the file may hold (sparse ones in dense deltas, blocks).
 pub fn encode_best(
     ctx: ChunkContext,
     input: &[u8],
     form: PlaneForm,
-    sparse: bool,
+    records: Records,
     out: &mut Vec<u8>,
 ) -> Result<(CodecTag, Vec<u8>), CodecError> {
     let keyframe = Planes(form.keyframe());
     let Some(base) = ctx.base.filter(|b| b.len() == input.len()) else {
-        return Ok((keyframe.tag(), keyframe.encode(ctx, input, out)?));
+        return Ok((keyframe.tag(), keyframe.encode_planes(ctx, input, records, out)?));
     };
     let est = estimate_all(ctx, input, base, form);
     let best = est.choices[0].tag;
@@ -107,8 +107,11 @@ pub fn encode_best(
     }
     for op in [DenseOp::Xor, DenseOp::Sub] {
         if best == Dense(op, form.dense()).tag() {
-            return Ok((best, Dense(op, form.dense()).encode_planes(ctx, input, sparse, out)?));
+            return Ok((best, Dense(op, form.dense()).encode_planes(ctx, input, records, out)?));
         }
+    }
+    if best == keyframe.tag() {
+        return Ok((best, keyframe.encode_planes(ctx, input, records, out)?));
     }
     Ok((best, crate::decoder(best).encode(ctx, input, out)?))
 }

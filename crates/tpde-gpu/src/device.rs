@@ -13,7 +13,7 @@ use wgpu::util::DeviceExt;
 
 use crate::error::GpuError;
 use crate::plan::{plan_chunk, Batch, Batcher, Limits, KERNEL_ERRORS};
-use crate::timing::{BatchQueries, KernelTimes};
+use crate::timing::{BatchQueries, KernelTimes, KERNELS};
 
 /// Threads per workgroup of the one-thread-per-item kernels (the shader's `WG`).
 const WG: u64 = 64;
@@ -66,6 +66,7 @@ impl DeviceTensor {
 struct Kernels {
     tables: wgpu::ComputePipeline,
     lanes: wgpu::ComputePipeline,
+    rans_blocks: wgpu::ComputePipeline,
     scan: wgpu::ComputePipeline,
     unpack: wgpu::ComputePipeline,
     finish: wgpu::ComputePipeline,
@@ -193,6 +194,7 @@ impl Gpu {
         let kernels = Kernels {
             tables: kernel("build_tables"),
             lanes: kernel("decode_lanes"),
+            rans_blocks: kernel("decode_blocks"),
             scan: kernel("scan_blocks"),
             unpack: kernel("unpack_blocks"),
             finish: kernel("finish"),
@@ -477,7 +479,7 @@ impl Gpu {
         })
     }
 
-    /// Uploads a batch and submits its six kernels.
+    /// Uploads a batch and submits its kernels.
     fn run(&self, batch: &Batch, out: &wgpu::Buffer, base: Option<&wgpu::Buffer>) -> Submitted {
         let d = &self.device;
         let init = |label: &str, contents: &[u8]| {
@@ -523,9 +525,10 @@ impl Gpu {
         enc.clear_buffer(&err, 0, None);
         // One pass per kernel: each reads what the one before wrote.
         let k = &self.kernels;
-        let steps: [(&wgpu::ComputePipeline, [u32; 3]); 6] = [
+        let steps: [(&wgpu::ComputePipeline, [u32; 3]); KERNELS.len()] = [
             (&k.tables, [batch.tables, 16, 1]),
             (&k.lanes, groups(batch.lanes)),
+            (&k.rans_blocks, workgroups(batch.rans_blocks)),
             (&k.scan, [batch.packed, 1, 1]),
             (&k.unpack, groups(batch.blocks)),
             (&k.finish, groups(batch.words)),
@@ -638,7 +641,13 @@ fn window_binding<'a>(buffer: &'a wgpu::Buffer, window: &std::ops::Range<u64>) -
 
 /// Workgroups for one thread per item, spread over two dimensions past 65 535.
 fn groups(items: u32) -> [u32; 3] {
-    let n = u64::from(items).div_ceil(WG);
+    workgroups(items.div_ceil(WG as u32))
+}
+
+/// A dispatch of `n` workgroups, as `x · y` with x ≤ 65 535 (the kernels find theirs as
+/// `wg.y · nwg.x + wg.x` and skip those past `n`).
+fn workgroups(n: u32) -> [u32; 3] {
+    let n = u64::from(n);
     let x = n.min(65_535);
     let y = if x == 0 { 0 } else { n.div_ceil(x) };
     [x as u32, y as u32, 1]

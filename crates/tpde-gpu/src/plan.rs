@@ -2,7 +2,7 @@
 //! jobs for the kernels of `shaders/decode.wgsl`. Another backend (CUDA, say) would run the same
 //! batches with its own kernels; nothing here depends on wgpu.
 //!
-//! Per chunk, what decodes in parallel (spec §6.7) is left to the device: rANS lanes, packed
+//! Per chunk, what decodes in parallel (spec §6.7) is left to the device: rANS lanes and blocks, packed
 //! position blocks, the plane merge and inverse transforms, the sparse XOR. What does not is done
 //! here, on the CPU: `zstd`, serial rANS planes (§6.2.2) and the variable-length position coders;
 //! their output is uploaded in place of the stored bytes, and the device finishes the chunk.
@@ -11,7 +11,7 @@ use std::ops::Range;
 
 use tpde_codec::planes::{self, PlaneRecord, SparsePlane};
 use tpde_codec::positions::PACKED_BLOCK;
-use tpde_codec::rans::{self, LaneLayout, Table};
+use tpde_codec::rans::{self, BlockLayout, LaneLayout, Table};
 use tpde_codec::{ChunkContext, CodecError, PositionCoder, SparseLayout};
 use tpde_format::{ChunkEntry, CodecTag, DType};
 
@@ -28,7 +28,8 @@ const PACKED_REC: usize = 8;
 const FINISH_REC: usize = 16;
 const SPARSE_REC: usize = 16;
 const PLANE_REC: usize = 4;
-const HEADER: usize = 19;
+const RANS_BLOCK_REC: usize = 8;
+const HEADER: usize = 23;
 
 /// A lane job with one table, or whose contexts are not the base's (the kernel's `NO_MAP`).
 const NO_MAP: u32 = u32::MAX;
@@ -49,7 +50,7 @@ pub struct Limits {
 }
 
 /// The messages of the kernels' error codes (`E_*`), index = code − 1.
-pub const KERNEL_ERRORS: [&str; 9] = [
+pub const KERNEL_ERRORS: [&str; 11] = [
     "a rANS lane ends before its symbols do",
     "a rANS lane does not end where its symbols do",
     "a packed block's bit width is over 32, or 0 for a block of several positions",
@@ -59,6 +60,8 @@ pub const KERNEL_ERRORS: [&str; 9] = [
     "a packed block's padding bits are not zero",
     "a packed block does not start after the previous block's last position",
     "an element listed as changed has a delta of 0",
+    "a rANS block runs out of words before its symbols end",
+    "a rANS block does not end where its symbols do (words left over, or a state not back at 2^16)",
 ];
 
 /// Where a plane's (or the positions') bytes are, relative to the chunk's own upload or scratch.
@@ -98,6 +101,18 @@ struct LaneJob {
     out_word: u64,
 }
 
+/// A block-form plane (spec §6.2.6): one workgroup per block.
+#[derive(Debug)]
+struct RansBlockJob {
+    table: usize,
+    n: u32,
+    blocks: u32,
+    ends: u64,
+    states: u64,
+    words: u64,
+    out_word: u64,
+}
+
 #[derive(Debug)]
 struct PackedJob {
     at: u64,
@@ -126,6 +141,7 @@ pub struct ChunkWork {
     scratch_words: u64,
     tables: Vec<[u32; 256]>,
     lanes: Vec<LaneJob>,
+    rans_blocks: Vec<RansBlockJob>,
     packed: Option<PackedJob>,
     mode: u32,
     planes: [Src; 8],
@@ -187,6 +203,7 @@ impl ChunkWork {
                     Src::Blob(self.append_blob(&plane))
                 }
                 PlaneRecord::Lanes(table, layout) => self.lane_job(&[table], None, false, &layout, stored_at, n),
+                PlaneRecord::Blocks(table, layout) => self.rans_block_job(&table, &layout, stored_at, n),
                 PlaneRecord::Sparse(sparse) => self.sparse_plane(tag, stored, &sparse, n)?,
                 PlaneRecord::Contexts(model, layout) => {
                     let map = self.append_blob(model.map());
@@ -252,6 +269,25 @@ impl ChunkWork {
     }
 }
 
+impl ChunkWork {
+    /// Queues the blocks of one block-form plane record for the device; returns where its
+    /// decoded plane will be.
+    fn rans_block_job(&mut self, table: &Table, layout: &BlockLayout, stored_at: u64, n: usize) -> Src {
+        self.tables.push(table_entries(table));
+        let out_word = self.alloc_scratch(n.div_ceil(4) as u64);
+        self.rans_blocks.push(RansBlockJob {
+            table: self.tables.len() - 1,
+            n: n as u32,
+            blocks: layout.blocks,
+            ends: stored_at + layout.ends as u64,
+            states: stored_at + layout.states as u64,
+            words: stored_at + layout.words.start as u64,
+            out_word,
+        });
+        Src::Scratch(out_word * 4)
+    }
+}
+
 /// `start << 16 | freq` per symbol, what `build_tables` expands into the slot table.
 fn table_entries(table: &Table) -> [u32; 256] {
     let starts = table.starts();
@@ -281,6 +317,7 @@ pub fn plan_chunk(
         scratch_words: 0,
         tables: Vec::new(),
         lanes: Vec::new(),
+        rans_blocks: Vec::new(),
         packed: None,
         mode: M_COPY,
         planes: [Src::None; 8],
@@ -391,6 +428,8 @@ pub struct Batch {
     pub tables: u32,
     /// Lanes to decode.
     pub lanes: u32,
+    /// rANS blocks to decode (one `decode_blocks` workgroup each).
+    pub rans_blocks: u32,
     /// Packed-position chunks (one `scan_blocks` workgroup each).
     pub packed: u32,
     /// Packed-position blocks to unpack.
@@ -483,6 +522,7 @@ fn assemble(limits: &Limits, chunks: &[ChunkWork]) -> Batch {
     };
     let mut tables = Vec::new();
     let (mut lanes, mut packed, mut finish, mut sparse) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut rans_blocks, mut rans_block_prefix) = (Vec::new(), vec![0u32]);
     let (mut lane_prefix, mut block_prefix, mut word_prefix, mut changed_prefix) =
         (vec![0u32], vec![0u32], vec![0u32], vec![0u32]);
     for (ci, c) in chunks.iter().enumerate() {
@@ -513,6 +553,19 @@ fn assemble(limits: &Limits, chunks: &[ChunkWork]) -> Batch {
                 c.w | u32::from(c.float) << 8,
             ]);
             lane_prefix.push(lane_prefix.last().unwrap() + l.lanes);
+        }
+        for r in &c.rans_blocks {
+            rans_blocks.extend([
+                (table_at + r.table) as u32,
+                r.n,
+                r.blocks,
+                (blob_at + r.ends) as u32,
+                (blob_at + r.states) as u32,
+                (blob_at + r.words) as u32,
+                (scratch_at + r.out_word) as u32,
+                ci,
+            ]);
+            rans_block_prefix.push(rans_block_prefix.last().unwrap() + r.blocks);
         }
         if let Some(p) = &c.packed {
             packed.extend([
@@ -557,6 +610,7 @@ fn assemble(limits: &Limits, chunks: &[ChunkWork]) -> Batch {
     b.blob.extend_from_slice(&[0; 4]);
     b.tables = tables.len() as u32;
     b.lanes = *lane_prefix.last().unwrap();
+    b.rans_blocks = *rans_block_prefix.last().unwrap();
     b.packed = (packed.len() / PACKED_REC) as u32;
     b.blocks = *block_prefix.last().unwrap();
     b.words = *word_prefix.last().unwrap();
@@ -586,6 +640,10 @@ fn assemble(limits: &Limits, chunks: &[ChunkWork]) -> Batch {
     m[17] = b.changed;
     debug_assert_eq!(planes.len() / PLANE_REC, planes_at);
     put(m, 18, &planes);
+    m[19] = (rans_blocks.len() / RANS_BLOCK_REC) as u32;
+    put(m, 20, &rans_blocks);
+    put(m, 21, &rans_block_prefix);
+    m[22] = b.rans_blocks;
     b
 }
 

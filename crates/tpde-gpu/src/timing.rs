@@ -7,13 +7,14 @@
 use std::time::Duration;
 
 /// The kernels of `shaders/decode.wgsl`, in the order a batch runs them.
-pub const KERNELS: [&str; 6] = ["build_tables", "decode_lanes", "scan_blocks", "unpack_blocks", "finish", "scatter"];
+pub const KERNELS: [&str; 7] =
+    ["build_tables", "decode_lanes", "decode_blocks", "scan_blocks", "unpack_blocks", "finish", "scatter"];
 
 /// Device time per kernel, summed over the batches run since the last reset.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct KernelTimes {
     /// Per kernel of [`KERNELS`], in its order.
-    pub per_kernel: [Duration; 6],
+    pub per_kernel: [Duration; KERNELS.len()],
     /// Batches timed.
     pub batches: u64,
 }
@@ -33,7 +34,7 @@ pub(crate) struct BatchQueries {
     set: wgpu::QuerySet,
     resolved: wgpu::Buffer,
     read: wgpu::Buffer,
-    ran: [bool; 6],
+    ran: [bool; KERNELS.len()],
 }
 
 impl BatchQueries {
@@ -55,7 +56,7 @@ impl BatchQueries {
             set,
             resolved: buffer("timestamps", wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC),
             read: buffer("timestamps readback", wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST),
-            ran: [false; 6],
+            ran: [false; KERNELS.len()],
         }
     }
 

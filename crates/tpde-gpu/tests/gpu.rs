@@ -578,3 +578,64 @@ fn sparse_plane_records_decode_on_the_device() {
     let delta_on_device = gpu.load(&cpu_delta, Some(&on_device)).unwrap();
     assert_same(gpu, &delta_on_device, &cpu_delta, &b);
 }
+
+/// Block records (spec §6.2.6) on the device: planes of several whole blocks and a partial one,
+/// in bf16 and f32 keyframes and in a delta, bit for bit as the CPU reads them; and a record
+/// with one word changed is rejected, as the CPU rejects it.
+#[test]
+#[cfg_attr(feature = "skip-gpu-tests", ignore = "built with --features skip-gpu-tests: no GPU adapter")]
+fn block_records_decode_on_the_device() {
+    use tpde_codec::planes::{PlaneRecord, BLOCKS_SINCE_MINOR};
+    let gpu = gpu();
+    let n = 3 * 16_384 + 77;
+    let a: Checkpoint = vec![
+        ("w".into(), DType::F32, vec![n as u64], awkward_f32s(n, 3)),
+        ("h".into(), DType::BF16, vec![n as u64], tensor_bytes(DType::BF16, n, 5, true)),
+        ("s".into(), DType::F32, vec![n as u64], tensor_bytes(DType::F32, n, 9, true)),
+    ];
+    let mut b = a.clone();
+    for (_, _, _, data) in b.iter_mut() {
+        for (i, byte) in data.iter_mut().enumerate() {
+            *byte ^= u8::from(i % 7 == 0) * ((i as u8) | 1);
+        }
+    }
+    let key = write_in(&a, None, Encoder::Auto, 1 << 20, BLOCKS_SINCE_MINOR);
+    let delta = write_in(&b, Some((&a, "")), Encoder::Auto, 1 << 20, BLOCKS_SINCE_MINOR);
+    let blocks_in = |file: &Vec<u8>| -> Vec<(usize, usize)> {
+        let r = Reader::from_source(file.clone()).unwrap();
+        let mut found = Vec::new();
+        for (ti, t) in r.tensors().iter().enumerate() {
+            let stored = r.chunk_bytes(t, 0).unwrap();
+            let c = &t.chunks[0];
+            let w = t.dtype.size() as usize;
+            let (records, _) = tpde_codec::planes::parse(c.codec, &stored, 0, w, n).unwrap();
+            for r in &records {
+                if let PlaneRecord::Blocks(_, layout) = r {
+                    found.push((ti, layout.words.start + 40));
+                }
+            }
+        }
+        found
+    };
+    let in_key = blocks_in(&key);
+    assert!(in_key.len() >= 3, "{in_key:?}: a block record in every keyframe tensor");
+    let cpu_key = Reader::from_source(key.clone()).unwrap();
+    let on_device = gpu.load(&cpu_key, None).unwrap();
+    assert_same(gpu, &on_device, &cpu_key, &a);
+    let cpu_delta = Reader::from_source(delta).unwrap().with_base(std::sync::Arc::new(cpu_key)).unwrap();
+    let delta_on_device = gpu.load(&cpu_delta, Some(&on_device)).unwrap();
+    assert_same(gpu, &delta_on_device, &cpu_delta, &b);
+
+    // One word of the first block record changed (the chunk's CRC made to match): the words
+    // no longer bring the states back to 2^16, or run out, on either reader.
+    let (ti, at) = in_key[0];
+    let r = Reader::from_source(key.clone()).unwrap();
+    let mut stored = r.chunk_bytes(&r.tensors()[ti], 0).unwrap().to_vec();
+    stored[at] ^= 0x5A;
+    let bad = tpde_format::surgery::with_chunk(&key, ti, 0, &stored).unwrap();
+    let cpu = Reader::from_source(bad).unwrap();
+    let cpu_err = cpu.read(&cpu.tensors()[ti].name).unwrap_err();
+    assert_eq!(cpu_err.kind(), ErrorKind::Malformed, "{cpu_err}");
+    let Err(gpu_err) = gpu.load(&cpu, None) else { panic!("the device accepted the damaged record") };
+    assert!(gpu_err.to_string().contains("rANS block"), "{gpu_err}");
+}

@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use rayon::prelude::*;
 use tpde_codec::predicted::Inputs;
-use tpde_codec::{ChunkContext, CodecError, Encoder, Predicted};
+use tpde_codec::{ChunkContext, CodecError, Encoder, Predicted, Records};
 use tpde_format::digest::{tensor_digest, Digest};
 use tpde_format::limits::{
     MAX_CHUNK_DECODED_LEN, MAX_KEY_LEN, MAX_NAME_LEN, MAX_PATH_HINT_LEN, MAX_RANK, MIN_ALIGNMENT,

@@ -63,8 +63,9 @@ pub(crate) fn encode_part(encoder: Encoder, minor: u16, p: &Part<'_>) -> Encoded
         let mut predicted = vec![0u8; p.data.len()];
         tpde_codec::predicted::predict(prediction, Inputs { base, exp_avg, other }, &mut predicted);
         let mut alt = Vec::with_capacity(stored.len());
-        let sparse = minor >= tpde_codec::predicted::SPARSE_IN_PREDICTED_SINCE_MINOR;
-        Predicted::encode_against(p.dtype, &predicted, p.data, sparse, &mut alt)?;
+        let records =
+            Records { sparse: minor >= tpde_codec::predicted::SPARSE_IN_PREDICTED_SINCE_MINOR, ..Records::of(minor) };
+        Predicted::encode_against(p.dtype, &predicted, p.data, records, &mut alt)?;
         let params_alt = prediction.to_bytes();
         if alt.len() + params_alt.len() < stored.len() + params.len() {
             (stored, tag, params) = (alt, CodecTag::DeltaPredicted, params_alt);

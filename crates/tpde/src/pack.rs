@@ -242,9 +242,10 @@ pub(crate) fn pack_tensors(
     if job.max_rel_error.is_some() {
         options.min_minor_version = options.min_minor_version.max(metadata::since_minor(KEY_MAX_REL_ERROR));
     }
-    if job.base.is_some() && options.encoder == tpde_codec::Encoder::Auto {
-        // Spec §11: `auto` may code a delta's nearly constant plane as a sparse record (1.8).
-        options.min_minor_version = options.min_minor_version.max(tpde_codec::planes::SPARSE_PLANES_SINCE_MINOR);
+    if options.encoder == tpde_codec::Encoder::Auto {
+        // Spec §11: `auto` codes order-0 planes as rANS blocks (1.10), which also lets it code a
+        // delta's nearly constant plane as a sparse record (1.8).
+        options.min_minor_version = options.min_minor_version.max(tpde_codec::planes::BLOCKS_SINCE_MINOR);
     }
     if !source.files.is_empty() {
         options.min_minor_version = options.min_minor_version.max(metadata::since_minor(metadata::KEY_FILES));

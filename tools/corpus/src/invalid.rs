@@ -41,7 +41,7 @@ fn case(name: &str, rule: &str, description: &str, error: ErrorKind) -> Case {
 }
 
 /// An invalid file read on its own.
-fn bad(g: &mut Gen, name: &str, rule: &str, description: &str, bytes: Vec<u8>, error: ErrorKind) {
+pub(crate) fn bad(g: &mut Gen, name: &str, rule: &str, description: &str, bytes: Vec<u8>, error: ErrorKind) {
     g.invalid(case(name, rule, description, error), bytes);
 }
 
@@ -678,7 +678,7 @@ fn codecs(g: &mut Gen) {
         out.extend((positions.len() as u32).to_le_bytes());
         out.extend_from_slice(positions);
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        tpde_codec::planes::encode(&bytes, 4, tpde_codec::PlaneForm::Serial, &mut out);
+        tpde_codec::planes::encode(&bytes, 4, tpde_codec::PlaneForm::Serial, tpde_codec::Records::FIRST, &mut out);
         out
     };
     let packed = g.get(DELTA_PACKED).bytes.clone();
@@ -949,6 +949,7 @@ fn contexts(g: &mut Gen) {
     let at = match &records[2] {
         PlaneRecord::Stored(at) => at + n,
         PlaneRecord::Lanes(_, layout) | PlaneRecord::Contexts(_, layout) => layout.bytes.end,
+        PlaneRecord::Blocks(_, layout) => layout.words.end,
         PlaneRecord::Serial(..) | PlaneRecord::BaseContexts(..) | PlaneRecord::Sparse(..) => {
             unreachable!("not a planes-context record")
         }
@@ -1282,8 +1283,14 @@ fn predicted_edges(g: &mut Gen) {
         &data(&base.tensors, "c1"),
     );
     let mut stored = Vec::new();
-    tpde_codec::Predicted::encode_against(DType::F32, &predicted, &data(&chain.tensors, "c0"), false, &mut stored)
-        .expect("encodes");
+    tpde_codec::Predicted::encode_against(
+        DType::F32,
+        &predicted,
+        &data(&chain.tensors, "c0"),
+        tpde_codec::planes::Records::FIRST,
+        &mut stored,
+    )
+    .expect("encodes");
     let c0 = index(&chain.bytes, "c0");
     let mut five = surgery::with_chunk(&chain.bytes, c0, 0, &stored).expect("surgery");
     five = edit_dir(&five, |d| {
@@ -1314,8 +1321,14 @@ fn predicted_edges(g: &mut Gen) {
         &data(&base.tensors, "c1"),
     );
     let mut stored = Vec::new();
-    tpde_codec::Predicted::encode_against(DType::F32, &predicted, &data(&chain.tensors, "c0"), false, &mut stored)
-        .expect("encodes");
+    tpde_codec::Predicted::encode_against(
+        DType::F32,
+        &predicted,
+        &data(&chain.tensors, "c0"),
+        tpde_codec::planes::Records::FIRST,
+        &mut stored,
+    )
+    .expect("encodes");
     let mut five = surgery::with_chunk(&chain.bytes, c0, 0, &stored).expect("surgery");
     five = edit_dir(&five, |d| {
         let c = &mut d.tensors[c0].chunks[0];
@@ -1346,7 +1359,7 @@ fn predicted_edges(g: &mut Gen) {
     let xi = index(&ctx.bytes, "x");
     let n = x.len() / 4;
     let mut serial = Vec::new();
-    tpde_codec::planes::encode(&residual, 4, tpde_codec::PlaneForm::Serial, &mut serial);
+    tpde_codec::planes::encode(&residual, 4, tpde_codec::PlaneForm::Serial, tpde_codec::Records::FIRST, &mut serial);
     // Mode 3 records by hand (the encoder finds them not worth it on these planes): the low
     // plane stored, the others coded by the symbol before, as §6.2.4 gives.
     let mut contexts = Vec::new();

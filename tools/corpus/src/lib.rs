@@ -9,6 +9,7 @@
 //! hold the committed corpus to the generator (`tests/frozen.rs`).
 #![forbid(unsafe_code)]
 
+mod blocks;
 mod invalid;
 mod isolation;
 mod reverse;
@@ -24,7 +25,7 @@ use tpde_format::{BaseRef, DType, MetadataValue, Operand, Prediction};
 use tpde_write::{PredictInput, TensorInput, WriteOptions, Writer};
 
 /// The spec version the corpus is generated for.
-pub const SPEC_VERSION: &str = "1.9";
+pub const SPEC_VERSION: &str = "1.10";
 
 /// The generated corpus: files (path relative to the corpus folder, bytes) and the manifest.
 pub struct Corpus {
@@ -46,8 +47,10 @@ pub fn generate() -> Corpus {
     let mut g = Gen::default();
     valid::all(&mut g);
     reverse::valid(&mut g);
+    blocks::valid(&mut g);
     invalid::all(&mut g);
     reverse::invalid(&mut g);
+    blocks::invalid(&mut g);
     Corpus {
         files: g.files,
         manifest: Manifest { schema: SCHEMA.into(), spec_version: SPEC_VERSION.into(), files: g.cases },

@@ -158,7 +158,7 @@ pub(super) fn decode_given<'m>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{encode, encode_keyframe, PlaneForm, RANS_LANES, STORED};
+    use super::super::{encode, encode_keyframe, PlaneForm, Records, RANS_LANES, STORED};
     use super::*;
 
     /// A keyframe file's top plane of 4-byte elements takes neighbour contexts only where they
@@ -196,9 +196,9 @@ mod tests {
             let mode = |keyframe: bool, elements: &[u8], w: usize| {
                 let mut out = Vec::new();
                 if keyframe {
-                    encode_keyframe(elements, w, PlaneForm::Contexts, &mut out);
+                    encode_keyframe(elements, w, PlaneForm::Contexts, Records::FIRST, &mut out);
                 } else {
-                    encode(elements, w, PlaneForm::Contexts, &mut out);
+                    encode(elements, w, PlaneForm::Contexts, Records::FIRST, &mut out);
                 }
                 top(&out, w)
             };

@@ -2,8 +2,8 @@
 // into `jobs`: a header of section offsets, then one record per job. Every kernel finds its job
 // by a binary search over a prefix-sum array, so one dispatch serves every chunk of a batch.
 //
-// Order of dispatches, each in its own pass: build_tables, decode_lanes, scan_blocks,
-// unpack_blocks, finish, scatter. A kernel that finds the chunk malformed records an error code
+// Order of dispatches, each in its own pass: build_tables, decode_lanes, decode_blocks,
+// scan_blocks, unpack_blocks, finish, scatter. A kernel that finds the chunk malformed records an error code
 // for it in `err` (the largest code wins); the host turns it into the reader's R25 error.
 
 @group(0) @binding(0) var<storage, read> blob: array<u32>;
@@ -36,6 +36,10 @@ const H_SPARSE_AT: u32 = 15u;
 const H_SPARSE_PREFIX: u32 = 16u;
 const H_CHANGED: u32 = 17u;
 const H_PLANES_AT: u32 = 18u;
+const H_RBLOCK_RECS: u32 = 19u;
+const H_RBLOCK_AT: u32 = 20u;
+const H_RBLOCK_PREFIX: u32 = 21u;
+const H_RBLOCKS: u32 = 22u;
 
 // Record sizes in u32s (plan.rs writes the same layouts).
 const LANE_REC: u32 = 11u;
@@ -43,6 +47,7 @@ const PACKED_REC: u32 = 8u;
 const FINISH_REC: u32 = 16u;
 const SPARSE_REC: u32 = 16u;
 const PLANE_REC: u32 = 4u;
+const RBLOCK_REC: u32 = 8u;
 
 // finish modes
 const M_COPY: u32 = 0u;
@@ -61,6 +66,8 @@ const E_PAST_END: u32 = 6u;
 const E_PADDING: u32 = 7u;
 const E_ORDER: u32 = 8u;
 const E_ZERO_DELTA: u32 = 9u;
+const E_RBLOCK_SHORT: u32 = 10u;
+const E_RBLOCK_END: u32 = 11u;
 
 // A plane or position source: bit 31 set for scratch, clear for blob; the rest a byte offset.
 // Bit 30 set (and 31 clear): a sparse plane record (§6.2.5), the rest its index.
@@ -260,6 +267,104 @@ fn decode_lanes(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) n
     }
     if (pos != end || x != RANS_L) {
         fail(chunk, E_LANE_END);
+    }
+}
+
+// ---- rANS blocks (§6.2.6): one workgroup of 32 invocations per block, invocation j running
+// state j. A step pops a symbol from every state; the states left below 2^16 take the block's
+// next words in state order, each finding its own by the popcount of the mask below it (the
+// ballot a subgroup would give, here through workgroup memory: WGSL has subgroups only as an
+// extension). Symbols are packed four to a word through workgroup memory.
+// record: table, n, blocks, ends (blob byte), states (blob byte), words (blob byte), out (scratch
+// word), chunk
+var<workgroup> rb_need: atomic<u32>;
+var<workgroup> rb_mask: u32;
+// Two steps' symbols: a step writes one half while a slow reader may still read the other.
+var<workgroup> rb_syms: array<u32, 64>;
+
+fn blob_u16(i: u32) -> u32 {
+    return blob_byte(i) | (blob_byte(i + 1u) << 8u);
+}
+
+@compute @workgroup_size(32)
+fn decode_blocks(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) j: u32) {
+    let g = wg.y * nwg.x + wg.x;
+    // Uniform across the workgroup: every value below up to `x` depends on the block alone.
+    if (g >= jobs[H_RBLOCKS]) {
+        return;
+    }
+    let prefix = jobs[H_RBLOCK_PREFIX];
+    let r = find(prefix, jobs[H_RBLOCK_RECS], g);
+    let d = jobs[H_RBLOCK_AT] + r * RBLOCK_REC;
+    let table = jobs[d] * 4096u;
+    let n = jobs[d + 1u];
+    let b = g - jobs[prefix + r];
+    let ends = jobs[d + 3u];
+    let words = jobs[d + 5u];
+    let out_at = jobs[d + 6u];
+    let chunk = jobs[d + 7u];
+    var x = blob_u32(jobs[d + 4u] + 4u * (32u * b + j));
+    var pos = 0u;
+    if (b > 0u) {
+        pos = blob_u32(ends + 4u * (b - 1u));
+    }
+    let end = blob_u32(ends + 4u * b);
+    let first = b * 16384u;
+    let len = min(16384u, n - first);
+    let steps = (len + 31u) / 32u;
+    var ok = true;
+    if (j == 0u) {
+        atomicStore(&rb_need, 0u);
+    }
+    workgroupBarrier();
+    for (var t = 0u; t < steps; t++) {
+        let i = t * 32u + j;
+        var y = x;
+        var need = false;
+        var sym = 0u;
+        if (i < len) {
+            let e = tables[table + (x & 4095u)];
+            sym = e & 0xffu;
+            y = ((e >> 8u) & 0xfffu) * (x >> 12u) + (x & 4095u) - (e >> 20u);
+            need = y < 0x10000u;
+        }
+        if (need) {
+            atomicOr(&rb_need, 1u << j);
+        }
+        let half = (t & 1u) * 32u;
+        rb_syms[half + j] = sym;
+        workgroupBarrier();
+        if (j == 0u) {
+            rb_mask = atomicLoad(&rb_need);
+            atomicStore(&rb_need, 0u);
+        }
+        let mask = workgroupUniformLoad(&rb_mask);
+        let taken = countOneBits(mask);
+        if (pos + taken > end) {
+            ok = false;
+            break;
+        }
+        if (need) {
+            y = (y << 16u) | blob_u16(words + 2u * (pos + countOneBits(mask & ((1u << j) - 1u))));
+        }
+        x = y;
+        pos += taken;
+        // The step's 32 symbols, four to a word; `first` and every step start on a word.
+        let q = (first + t * 32u) / 4u + j;
+        if (j < 8u && 4u * j < len - t * 32u) {
+            let k = half + 4u * j;
+            scratch[out_at + q] = rb_syms[k] | (rb_syms[k + 1u] << 8u) | (rb_syms[k + 2u] << 16u) | (rb_syms[k + 3u] << 24u);
+        }
+    }
+    if (!ok) {
+        if (j == 0u) {
+            fail(chunk, E_RBLOCK_SHORT);
+        }
+        return;
+    }
+    if (pos != end || x != 0x10000u) {
+        fail(chunk, E_RBLOCK_END);
     }
 }
 

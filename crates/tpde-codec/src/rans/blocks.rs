@@ -1,0 +1,373 @@
+//! The block form (spec §6.2.6, since 1.10): a plane cut into blocks of [`BLOCK_SYMBOLS`]
+//! symbols, each decoded by 32 interleaved states over one shared stream of 16-bit words.
+//!
+//! The layout a SIMD core and a GPU warp both want: a block starts on its own from the index
+//! (no block depends on another), its 32 states step together, and a state takes at most one
+//! word a symbol, so renormalisation is a mask, not a loop. Within a step the words go to the
+//! states that need one in state order: a CPU finds each state's word by a mask and a popcount
+//! (`vpexpandd`, or a permutation in AVX2), a GPU by a ballot.
+//!
+//! ```text
+//! blocks  u32 end[K] (cumulative word counts); u32 state[32·K]; u16 word[end[K-1]]
+//! ```
+//! K = ⌈n / 16384⌉. Block b holds symbols 16384·b.. of the plane; its symbol i goes to state
+//! i mod 32 at step ⌊i / 32⌋. States lie in [2^16, 2^32).
+
+#[cfg(target_arch = "x86_64")]
+use super::simd::blocks as simd;
+use super::*;
+
+/// Symbols a block holds (the last holds the rest).
+pub const BLOCK_SYMBOLS: usize = 16384;
+/// Interleaved states a block: a GPU subgroup's width, two AVX-512 registers.
+pub const BLOCK_STATES: usize = 32;
+/// Lower bound of a block state's interval [2^16, 2^32): one 16-bit word renormalises it.
+pub(crate) const BLOCK_L: u32 = 1 << 16;
+
+/// The number of blocks of `n` symbols: at least one.
+pub fn block_count(n: usize) -> usize {
+    n.div_ceil(BLOCK_SYMBOLS).max(1)
+}
+
+/// Where a block-form record's parts lie, as offsets into the chunk's stored bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockLayout {
+    /// Blocks K.
+    pub blocks: u32,
+    /// Offset of `u32 end[K]`.
+    pub ends: usize,
+    /// Offset of `u32 state[32·K]`.
+    pub states: usize,
+    /// The words of all blocks (2 bytes each).
+    pub words: std::ops::Range<usize>,
+}
+
+impl BlockLayout {
+    /// Reads the index at `at` in `stored` for `n` symbols and checks what it can without
+    /// decoding: ends that never decrease and stay inside `stored`, every state ≥ 2^16.
+    pub fn read(stored: &[u8], at: usize, n: usize) -> Result<BlockLayout, String> {
+        let word = |i: usize| u32::from_le_bytes(stored[i..i + 4].try_into().expect("4 bytes"));
+        let k = block_count(n);
+        let (ends, states) = (at, at + 4 * k);
+        let begin = states + 4 * BLOCK_STATES * k;
+        if stored.len() < begin {
+            return Err(format!("rANS block index of {k} blocks runs past the chunk"));
+        }
+        let mut prev = 0;
+        for b in 0..k {
+            let end = word(ends + 4 * b);
+            if end < prev {
+                return Err(format!("rANS block {b} ends at word {end}, before block {} does ({prev})", b - 1));
+            }
+            prev = end;
+        }
+        for i in 0..BLOCK_STATES * k {
+            let x = word(states + 4 * i);
+            if x < BLOCK_L {
+                let (b, j) = (i / BLOCK_STATES, i % BLOCK_STATES);
+                return Err(format!("rANS block {b} state {j} is {x}, below 2^16"));
+            }
+        }
+        let stop = (prev as usize).checked_mul(2).and_then(|l| begin.checked_add(l)).filter(|&e| e <= stored.len());
+        let stop = stop.ok_or_else(|| format!("rANS blocks' {prev} words run past the chunk"))?;
+        Ok(BlockLayout { blocks: k as u32, ends, states, words: begin..stop })
+    }
+
+    /// Block `b`'s words, as indices into the record's words, and its 32 initial states.
+    pub(crate) fn block(&self, stored: &[u8], b: usize) -> (std::ops::Range<usize>, [u32; BLOCK_STATES]) {
+        let word = |i: usize| u32::from_le_bytes(stored[i..i + 4].try_into().expect("4 bytes"));
+        let begin = if b == 0 { 0 } else { word(self.ends + 4 * (b - 1)) as usize };
+        let x = std::array::from_fn(|j| word(self.states + 4 * (BLOCK_STATES * b + j)));
+        (begin..word(self.ends + 4 * b) as usize, x)
+    }
+}
+
+/// Encodes `symbols` in the block form and appends it (index, then words).
+pub fn encode_blocks(table: &Table, symbols: &[u8], out: &mut Vec<u8>) {
+    let enc = BlockEncoder::new(table);
+    let k = block_count(symbols.len());
+    let index = out.len();
+    out.resize(index + 4 * k + 4 * BLOCK_STATES * k, 0);
+    let words_at = out.len();
+    // Room for the most words a block can take, one a symbol, written back to front.
+    let mut spill = vec![0u16; BLOCK_SYMBOLS];
+    for b in 0..k {
+        let block = &symbols[(b * BLOCK_SYMBOLS).min(symbols.len())..((b + 1) * BLOCK_SYMBOLS).min(symbols.len())];
+        let (x, words) = enc.block(block, &mut spill);
+        for w in words {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+        let end = ((out.len() - words_at) / 2) as u32;
+        out[index + 4 * b..index + 4 * b + 4].copy_from_slice(&end.to_le_bytes());
+        for (j, xj) in x.iter().enumerate() {
+            let at = index + 4 * k + 4 * (BLOCK_STATES * b + j);
+            out[at..at + 4].copy_from_slice(&xj.to_le_bytes());
+        }
+    }
+}
+
+/// The encoder's per-symbol step for 32-bit states and 16-bit words.
+struct BlockEncoder {
+    freq: [u32; 256],
+    start: [u32; 256],
+    rcp: [u64; 256],
+}
+
+impl BlockEncoder {
+    fn new(table: &Table) -> BlockEncoder {
+        // Division by the frequency as a multiply: with m = ⌊2^44 / f⌋ + 1, (x·m) >> 44 is x / f
+        // for every x < 2^32, and x·m stays below 2^64 for x < x_max = 2^20·f, f < 2^12.
+        // (The same trick as the lane form's encoder, measured faster than `/`.)
+        let freq = table.freq.map(u32::from);
+        let rcp = freq.map(|f| if f > 0 { (1u64 << 44) / u64::from(f) + 1 } else { 0 });
+        BlockEncoder { freq, start: table.starts(), rcp }
+    }
+
+    /// Encodes one block, last symbol first, returning its 32 final states and its words in
+    /// the order the decoder reads them (a slice of `spill`, filled from the back).
+    fn block<'s>(&self, symbols: &[u8], spill: &'s mut [u16]) -> ([u32; BLOCK_STATES], &'s [u16]) {
+        let mut x = [BLOCK_L; BLOCK_STATES];
+        let mut at = spill.len();
+        let mut put = |xj: &mut u32, s: u8| {
+            let s = usize::from(s);
+            let f = self.freq[s];
+            debug_assert!(f > 0, "symbol {s} is not in the table");
+            // Branchless: the word is written either way and kept only if the state spills it.
+            let out = *xj >= ((BLOCK_L >> SCALE_BITS) << 16) * f;
+            spill[at - 1] = *xj as u16;
+            at -= usize::from(out);
+            let y = if out { *xj >> 16 } else { *xj };
+            let q = ((u64::from(y) * self.rcp[s]) >> 44) as u32;
+            *xj = (q << SCALE_BITS) + (y - q * f) + self.start[s];
+        };
+        let whole = symbols.len() / BLOCK_STATES * BLOCK_STATES;
+        for (j, &s) in symbols[whole..].iter().enumerate().rev() {
+            put(&mut x[j], s);
+        }
+        for step in symbols[..whole].chunks_exact(BLOCK_STATES).rev() {
+            for j in (0..BLOCK_STATES).rev() {
+                put(&mut x[j], step[j]);
+            }
+        }
+        (x, &spill[at..])
+    }
+}
+
+/// Decodes a block-form record (its table given) into `out`, which holds the plane's n
+/// symbols: every block, on the widest loop the CPU has.
+pub fn decode_blocks(table: &Table, stored: &[u8], layout: &BlockLayout, out: &mut [u8]) -> Result<(), String> {
+    decode_blocks_with(table, stored, layout, out, BlockLoop::Avx512)
+}
+
+/// The decode loops of the block form, narrowest first (for tests and benchmarks that compare
+/// them; [`decode_blocks`] takes the widest the CPU has).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum BlockLoop {
+    /// One state at a time: the reference.
+    Scalar,
+    /// Two blocks side by side, eight states a register.
+    Avx2,
+    /// Four blocks side by side, sixteen states a register.
+    Avx512,
+}
+
+impl BlockLoop {
+    /// Whether this CPU runs the loop.
+    pub fn available(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        return match self {
+            BlockLoop::Scalar => true,
+            BlockLoop::Avx2 => is_x86_feature_detected!("avx2"),
+            BlockLoop::Avx512 => is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw"),
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        return self == BlockLoop::Scalar;
+    }
+}
+
+/// [`decode_blocks`] on the loops up to `widest` that the CPU has.
+pub fn decode_blocks_with(
+    table: &Table,
+    stored: &[u8],
+    layout: &BlockLayout,
+    out: &mut [u8],
+    widest: BlockLoop,
+) -> Result<(), String> {
+    let slots = table.slots();
+    let words = &stored[layout.words.clone()];
+    let mut blocks: Vec<Block> = (0..layout.blocks as usize).map(|b| Block::of(stored, layout, b)).collect();
+    // The vector loops decode the whole steps they can; the scalar loop the rest, and checks.
+    #[cfg(target_arch = "x86_64")]
+    simd::decode(&slots, words, &mut blocks, out, widest);
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = widest;
+    for (b, block) in blocks.iter_mut().enumerate() {
+        decode_tail(&slots, words, block, block_out(out, b)).map_err(|e| format!("rANS block {b}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The symbols of block `b` in a plane's `out`.
+pub(crate) fn block_out(out: &mut [u8], b: usize) -> &mut [u8] {
+    let end = ((b + 1) * BLOCK_SYMBOLS).min(out.len());
+    &mut out[b * BLOCK_SYMBOLS..end]
+}
+
+/// One block's decoder: its states, where it is in the record's words and its own end there,
+/// and the next step to decode.
+#[derive(Clone, Debug)]
+pub(crate) struct Block {
+    pub(crate) x: [u32; BLOCK_STATES],
+    pub(crate) pos: usize,
+    pub(crate) end: usize,
+    pub(crate) step: usize,
+}
+
+impl Block {
+    pub(crate) fn of(stored: &[u8], layout: &BlockLayout, b: usize) -> Block {
+        let (words, x) = layout.block(stored, b);
+        Block { x, pos: words.start, end: words.end, step: 0 }
+    }
+}
+
+/// The word at `i` of a record's words (2 bytes each, little-endian).
+#[inline(always)]
+fn word(words: &[u8], i: usize) -> u32 {
+    u32::from(u16::from_le_bytes([words[2 * i], words[2 * i + 1]]))
+}
+
+/// Decodes `block` from its step on to the end of `out` (the block's symbols), one state at a
+/// time, then checks the end conditions: every word read, every state back at 2^16.
+pub(crate) fn decode_tail(slots: &[u32], words: &[u8], block: &mut Block, out: &mut [u8]) -> Result<(), String> {
+    let steps = out.len().div_ceil(BLOCK_STATES);
+    for (t, symbols) in out.chunks_mut(BLOCK_STATES).enumerate().skip(block.step) {
+        for (j, s) in symbols.iter_mut().enumerate() {
+            let (sym, mut y) = pop(slots, block.x[j]);
+            *s = sym;
+            if y < BLOCK_L {
+                if block.pos >= block.end {
+                    return Err(format!("out of words at symbol {}", t * BLOCK_STATES + j));
+                }
+                y = (y << 16) | word(words, block.pos);
+                block.pos += 1;
+            }
+            block.x[j] = y;
+        }
+    }
+    block.step = steps;
+    finish(block)
+}
+
+/// A decoded block's end conditions (spec §6.2.6).
+pub(crate) fn finish(block: &Block) -> Result<(), String> {
+    if block.pos != block.end {
+        return Err(match block.pos < block.end {
+            true => format!("{} words left over", block.end - block.pos),
+            false => "out of words".to_owned(),
+        });
+    }
+    match block.x.iter().position(|&x| x != BLOCK_L) {
+        Some(j) => Err(format!("state {j} ends at {}, not 2^16", block.x[j])),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Symbols of about `-log2(p)`-bit geometric spread, from a fixed seed.
+    fn symbols(n: usize, p: f64, seed: u64) -> Vec<u8> {
+        let mut s = 0x9E37_79B9_7F4A_7C15u64 ^ seed;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                let u = (s >> 11) as f64 / (1u64 << 53) as f64;
+                ((1.0 - u).ln() / p.ln()).floor().min(255.0) as u8
+            })
+            .collect()
+    }
+
+    fn encoded(data: &[u8]) -> (Table, Vec<u8>, BlockLayout) {
+        let table = Table::from_histogram(&histogram(data));
+        let mut enc = vec![0xEE];
+        encode_blocks(&table, data, &mut enc);
+        let layout = BlockLayout::read(&enc, 1, data.len()).unwrap();
+        (table, enc, layout)
+    }
+
+    /// Every loop this CPU has, and a note of those it lacks (the ISA tests in rans.rs fail
+    /// on a CPU without them unless told to report them ignored).
+    fn loops() -> Vec<BlockLoop> {
+        [BlockLoop::Scalar, BlockLoop::Avx2, BlockLoop::Avx512].into_iter().filter(|l| l.available()).collect()
+    }
+
+    #[test]
+    fn every_loop_round_trips_at_every_length_and_entropy() {
+        for p in [0.02, 0.5, 0.95, 0.995] {
+            for n in [0, 1, 31, 32, 33, 1000, 16_383, 16_384, 16_385, 3 * 16_384 + 31, 70_001, 9 * 16_384] {
+                let data = symbols(n, p, n as u64);
+                let (table, enc, layout) = encoded(&data);
+                assert_eq!(layout.blocks as usize, block_count(n));
+                assert_eq!(layout.words.end, enc.len(), "p {p} n {n}");
+                for l in loops() {
+                    let mut out = vec![0u8; n];
+                    decode_blocks_with(&table, &enc, &layout, &mut out, l).unwrap();
+                    assert_eq!(out, data, "{l:?}, p {p} n {n}");
+                }
+            }
+        }
+    }
+
+    /// Damage anywhere in a record: every loop gives the same verdict and, where it accepts,
+    /// the same symbols (a vector loop reads on into the next block's words, a scalar one stops;
+    /// both must end in an error).
+    #[test]
+    fn every_loop_agrees_on_damaged_records() {
+        let data = symbols(5 * 16_384 + 77, 0.7, 5);
+        let (table, enc, layout) = encoded(&data);
+        let mut s = 12345u64;
+        let mut rejected = 0;
+        for trial in 0..300 {
+            let mut bad = enc.clone();
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let at = match trial % 3 {
+                0 => layout.ends + (s >> 33) as usize % (layout.words.start - layout.ends),
+                _ => layout.words.start + (s >> 33) as usize % layout.words.len(),
+            };
+            bad[at] ^= 1 << ((s >> 20) % 8);
+            let Ok(bad_layout) = BlockLayout::read(&bad, 1, data.len()) else {
+                rejected += 1;
+                continue;
+            };
+            let verdicts: Vec<_> = loops()
+                .into_iter()
+                .map(|l| {
+                    let mut out = vec![0u8; data.len()];
+                    decode_blocks_with(&table, &bad, &bad_layout, &mut out, l).map(|()| out).is_ok()
+                })
+                .collect();
+            assert!(verdicts.iter().all(|&v| v == verdicts[0]), "trial {trial}: {verdicts:?}");
+            rejected += usize::from(!verdicts[0]);
+        }
+        assert!(rejected > 250, "{rejected} of 300 damaged records rejected");
+    }
+
+    #[test]
+    fn malformed_indexes_are_rejected_before_decoding() {
+        let data = symbols(40_000, 0.5, 1);
+        let (_, enc, layout) = encoded(&data);
+        let mut low = enc.clone();
+        low[layout.states + 4 * 40..layout.states + 4 * 41].copy_from_slice(&0xFFFFu32.to_le_bytes());
+        let e = BlockLayout::read(&low, 1, data.len()).unwrap_err();
+        assert!(e.contains("block 1 state 8 is 65535, below 2^16"), "{e}");
+        let mut back = enc.clone();
+        back[layout.ends + 4..layout.ends + 8].copy_from_slice(&0u32.to_le_bytes());
+        assert!(BlockLayout::read(&back, 1, data.len()).unwrap_err().contains("before block 0"));
+        let e = BlockLayout::read(&enc[..enc.len() - 1], 1, data.len()).unwrap_err();
+        assert!(e.contains("run past the chunk"), "{e}");
+        assert!(BlockLayout::read(&enc[..100], 1, data.len()).unwrap_err().contains("index of 3 blocks"));
+    }
+}
