@@ -162,7 +162,11 @@ pub fn encode(elements: &[u8], w: usize, form: PlaneForm, records: Records, out:
 /// [`encode`] for a keyframe file's chunk: neighbour contexts only where they save more, since
 /// a keyframe is what a resume reads.
 pub fn encode_keyframe(elements: &[u8], w: usize, form: PlaneForm, records: Records, out: &mut Vec<u8>) {
-    let gain = if w >= 4 { contexts::WIDE_KEYFRAME_CONTEXT_GAIN } else { contexts::CONTEXT_GAIN };
+    let gain = match (w >= 4, records.blocks) {
+        (true, true) => blocks::WIDE_KEYFRAME_CONTEXT_GAIN,
+        (true, false) => contexts::WIDE_KEYFRAME_CONTEXT_GAIN,
+        (false, _) => contexts::CONTEXT_GAIN,
+    };
     encode_with(elements, w, form, None, records, gain, out);
 }
 

@@ -8,6 +8,14 @@ use crate::rans::{self, BlockLayout, Table, BLOCK_SYMBOLS};
 /// writes them only into files that declare it.
 pub const BLOCKS_SINCE_MINOR: u16 = 10;
 
+/// In a keyframe of 4-byte elements that may hold block records, a context record (mode 3) is
+/// written only where it is estimated under this share of the order-0 record's bytes (0.95
+/// without blocks): an order-0 block decodes about three times as fast as a context lane, and
+/// on real fp32 and mixed-precision fine-tunes this made keyframe chunks decode 1.7-1.8x as fast
+/// for 0.29-0.37% more bytes than 1.9's (`examples/block_records`, docs/measurements.md). Not
+/// for 2-byte elements: at 0.95 of the 0.98 they keep, bf16 keyframes grew by 1.25%.
+pub(super) const WIDE_KEYFRAME_CONTEXT_GAIN: f64 = 0.93;
+
 /// Appends a mode-6 record of `plane`: mode, `table`, the blocks.
 pub(super) fn write(table: &Table, plane: &[u8], out: &mut Vec<u8>) {
     out.push(RANS_BLOCKS);
