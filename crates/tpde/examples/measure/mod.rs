@@ -3,6 +3,8 @@
 //! plane record ends. Each example uses what it needs of it.
 #![allow(dead_code)]
 
+pub mod huffman;
+
 use std::time::Instant;
 
 use tpde::codec::planes::PlaneRecord;
