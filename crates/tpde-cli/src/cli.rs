@@ -323,7 +323,8 @@ where
     T: Into<std::ffi::OsString> + Clone,
 {
     match InspectArgs::try_parse_from(args) {
-        Ok(a) => exit_code(crate::run_inspect(&a.file, a.json, a.chunks, a.full), &format!("tpde-inspect: {}", a.file)),
+        // Its errors name the file (issue 58: "tpde-inspect: F: F: ...").
+        Ok(a) => exit_code(crate::run_inspect(&a.file, a.json, a.chunks, a.full), "tpde-inspect"),
         Err(e) => usage_exit(e),
     }
 }

@@ -69,7 +69,7 @@ fn inspect_text_and_json() {
     let text = inspect().arg(&packed).assert().success().get_output().stdout.clone();
     let text = String::from_utf8(text).unwrap();
     for needle in [
-        "TPDE 1.3",
+        "TPDE 1.10",
         "model.embed_tokens.weight",
         "bf16",
         "[64, 16]",
@@ -119,7 +119,16 @@ fn exit_codes_and_messages() {
     bytes[60..64].copy_from_slice(&crc.to_le_bytes());
     let v3 = dir.path().join("v3.tpde");
     std::fs::write(&v3, &bytes).unwrap();
-    inspect().arg(&v3).assert().code(1).stderr(predicates::str::contains("version 3.3"));
+    let said = inspect()
+        .arg(&v3)
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains("version 3.10"))
+        .get_output()
+        .stderr
+        .clone();
+    let said = String::from_utf8(said).unwrap();
+    assert_eq!(said.matches("v3.tpde").count(), 1, "the file named once: {said}");
 
     // A corrupted chunk: open succeeds, verify fails with exit 1 and says where.
     let mut bytes = std::fs::read(&packed).unwrap();
