@@ -97,7 +97,7 @@ fn lengths(hist: &[u64; 256]) -> [u32; 256] {
     }
     let mut nodes: Vec<(u64, Vec<usize>)> = present.iter().map(|&s| (hist[s], vec![s])).collect();
     while nodes.len() > 1 {
-        nodes.sort_by(|a, b| b.0.cmp(&a.0));
+        nodes.sort_by_key(|n| std::cmp::Reverse(n.0));
         let (a, b) = (nodes.pop().expect("two"), nodes.pop().expect("two"));
         for &s in a.1.iter().chain(&b.1) {
             lens[s] += 1;
