@@ -3,7 +3,8 @@
 //! order-0 lane record (§6.2.3) and as a block record, with the block decoder's scalar, AVX2 and
 //! AVX-512 loops, and as the Huffman prototype issue 55 weighed against them
 //! (`measure/huffman.rs`); and each chunk as `auto` codes it in a 1.9 file and in a 1.10 one.
-//! Sizes, and decode speeds on one core (best of 15 runs, the chunk in cache).
+//! Sizes, decode speeds on one core (best of 15 runs, the chunk in cache) and the chunks' encode
+//! speed (best of 3).
 //!
 //!     cargo run --release -p tpde --example block_records -- A.safetensors [B.safetensors ...]
 //!     cargo run --release -p tpde --example block_records -- --deltas NEW.safetensors BASE.safetensors
@@ -42,6 +43,8 @@ struct Sums {
     /// In a 1.9 file, then a 1.10 one.
     chunk_bytes: [u64; 2],
     chunk_s: [f64; 2],
+    /// Encoding the chunks, best of 3.
+    encode_s: [f64; 2],
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -55,8 +58,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("usage: block_records A.safetensors [B.safetensors ...]".into());
     }
     let loops = [BlockLoop::Scalar, BlockLoop::Avx2, BlockLoop::Avx512];
-    println!("| file | exp. symbols | lanes / blocks bytes | Huffman bytes | G symbols/s: lanes, blocks scalar, AVX2, AVX-512, Huffman | chunks 1.9 → 1.10 (of raw) | chunk decode GB/s 1.9 → 1.10 |");
-    println!("|---|---:|---:|---:|---|---|---|");
+    println!("| file | exp. symbols | lanes / blocks bytes | Huffman bytes | G symbols/s: lanes, blocks scalar, AVX2, AVX-512, Huffman | chunks 1.9 → 1.10 (of raw) | chunk decode GB/s 1.9 → 1.10 | encode GB/s 1.9 → 1.10 |");
+    println!("|---|---:|---:|---:|---|---|---|---|");
     for path in &paths {
         let st = SafetensorsFile::open(path.as_ref())?;
         let mut s = Sums::default();
@@ -98,6 +101,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 for (k, minor) in [9, 10].into_iter().enumerate() {
                     let mut stored = Vec::new();
                     let (tag, params) = Encoder::Auto.encode_in(ctx, chunk, minor, &mut stored)?;
+                    s.encode_s[k] += (0..3)
+                        .map(|_| {
+                            let t = std::time::Instant::now();
+                            let mut again = Vec::with_capacity(stored.len());
+                            Encoder::Auto.encode_in(ctx, chunk, minor, &mut again).unwrap();
+                            t.elapsed().as_secs_f64()
+                        })
+                        .fold(f64::INFINITY, f64::min);
                     tpde::codec::decode(tag, ctx, &params, &stored, &mut back)?;
                     assert_eq!(back, chunk, "1.{minor}: round trip");
                     s.chunk_s[k] += best(|| tpde::codec::decode(tag, ctx, &params, &stored, &mut back).unwrap());
@@ -109,7 +120,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let g = |t: f64| s.symbols as f64 / t / 1e9;
         let name = std::path::Path::new(path).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         println!(
-            "| {name} | {} | {} / {} ({:+.2}%) | {} ({:+.2}%) | {:.2}, {:.2}, {:.2}, {:.2}, {:.2} | {:.4} → {:.4} ({:+.2}%) | {:.2} → {:.2} |",
+            "| {name} | {} | {} / {} ({:+.2}%) | {} ({:+.2}%) | {:.2}, {:.2}, {:.2}, {:.2}, {:.2} | {:.4} → {:.4} ({:+.2}%) | {:.2} → {:.2} | {:.2} → {:.2} |",
             s.symbols,
             s.lanes_bytes,
             s.blocks_bytes,
@@ -126,6 +137,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             100.0 * (s.chunk_bytes[1] as f64 / s.chunk_bytes[0] as f64 - 1.0),
             s.raw as f64 / s.chunk_s[0] / 1e9,
             s.raw as f64 / s.chunk_s[1] / 1e9,
+            s.raw as f64 / s.encode_s[0] / 1e9,
+            s.raw as f64 / s.encode_s[1] / 1e9,
         );
     }
     Ok(())
