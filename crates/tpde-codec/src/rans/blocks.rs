@@ -117,23 +117,20 @@ pub(crate) fn encode_blocks_with(table: &Table, symbols: &[u8], out: &mut Vec<u8
     }
 }
 
-/// The encoder's per-symbol step for 32-bit states and 16-bit words.
+/// The block form's encoder: the lane form's per-symbol tables ([`SymbolEncoder`]) with a step
+/// for 32-bit states and 16-bit words.
 struct BlockEncoder {
-    freq: [u32; 256],
-    start: [u32; 256],
-    rcp: [u64; 256],
+    /// Frequencies, starts, reciprocals and the vector loop's `freq | start << 12`. The
+    /// reciprocal m = ⌊2^44 / f⌋ + 1 also serves 32-bit states: (x·m) >> 44 is x / f for every
+    /// x < 2^32, and x·m stays below 2^64 for x < x_max = 2^20·f, f < 2^12.
+    sym: SymbolEncoder,
     /// Whether whole steps go to the AVX-512 loop.
     vectors: bool,
 }
 
 impl BlockEncoder {
     fn new(table: &Table) -> BlockEncoder {
-        // Division by the frequency as a multiply: with m = ⌊2^44 / f⌋ + 1, (x·m) >> 44 is x / f
-        // for every x < 2^32, and x·m stays below 2^64 for x < x_max = 2^20·f, f < 2^12.
-        // (The same trick as the lane form's encoder, measured faster than `/`.)
-        let freq = table.freq.map(u32::from);
-        let rcp = freq.map(|f| if f > 0 { (1u64 << 44) / u64::from(f) + 1 } else { 0 });
-        BlockEncoder { freq, start: table.starts(), rcp, vectors: false }
+        BlockEncoder { sym: SymbolEncoder::new(table), vectors: false }
     }
 
     /// Encodes one block, last symbol first, returning its 32 final states and its words in
@@ -141,17 +138,18 @@ impl BlockEncoder {
     fn block<'s>(&self, symbols: &[u8], spill: &'s mut [u16]) -> ([u32; BLOCK_STATES], &'s [u16]) {
         let mut x = [BLOCK_L; BLOCK_STATES];
         let mut at = spill.len();
+        let sym = &self.sym;
         let mut put = |xj: &mut u32, s: u8| {
             let s = usize::from(s);
-            let f = self.freq[s];
+            let f = sym.freq[s];
             debug_assert!(f > 0, "symbol {s} is not in the table");
             // Branchless: the word is written either way and kept only if the state spills it.
             let out = *xj >= ((BLOCK_L >> SCALE_BITS) << 16) * f;
             spill[at - 1] = *xj as u16;
             at -= usize::from(out);
             let y = if out { *xj >> 16 } else { *xj };
-            let q = ((u64::from(y) * self.rcp[s]) >> 44) as u32;
-            *xj = (q << SCALE_BITS) + (y - q * f) + self.start[s];
+            let q = ((u64::from(y) * sym.rcp[s]) >> 44) as u32;
+            *xj = (q << SCALE_BITS) + (y - q * f) + sym.start[s];
         };
         let whole = symbols.len() / BLOCK_STATES * BLOCK_STATES;
         for (j, &s) in symbols[whole..].iter().enumerate().rev() {
@@ -159,8 +157,7 @@ impl BlockEncoder {
         }
         #[cfg(target_arch = "x86_64")]
         if self.vectors {
-            let info = std::array::from_fn(|s| self.freq[s] | self.start[s] << SCALE_BITS);
-            simd::encode_steps(&info, &symbols[..whole], &mut x, spill, &mut at);
+            simd::encode_steps(&sym.info, &symbols[..whole], &mut x, spill, &mut at);
             return (x, &spill[at..]);
         }
         for step in symbols[..whole].chunks_exact(BLOCK_STATES).rev() {
