@@ -1588,6 +1588,34 @@ fn files(g: &mut Gen) {
             },
             LimitExceeded,
         ),
+        // P9's orders where the categories differ: a limit before what else its value breaks.
+        (
+            "r31-files-path-too-long-not-utf8",
+            "a path of 1025 bytes, components of at most 255, that is not UTF-8: the limit first (limit-exceeded)",
+            one(&{
+                let mut p = long_path(1025).into_bytes();
+                p[0] = 0xFF;
+                p
+            }),
+            LimitExceeded,
+        ),
+        (
+            "r31-files-component-too-long-colon",
+            "a component of 256 bytes holding a colon: the limit first (limit-exceeded)",
+            one(&[&[b'a'; 255][..], b":"].concat()),
+            LimitExceeded,
+        ),
+        (
+            "r31-files-window-and-dictionary",
+            "a frame asking for a 1 GiB window that also names a dictionary: the window first (limit-exceeded)",
+            {
+                let mut f = vec![0x28, 0xB5, 0x2F, 0xFD, 0x81, 20 << 3, 7];
+                f.extend((good.len() as u32).to_le_bytes());
+                raw_blocks(&mut f, &good);
+                MetadataValue::Bytes(f)
+            },
+            LimitExceeded,
+        ),
         (
             "r31-files-weights-index",
             "an index of weights, model.safetensors.index.json",
@@ -1626,6 +1654,8 @@ fn files(g: &mut Gen) {
                 let ordered: &[&str] = match name {
                     // P9: the path's limit before its component's (both limit-exceeded).
                     "r31-files-path-too-long" => &["path over 1024 bytes", "component over 255 bytes"],
+                    "r31-files-path-too-long-not-utf8" => &["path over 1024 bytes", "not UTF-8"],
+                    "r31-files-component-too-long-colon" => &["component over 255 bytes", "holds :"],
                     _ => &[],
                 };
                 crate::isolation::assert_isolated_path(name, &path, ordered);

@@ -1,7 +1,10 @@
 //! The corpus's isolation rule (conformance/README.md): an invalid file breaks exactly one
 //! condition of its rule, or several whose order spec §9's P1–P9 fix. Checked here for the
-//! file table's paths (§5.5), each condition written out again, apart from the reference's
-//! `check_path`, so that the check does not inherit its bugs.
+//! file table's paths (§5.5) and the sparse plane records built by hand (§6.2.5), each
+//! condition written out again, apart from the reference's `check_path` and `sparse::parse`,
+//! so that the check does not inherit their bugs.
+
+use tpde_format::CodecTag;
 
 /// The conditions of §5.5 that `path` breaks, by name, in the order P9 fixes.
 pub fn broken_path_conditions(path: &[u8]) -> Vec<&'static str> {
@@ -54,6 +57,66 @@ pub fn assert_isolated_path(file: &str, path: &[u8], ordered: &[&str]) {
     assert!(isolated, "{file}: its path breaks {broken:?}, not exactly one condition of §5.5");
 }
 
+/// A sparse plane record (§6.2.5) before it is coded (`sparse::record` codes it).
+#[derive(Clone, Debug)]
+pub struct SparseParts {
+    /// The tag of the chunk that holds it.
+    pub tag: CodecTag,
+    /// The plane's length.
+    pub n: usize,
+    pub fill: u8,
+    pub positions: Vec<u32>,
+    /// The listed bytes, one per position.
+    pub values: Vec<u8>,
+    /// The coder byte (2 codes the positions as packed).
+    pub coder: u8,
+    /// The mode of the listed bytes' record.
+    pub values_mode: u8,
+    /// Mode 0x02's lane count, if not the writer's.
+    pub lanes: Option<u32>,
+}
+
+/// The conditions of §6.2.5 that a sparse record breaks, by name. Its coded bytes follow the
+/// coders' rules by construction (padding, lengths, end states), so these are the rest.
+pub fn broken_sparse_conditions(p: &SparseParts) -> Vec<&'static str> {
+    let m = p.positions.len();
+    let mut broken = Vec::new();
+    let allows = [0x000E, 0x000F, 0x0010];
+    if !allows.contains(&p.tag.to_u16()) {
+        broken.push("a tag that allows mode 0x05");
+    }
+    if m > p.n {
+        broken.push("m at most n");
+    }
+    if p.coder > 1 {
+        broken.push("coder is 0 or 1");
+    }
+    if p.positions.windows(2).any(|w| w[0] >= w[1]) {
+        broken.push("positions increasing");
+    }
+    if p.positions.iter().any(|&q| q as usize >= p.n) {
+        broken.push("positions below n");
+    }
+    if p.values_mode != 0 && p.values_mode != 2 {
+        broken.push("values of mode 0x00 or 0x02");
+    }
+    if p.values_mode == 2 && p.lanes.is_some_and(|l| l < 1 || l as usize > m.div_ceil(4).max(1)) {
+        broken.push("values' lanes at most max(1, ⌈m/4⌉)");
+    }
+    if p.values.contains(&p.fill) {
+        broken.push("value is not the fill");
+    }
+    broken
+}
+
+/// Panics unless a sparse record breaks exactly `condition`, or nothing for a valid file.
+pub fn assert_isolated_sparse(file: &str, p: &SparseParts, condition: Option<&str>) {
+    assert_eq!(p.positions.len(), p.values.len(), "{file}: a value per position");
+    let broken = broken_sparse_conditions(p);
+    let want: Vec<&str> = condition.into_iter().collect();
+    assert_eq!(broken, want, "{file}: its sparse record breaks {broken:?}, not exactly {want:?} (§6.2.5)");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,5 +135,28 @@ mod tests {
     #[should_panic(expected = "not exactly one condition")]
     fn a_path_that_breaks_two_conditions_is_refused() {
         assert_isolated_path("r31-files-two", b"/x.bin", &[]);
+    }
+
+    #[test]
+    fn sparse_conditions_are_named_one_by_one() {
+        let good = SparseParts {
+            tag: CodecTag::DeltaXorContext,
+            n: 16,
+            fill: 1,
+            positions: vec![2, 5],
+            values: vec![0, 7],
+            coder: 0,
+            values_mode: 2,
+            lanes: None,
+        };
+        assert!(broken_sparse_conditions(&good).is_empty());
+        let fill = SparseParts { values: vec![1, 7], ..good.clone() };
+        assert_eq!(broken_sparse_conditions(&fill), ["value is not the fill"]);
+        let lanes = SparseParts { lanes: Some(2), ..good.clone() };
+        assert_eq!(broken_sparse_conditions(&lanes), ["values' lanes at most max(1, ⌈m/4⌉)"]);
+        let past = SparseParts { positions: vec![2, 16], ..good.clone() };
+        assert_eq!(broken_sparse_conditions(&past), ["positions below n"]);
+        let serial = SparseParts { tag: CodecTag::DeltaXor, coder: 2, ..good };
+        assert_eq!(broken_sparse_conditions(&serial), ["a tag that allows mode 0x05", "coder is 0 or 1"]);
     }
 }

@@ -13,6 +13,7 @@ mod blocks;
 mod invalid;
 mod isolation;
 mod reverse;
+mod sparse;
 mod valid;
 
 use std::collections::HashMap;
@@ -48,9 +49,11 @@ pub fn generate() -> Corpus {
     valid::all(&mut g);
     reverse::valid(&mut g);
     blocks::valid(&mut g);
+    sparse::valid(&mut g);
     invalid::all(&mut g);
     reverse::invalid(&mut g);
     blocks::invalid(&mut g);
+    sparse::invalid(&mut g);
     Corpus {
         files: g.files,
         manifest: Manifest { schema: SCHEMA.into(), spec_version: SPEC_VERSION.into(), files: g.cases },

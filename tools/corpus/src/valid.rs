@@ -1245,6 +1245,20 @@ fn files(g: &mut Gen) {
         .files(edge, frame)
         .tensor(small()),
     );
+    files_at_count_limit(g);
+}
+
+/// The file count's limit at its edge: 4096 empty files, `f0000` … `f4095`.
+fn files_at_count_limit(g: &mut Gen) {
+    let paths: Vec<String> = (0..4096).map(|i| format!("f{i:04}")).collect();
+    let entries: Vec<(&[u8], &[u8])> = paths.iter().map(|p| (p.as_bytes(), &b""[..])).collect();
+    let table = table_bytes(4096, &entries);
+    let files = paths.iter().map(|p| FileEntry { path: p.clone(), data: Vec::new() }).collect();
+    g.valid(
+        Spec::new("valid/files-count-at-limit.tpde", "§5.5", "a file table of 4096 files, the count's limit")
+            .files(files, raw_frame(table.len() as u32, &table))
+            .tensor(T::new("w", DType::F32, &[2], encode(DType::F32, &[1.0, -2.0]))),
+    );
 }
 
 /// A path of `len` bytes in components of at most 255 (`aaa…/aaa…/…`), for the path limit alone.
