@@ -51,6 +51,44 @@ def test_a_killed_run_resumes_bit_for_bit(tmp_path, io, uninterrupted):
         assert torch.equal(resumed[k], uninterrupted[k]), k
 
 
+def test_newest_native_opens_lightning_s_way_and_export_gives_any_back(tmp_path, uninterrupted):
+    """newest="native": the newest file is torch.save's, so torch.load, load_from_checkpoint and
+    fit(ckpt_path=...) without the plug-in open it (issue 58); the ones before it are TPDE, and
+    export() writes any of them back as Lightning writes it."""
+    from frameworks.lightning_run import Regressor
+
+    import tpde.lightning
+
+    ckpt = tmp_path / "ckpt"
+    p = run(ckpt, 14, "--io", "native", "--kill-after", 11, "--top-k", 4, check=False)
+    assert p.returncode == -9, p.stderr[-3000:]
+    names = sorted(os.listdir(ckpt))
+    assert names == [f"epoch=1-step={s}.ckpt" for s in (10, 7, 8, 9)] + ["last.ckpt"], names
+    newest = ckpt / "epoch=1-step=10.ckpt"
+    assert os.readlink(ckpt / "last.ckpt").endswith("epoch=1-step=10.ckpt")
+    assert newest.read_bytes()[:2] == b"PK"  # torch.save's zip
+    assert all((ckpt / f"epoch=1-step={s}.ckpt").read_bytes()[:5] == b"\x89TPDE" for s in (7, 8, 9))
+    assert tpde._tpde.File(str(ckpt / "epoch=1-step=8.ckpt"), None).is_delta()
+    assert torch.load(newest, weights_only=True)["global_step"] == 10
+    model = Regressor.load_from_checkpoint(newest)
+    run(tmp_path / "resumed", 14, "--io", "torch", "--resume", newest, "--weights", tmp_path / "w.safetensors")
+    resumed = load_file(tmp_path / "w.safetensors")
+    for k in resumed:
+        assert torch.equal(resumed[k], uninterrupted[k]), k
+    assert torch.equal(model.state_dict()["net.0.weight"], torch.load(newest)["state_dict"]["net.0.weight"])
+    # any TPDE checkpoint back as Lightning writes it
+    nine = tpde.lightning.export(ckpt / "epoch=1-step=9.ckpt", tmp_path / "nine.ckpt")
+    back, stored = torch.load(nine, weights_only=True), Series().load(ckpt / "epoch=1-step=9.ckpt")
+    assert back["global_step"] == 9 and back.keys() == stored.keys()
+    for k, v in stored["state_dict"].items():
+        assert torch.equal(back["state_dict"][k], v), k
+    with pytest.raises(tpde.TpdeError, match="exists"):
+        tpde.lightning.export(ckpt / "epoch=1-step=9.ckpt", nine)
+    # a torch.save file is taken over: the plug-in resumes from it
+    run(tmp_path / "taken", 14, "--io", "tpde", "--resume", newest, "--weights", tmp_path / "t.safetensors")
+    assert torch.equal(load_file(tmp_path / "t.safetensors")["net.0.weight"], uninterrupted["net.0.weight"])
+
+
 def test_deleting_a_checkpoint_keeps_the_others_loadable(tmp_path):
     s = Series(keyframe_every=10)
     states = {}

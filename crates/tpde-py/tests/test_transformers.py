@@ -1,5 +1,6 @@
 """tpde.transformers: a real Hugging Face Trainer whose checkpoint folders are stored as TPDE,
-killed mid-run, resumes bit for bit as the uninterrupted run; nothing pickled stays."""
+killed mid-run, resumes bit for bit as the uninterrupted run; the newest folder opens the
+Trainer's way, and nothing pickled stays in the others."""
 import datetime
 import os
 
@@ -20,34 +21,72 @@ def run(*args, check=True):
     return frameworks.run("hf_run.py", *args, check=check)
 
 
-def test_a_killed_trainer_resumes_bit_for_bit(tmp_path):
+STATES = ["config.json", "model.safetensors", "optimizer.pt", "rng_state.pth", "scheduler.pt", "trainer_state.json",
+          "training_args.bin"]
+STORED = ["checkpoint.tpde", "config.json", "trainer_state.json", "training_args.json"]
+
+
+def test_the_newest_folder_opens_the_trainer_s_way_and_a_killed_run_resumes_bit_for_bit(tmp_path):
+    """The default (newest="native"): the newest checkpoint-N is the Trainer's own folder, so
+    train(resume_from_checkpoint=True) and from_pretrained open it without TPDE (issue 58); the
+    ones before it are stored, and a resumed run continues their chain."""
+    from transformers import BertForSequenceClassification
+
     run(tmp_path / "plain", 12, "--weights", tmp_path / "plain.safetensors")
     out = tmp_path / "tpde"
     p = run(out, 12, "--tpde", "--kill-after", 8, check=False)
     assert p.returncode == -9, p.stderr[-3000:]
-    # save_total_limit=3 kept the last three; each holds a .tpde file and JSON, no pickle
+    # save_total_limit=3 kept the last three: two stored (a .tpde file and JSON, no pickle), the newest as written
     assert sorted(os.listdir(out)) == ["checkpoint-4", "checkpoint-6", "checkpoint-8"]
-    for c in os.listdir(out):
-        assert sorted(os.listdir(out / c)) == ["checkpoint.tpde", "config.json", "trainer_state.json", "training_args.json"]
+    assert sorted(os.listdir(out / "checkpoint-4")) == sorted(os.listdir(out / "checkpoint-6")) == STORED
+    assert sorted(os.listdir(out / "checkpoint-8")) == STATES
     assert tpde._tpde.File(str(out / "checkpoint-4" / "checkpoint.tpde"), None).is_delta()  # against checkpoint-6
-    assert not tpde._tpde.File(str(out / "checkpoint-8" / "checkpoint.tpde"), None).is_delta()
-    run(out, 12, "--tpde", "--resume", out / "checkpoint-8", "--weights", tmp_path / "resumed.safetensors")
+    assert not tpde._tpde.File(str(out / "checkpoint-6" / "checkpoint.tpde"), None).is_delta()
+    # the Trainer's own resume, and a script without TPDE
+    run(out, 12, "--tpde", "--resume", "true", "--weights", tmp_path / "resumed.safetensors")
     plain, resumed = load_file(tmp_path / "plain.safetensors"), load_file(tmp_path / "resumed.safetensors")
     assert plain.keys() == resumed.keys()
     for k in plain:
         assert torch.equal(plain[k], resumed[k]), k
-    assert sorted(os.listdir(out)) == ["checkpoint-10", "checkpoint-12", "checkpoint-8"]  # .tpde-resume is gone
-    # the folder as the Trainer wrote it comes back: its weights load with the Trainer's own reader;
-    # one resume's copy at a time (three calls left three full raw copies, issue 58)
+    assert sorted(os.listdir(out)) == ["checkpoint-10", "checkpoint-12", "checkpoint-8"]
+    assert sorted(os.listdir(out / "checkpoint-12")) == STATES
+    model = BertForSequenceClassification.from_pretrained(out / "checkpoint-12")
+    assert torch.equal(model.state_dict()["classifier.weight"], resumed["classifier.weight"])
+    # the resumed run went on with the chain: checkpoint-8 (stored by it) is a delta against checkpoint-10
+    assert tpde._tpde.File(str(out / "checkpoint-8" / "checkpoint.tpde"), None).is_delta()
+    # a stored checkpoint comes back as the Trainer wrote it, for its own reader: one resume's copy at a time
     tpde.transformers.resume(out / "checkpoint-8")
-    tpde.transformers.resume(out / "checkpoint-10")
-    back = tpde.transformers.resume(out)
-    assert os.listdir(out / ".tpde-resume") == ["checkpoint-12"]
-    assert back.endswith(os.path.join(".tpde-resume", "checkpoint-12"))
+    back = tpde.transformers.resume(out / "checkpoint-10")
+    assert os.listdir(out / ".tpde-resume") == ["checkpoint-10"]
+    assert tpde.transformers.resume(out) == str(out / "checkpoint-12")  # the newest, as it is
     assert set(os.listdir(back)) >= {"model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json"}
-    assert torch.equal(load_file(os.path.join(back, "model.safetensors"))["classifier.weight"], resumed["classifier.weight"])
     rng = torch.load(os.path.join(back, "rng_state.pth"), weights_only=False)
     assert rng["numpy"][1].dtype.name == "uint32" and isinstance(rng["python"], tuple)
+    # export: for good, anywhere; from_pretrained opens it
+    exported = tpde.transformers.export(out / "checkpoint-8", tmp_path / "eight")
+    assert BertForSequenceClassification.from_pretrained(exported).config.num_labels == 3
+    with pytest.raises(tpde.TpdeError, match="exists"):
+        tpde.transformers.export(out / "checkpoint-8", tmp_path / "eight")
+
+
+def test_newest_tpde_stores_every_folder_and_resumes_bit_for_bit(tmp_path):
+    """newest="tpde": every folder stored at once (the newest a keyframe); resume() gives the
+    Trainer its files back."""
+    run(tmp_path / "plain", 8, "--weights", tmp_path / "plain.safetensors")
+    out = tmp_path / "tpde"
+    p = run(out, 8, "--tpde", "--newest", "tpde", "--kill-after", 6, check=False)
+    assert p.returncode == -9, p.stderr[-3000:]
+    assert sorted(os.listdir(out)) == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
+    for c in os.listdir(out):
+        assert sorted(os.listdir(out / c)) == STORED
+    assert not tpde._tpde.File(str(out / "checkpoint-6" / "checkpoint.tpde"), None).is_delta()
+    run(out, 8, "--tpde", "--newest", "tpde", "--resume", out / "checkpoint-6", "--weights", tmp_path / "resumed.safetensors")
+    plain, resumed = load_file(tmp_path / "plain.safetensors"), load_file(tmp_path / "resumed.safetensors")
+    for k in plain:
+        assert torch.equal(plain[k], resumed[k]), k
+    assert sorted(os.listdir(out)) == ["checkpoint-4", "checkpoint-6", "checkpoint-8"]  # .tpde-resume is gone
+    with pytest.raises(tpde.TpdeError, match="newest is 'native' or 'tpde'"):
+        tpde.transformers.TpdeCallback(newest="pickle")
 
 
 def test_a_file_that_only_a_pickle_carries_is_an_error_naming_it(tmp_path):
@@ -100,3 +139,19 @@ def test_a_failed_rewrite_keeps_its_folder_s_time(tmp_path):
             (f.parent / "new").write_bytes(b"y")  # what a rewrite does to its folder
             raise RuntimeError("the rewrite failed")
     assert os.stat(f.parent).st_mtime == 1_000_000_000
+
+
+def test_a_series_continues_from_a_file_another_process_wrote(tmp_path):
+    """What a resumed run's callback does with the newest stored folder before the one it stores."""
+    a, b = tmp_path / "a.tpde", tmp_path / "b.tpde"
+    w = torch.randn(4096)
+    first = Series()
+    first.save(a, {"w": w})
+    first.close()
+    s = Series()
+    s.continue_from(a)
+    s.save(b, {"w": w + 1})
+    s.wait()
+    f = tpde._tpde.File(str(a), None)
+    assert f.is_delta() and f.metadata()["checkpoint.base"] == "b.tpde"
+    assert torch.equal(Series().load(a)["w"], w)

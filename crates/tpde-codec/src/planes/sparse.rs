@@ -171,3 +171,23 @@ pub(super) fn parse(codec: CodecTag, stored: &[u8], at: usize, n: usize) -> Resu
     };
     Ok((SparsePlane { fill, count, coder, positions, values: Box::new(values) }, end))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Positions that run past the chunk, and positions that fill it with no values record after
+    /// them, are each named for what they are (a corpus file sees only the category, which is
+    /// the same: cargo-mutants, conformance/mutants.md).
+    #[test]
+    fn positions_past_the_chunk_are_named() {
+        let record = |positions_len: u32| {
+            let mut r = vec![0u8, 1, 0, 0, 0, 1]; // fill 0, one position, packed
+            r.extend(positions_len.to_le_bytes());
+            r.extend([0; 4]);
+            parse(CodecTag::DeltaXorContext, &r, 0, 16).unwrap_err()
+        };
+        assert!(record(5).contains("5 bytes of positions run past the chunk"), "{}", record(5));
+        assert!(record(4).contains("the record of the listed bytes is missing"), "{}", record(4));
+    }
+}

@@ -4,14 +4,18 @@
     tpde.accelerate.load_state(accelerator, "ckpt/step_100")   # for accelerator.load_state(...)
 
 ``save_state`` lets Accelerate write its folder (models, optimizers, schedulers, scaler,
-dataloader states, RNG states, objects registered with ``register_for_checkpointing``), then
-stores its tensor and state files in one ``checkpoint.tpde`` in that folder
-(``tpde.torch._folder``): a keyframe, the folder saved before it (by the same accelerator)
-written again as a delta against it. Accelerate's own ``total_limit`` deletes the oldest
-folders, which no kept one needs. ``load_state`` writes the files back into a temporary folder
-and lets Accelerate load them; a folder Accelerate wrote itself loads as before. Nothing is
-pickled: a state file holding an object that only a pickle carries is a ``TpdeError`` naming it
-(Accelerate's seedable sampler is such an object: ``use_seedable_sampler`` is off by default).
+dataloader states, RNG states, objects registered with ``register_for_checkpointing``). The
+newest folder stays as Accelerate wrote it (``newest="native"``, the default), so that
+``accelerator.load_state`` opens it without TPDE; when the next one is saved, the one before it
+is stored: its tensor and state files go into one ``checkpoint.tpde`` in that folder
+(``tpde.torch._folder``), a keyframe, and the folder stored before it is written again as a delta
+against it. ``newest="tpde"`` stores each folder at once. Under automatic checkpoint naming,
+folders an earlier run left as Accelerate wrote them are stored at the first save. Accelerate's
+own ``total_limit`` deletes the oldest folders, which no kept one needs. ``load_state`` writes a
+stored folder's files back into a temporary folder and lets Accelerate load them; a folder
+Accelerate wrote itself loads as before. Nothing is pickled in a stored folder: a state file
+holding an object that only a pickle carries is a ``TpdeError`` naming it (Accelerate's seedable
+sampler is such an object: ``use_seedable_sampler`` is off by default).
 
 One process or several (DDP: the main process stores the folder, every process's RNG states
 included). Under FSDP (and DeepSpeed, Megatron-LM) Accelerate writes its own sharded folders, DCP
@@ -22,9 +26,10 @@ works (``tpde.torch.dcp`` or ``Checkpointer(process_group=...)`` with the state 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import weakref
-from typing import Any, Optional
+from typing import Any, Dict, List, Optional
 
 from ._errors import error
 from .torch import _folder, _rewrite
@@ -34,6 +39,9 @@ __all__ = ["save_state", "load_state", "wait"]
 # One storer per accelerator: its series (each save a delta base for the one before it) and the
 # storing of its last folder.
 _STORES: "weakref.WeakKeyDictionary[Any, _folder.Storer]" = weakref.WeakKeyDictionary()
+# The folder each accelerator saved last, left as Accelerate wrote it until the next save.
+_NEWEST: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+_AUTOMATIC = re.compile(r"^checkpoint_(\d+)$")  # Accelerate's automatic checkpoint naming
 
 
 def _store(accelerator: Any, keyframe_every: int = _rewrite.KEYFRAME_EVERY) -> _folder.Storer:
@@ -62,23 +70,59 @@ def _check(accelerator: Any) -> None:
 
 
 def save_state(
-    accelerator: Any, output_dir: Optional[str] = None, keyframe_every: int = _rewrite.KEYFRAME_EVERY, background: bool = True, **kwargs: Any
+    accelerator: Any,
+    output_dir: Optional[str] = None,
+    keyframe_every: int = _rewrite.KEYFRAME_EVERY,
+    background: bool = True,
+    newest: str = "native",
+    **kwargs: Any,
 ) -> str:
     """``accelerator.save_state(output_dir, **kwargs)``, stored as TPDE; returns the folder.
-    Every process calls it, as ``save_state``; the main process stores the folder once every
-    process has written its part (under DDP, each its RNG states). With ``background`` (the
-    default) the folder, complete as Accelerate wrote it, is stored on a thread while training
-    goes on; the next ``save_state`` or ``load_state`` (or ``wait``) waits for it and raises its
-    error. A kill before it ends leaves a folder that loads (the ``.tpde`` file is whole or
-    absent, and a file is deleted only once it holds it)."""
+    Every process calls it, as ``save_state``; the main process stores folders once every
+    process has written its part (under DDP, each its RNG states): with ``newest="native"`` the
+    folders before this one, with ``"tpde"`` this one. With ``background`` (the default) they are
+    stored on a thread while training goes on; the next ``save_state`` or ``load_state`` (or
+    ``wait``) waits for it and raises its error. A kill before it ends leaves a folder that loads
+    (the ``.tpde`` file is whole or absent, and a file is deleted only once it holds it)."""
+    if newest not in ("native", "tpde"):
+        raise error("invalid-argument", f"tpde.accelerate.save_state: newest is 'native' or 'tpde', not {newest!r}")
     _check(accelerator)
     store = _store(accelerator, keyframe_every)
     wait(accelerator)  # before Accelerate's total_limit may delete old folders
-    location = accelerator.save_state(output_dir, **kwargs)
+    location = os.path.abspath(accelerator.save_state(output_dir, **kwargs))
     accelerator.wait_for_everyone()  # every process's files are in the folder
     if accelerator.is_main_process:
-        store.submit(_folder.pack, location, store.series, {"checkpoint.step": str(accelerator.step)}, now=not background)
+        if newest == "native":
+            targets = [f for f in _older(location, _NEWEST.get(accelerator)) if _folder.is_native(f)]
+            _NEWEST[accelerator] = location
+        else:
+            targets = [location]
+        step = {"checkpoint.step": str(accelerator.step)}
+        store.submit(_pack_all, targets, store.series, step, now=not background)
     return location
+
+
+def _older(location: str, previous: Optional[str]) -> List[str]:
+    """The folders saved before ``location``, oldest first: the one this accelerator saved last,
+    and under automatic naming every ``checkpoint_K`` beside it with a smaller K."""
+    found = {previous} if previous and previous != location else set()
+    m = _AUTOMATIC.match(os.path.basename(location))
+    if m:
+        parent = os.path.dirname(location)
+        for name in os.listdir(parent):
+            k = _AUTOMATIC.match(name)
+            if k and int(k.group(1)) < int(m.group(1)):
+                found.add(os.path.join(parent, name))
+    key = lambda f: (int(_AUTOMATIC.match(os.path.basename(f)).group(1)) if _AUTOMATIC.match(os.path.basename(f)) else -1, f)
+    return sorted((f for f in found if os.path.isdir(f)), key=key)
+
+
+def _pack_all(folders: List[str], series: Any, metadata: Dict[str, str]) -> None:
+    """Stores ``folders`` in order, the series continuing from the folders stored before them."""
+    if folders:
+        _folder.continue_series(series, _older(folders[0], None))
+    for folder in folders:
+        _folder.pack(folder, series, metadata)
 
 
 def load_state(accelerator: Any, input_dir: Optional[str] = None, **kwargs: Any) -> None:

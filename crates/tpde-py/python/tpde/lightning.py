@@ -5,36 +5,72 @@ hyperparameters) is stored at the path Lightning chooses, through ``tpde.torch.S
 newest checkpoint a keyframe that decodes alone, the one before it written again as a delta
 against it, every ``keyframe_every``-th a keyframe. Tensors are stored by their path in the
 dict; everything else is JSON, never pickle: a value JSON cannot carry is a ``TpdeError`` naming
-its key and type. ``Trainer.fit(ckpt_path=...)`` resumes from such a file; ``ModelCheckpoint``'s
-deletions (``save_top_k``) keep every other checkpoint loadable. Works under Lightning's
-``AsyncCheckpointIO(TpdeCheckpointIO())``: saves run on its thread, deletions on the trainer's,
-so a deletion can arrive before the save it deletes has run; the save is then skipped (with the
-stock ``TorchCheckpointIO`` that file would stay on disk for good).
+its key and type. ``Trainer.fit(ckpt_path=...)`` resumes from such a file, and from a file
+``torch.save`` wrote (a run taken over: its files are Lightning's own until they are saved
+again). ``ModelCheckpoint``'s deletions (``save_top_k``) keep every other checkpoint loadable.
+Works under Lightning's ``AsyncCheckpointIO(TpdeCheckpointIO())``: saves run on its thread,
+deletions on the trainer's, so a deletion can arrive before the save it deletes has run; the
+save is then skipped (with the stock ``TorchCheckpointIO`` that file would stay on disk for good).
+
+A TPDE file is not a pickle, so ``torch.load``, ``LightningModule.load_from_checkpoint`` and a
+script without the plug-in cannot open it: ``export(path, dest)`` writes it back as Lightning
+writes it. ``newest="native"`` keeps the newest checkpoint as ``torch.save`` writes it (a
+pickle, which Lightning's own loaders open), and stores it as TPDE once a newer one is saved.
+The default stays ``"tpde"``: a Lightning checkpoint is a pickle that ``torch.load`` runs, and
+keeping pickles out of the checkpoint folder is one reason to use TPDE at all.
 """
 from __future__ import annotations
 
 import os
+import pickle
 import threading
+import warnings
 from typing import Any, Dict, Optional, Set
 
+import torch
 from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
 
+from ._errors import error
 from .torch import _rewrite
 from .torch.series import Series
 
-__all__ = ["TpdeCheckpointIO"]
+__all__ = ["TpdeCheckpointIO", "export"]
+
+_TPDE_MAGIC = b"\x89TPDE"
+
+
+def _is_tpde(path: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(len(_TPDE_MAGIC)) == _TPDE_MAGIC
+
+
+def _torch_save(state: Any, path: str) -> None:
+    """``torch.save``, whole or not at all: a kill leaves the old file or the new one."""
+    tmp = f"{path}.tpde-partial"
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 class TpdeCheckpointIO(CheckpointIO):
     """A Lightning ``CheckpointIO`` that writes ``.tpde`` files (under Lightning's own names,
     such as ``epoch=0-step=100.ckpt``). ``keyframe_every`` and ``codec`` as for
-    ``tpde.torch.Series``."""
+    ``tpde.torch.Series``; ``newest``: ``"tpde"`` (every file TPDE, nothing pickled) or
+    ``"native"`` (the newest as ``torch.save`` writes it, see the module's docstring)."""
 
-    def __init__(self, keyframe_every: int = _rewrite.KEYFRAME_EVERY, codec: str = "auto"):
+    def __init__(self, keyframe_every: int = _rewrite.KEYFRAME_EVERY, codec: str = "auto", newest: str = "tpde"):
         super().__init__()
+        if newest not in ("tpde", "native"):
+            raise error("invalid-argument", f"TpdeCheckpointIO: newest is 'tpde' or 'native', not {newest!r}")
+        self.newest = newest
         self.series = Series(keyframe_every=keyframe_every, codec=codec)
         # Paths deleted before they were written (under AsyncCheckpointIO): their saves are skipped.
         self._deleted_early: Set[str] = set()
+        # newest="native": the file written last by torch.save, stored as TPDE at the next save.
+        self._native: Optional[str] = None
         self._lock = threading.Lock()
 
     def save_checkpoint(self, checkpoint: Dict[str, Any], path: Any, storage_options: Optional[Any] = None) -> None:
@@ -45,9 +81,32 @@ class TpdeCheckpointIO(CheckpointIO):
             if key in self._deleted_early:
                 self._deleted_early.discard(key)
                 return
-            self.series.save(path, checkpoint)
+            if self.newest == "tpde":
+                self.series.save(path, checkpoint)
+                return
+            if os.path.isfile(key) and _is_tpde(key):
+                self.series.remove(key)  # written over: the files that are deltas against it first
+            os.makedirs(os.path.dirname(key), exist_ok=True)
+            _torch_save(checkpoint, key)
+            previous, self._native = self._native, key
+            if previous is not None and previous != key and os.path.isfile(previous) and not _is_tpde(previous):
+                self._store(previous)
+
+    def _store(self, path: str) -> None:
+        """Writes the ``torch.save`` file ``path`` again as TPDE, read back without running a pickle."""
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as e:
+            warnings.warn(f"{path}: left as torch.save wrote it: torch.load(weights_only=True) refused it ({e})", stacklevel=3)
+            return
+        self.series.save(path, state)
 
     def load_checkpoint(self, path: Any, map_location: Optional[Any] = None, weights_only: Optional[bool] = None) -> Dict[str, Any]:
+        if not _is_tpde(os.fspath(path)):
+            # torch.save's file (a run taken over, or the newest under newest="native"): Lightning's own reader
+            from lightning.fabric.utilities.cloud_io import _load
+
+            return _load(path, map_location=map_location, weights_only=weights_only)
         # Nothing is unpickled, so weights_only holds whatever it asks. A map_location that is a
         # function or a dict (torch.load's forms) loads to the CPU, as Lightning's own calls expect.
         if callable(map_location) or isinstance(map_location, dict):
@@ -59,9 +118,27 @@ class TpdeCheckpointIO(CheckpointIO):
             if not os.path.lexists(path):
                 self._deleted_early.add(os.path.abspath(os.fspath(path)))
                 return
-            self.series.remove(path)
+            key = os.path.abspath(os.fspath(path))
+            if self._native == key:
+                self._native = None
+            if os.path.islink(key) or not _is_tpde(key):
+                os.remove(key)
+            else:
+                self.series.remove(path)
 
     def teardown(self) -> None:
         with self._lock:
             self._deleted_early.clear()
         self.series.wait()
+
+
+def export(path: Any, dest: Any) -> str:
+    """Writes the checkpoint ``path`` (a TPDE file ``TpdeCheckpointIO`` wrote) to ``dest`` as
+    Lightning writes it (``torch.save`` of the same dict, tensors bit for bit), for
+    ``torch.load``, ``load_from_checkpoint`` or a script without the plug-in; returns ``dest``.
+    Never over an existing file."""
+    path, dest = os.fspath(path), os.path.abspath(os.fspath(dest))
+    if os.path.exists(dest):
+        raise error("invalid-argument", f"{dest}: exists; export writes a new file")
+    _torch_save(Series().load(path), dest)
+    return dest

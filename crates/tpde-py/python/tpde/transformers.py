@@ -1,16 +1,22 @@
-"""Hugging Face ``Trainer`` checkpoints in TPDE: one callback, and one call when resuming.
+"""Hugging Face ``Trainer`` checkpoints in TPDE: one callback.
 
     trainer = Trainer(..., callbacks=[tpde.transformers.TpdeCallback()])
-    trainer.train(resume_from_checkpoint=tpde.transformers.resume("out/checkpoint-500"))
+    trainer.train(resume_from_checkpoint=True)          # the newest, as the Trainer wrote it
+    trainer.train(resume_from_checkpoint=tpde.transformers.resume("out/checkpoint-500"))  # any
 
-After the Trainer writes a ``checkpoint-N/`` folder, the callback stores its weights
-(``model.safetensors``), optimizer, scheduler, scaler and RNG states in one
-``checkpoint-N/checkpoint.tpde`` (``tpde.torch._folder``): a keyframe, the checkpoint before it
-written again as a delta against it (``tpde.torch.Series``), so the newest decodes alone. The
+The newest ``checkpoint-N/`` folder stays as the Trainer wrote it (``newest="native"``, the
+default), so that everything that reads a Trainer's folders opens it: ``from_pretrained``,
+``train(resume_from_checkpoint=True)``, a script that forgot the callback. When the Trainer saves
+the next one, the callback stores the one before it: its weights (``model.safetensors``),
+optimizer, scheduler, scaler and RNG states go into one ``checkpoint-N/checkpoint.tpde``
+(``tpde.torch._folder``), a keyframe, and the checkpoint stored before it is written again as a
+delta against it (``tpde.torch.Series``). ``newest="tpde"`` stores each folder at once (the
+newest is then a keyframe too, and takes less space, but only ``resume()`` opens it). The
 folder's JSON files (``trainer_state.json``, ``config.json``) stay as they are; the pickled
-``training_args.bin`` becomes ``training_args.json``. ``save_total_limit`` works as before: the
-Trainer deletes the oldest folders, which no kept checkpoint needs, and the best checkpoint
-(``load_best_model_at_end``) is kept a keyframe.
+``training_args.bin`` becomes ``training_args.json`` (this run's arguments). ``save_total_limit``
+works as before: the Trainer deletes the oldest folders, which no kept checkpoint needs, and the
+best checkpoint (``load_best_model_at_end``) is kept a keyframe. Folders the Trainer wrote before
+the callback was added (an existing run taken over) are stored at the first save.
 
 Why a callback and a resume helper rather than a ``Trainer`` subclass: both use only the
 Trainer's public, documented surface (``TrainerCallback.on_save`` and the checkpoint folder's
@@ -18,11 +24,12 @@ file names, which the Trainer's own resume reads), not its private save and load
 change between ``transformers`` releases; a subclass would also clash with the other
 subclasses users already have (``Seq2SeqTrainer``, TRL's trainers).
 
-``resume(path)`` writes the checkpoint's files back, as the Trainer wrote them, into
-``OUTPUT_DIR/.tpde-resume/checkpoint-N`` and returns that path for ``resume_from_checkpoint``;
-the callback deletes it once training has saved again or ended. Single process only: under
-several processes the callback leaves the folders as the Trainer wrote them, with a warning
-(use ``tpde.torch.dcp`` for sharded checkpoints).
+``resume(path)`` writes a stored checkpoint's files back, as the Trainer wrote them, into
+``OUTPUT_DIR/.tpde-resume/checkpoint-N`` and returns that path for ``resume_from_checkpoint``
+(a folder as the Trainer wrote it is returned as it is); the callback deletes that copy once
+training has saved again or ended. ``export(path, dest)`` writes one into a folder of the caller's
+choice, for good. Single process only: under several processes the callback leaves the folders
+as the Trainer wrote them, with a warning (use ``tpde.torch.dcp`` for sharded checkpoints).
 """
 from __future__ import annotations
 
@@ -30,7 +37,7 @@ import os
 import re
 import shutil
 import warnings
-from typing import Any, Optional
+from typing import Any, List, Optional, Tuple
 
 from transformers import TrainerCallback
 
@@ -39,20 +46,27 @@ from ._errors import error
 from .torch import _folder, _rewrite
 from .torch.series import Series, _base_of
 
-__all__ = ["TpdeCallback", "resume"]
+__all__ = ["TpdeCallback", "resume", "export"]
 
 PREFIX = "checkpoint"  # transformers.trainer_utils.PREFIX_CHECKPOINT_DIR
 RESUME_DIR = ".tpde-resume"
+NEWEST = ("native", "tpde")
 _CHECKPOINT = re.compile(rf"^{PREFIX}-(\d+)$")
 
 
 class TpdeCallback(TrainerCallback):
-    """Stores each ``checkpoint-N/`` folder the Trainer saves as TPDE (see the module's
-    docstring). ``keyframe_every`` and ``codec`` as for ``tpde.torch.Series``. With
+    """Stores the ``checkpoint-N/`` folders the Trainer saves as TPDE (see the module's
+    docstring): each once a newer one exists (``newest="native"``), or each at once
+    (``newest="tpde"``). ``keyframe_every`` and ``codec`` as for ``tpde.torch.Series``. With
     ``background`` (the default) a folder is stored on a thread while training goes on, and the
     end of the next step waits for it; an error there is raised at that step."""
 
-    def __init__(self, keyframe_every: int = _rewrite.KEYFRAME_EVERY, codec: str = "auto", background: bool = True):
+    def __init__(
+        self, keyframe_every: int = _rewrite.KEYFRAME_EVERY, codec: str = "auto", background: bool = True, newest: str = "native"
+    ):
+        if newest not in NEWEST:
+            raise error("invalid-argument", f"TpdeCallback: newest is 'native' or 'tpde', not {newest!r}")
+        self.newest = newest
         # Storing a folder runs on a thread while training goes on (the folder is complete on disk);
         # the next step's end waits for it, before the Trainer's next save may rotate folders.
         self.storer = _folder.Storer(keyframe_every, codec, background)
@@ -78,17 +92,39 @@ class TpdeCallback(TrainerCallback):
                 self._warned = True
                 warnings.warn("tpde.transformers.TpdeCallback: several processes; checkpoints are left as the Trainer wrote them")
             return
-        folder = os.path.join(args.output_dir, f"{PREFIX}-{step}")
-        if not os.path.isdir(folder):
-            return
+        output_dir = os.path.abspath(args.output_dir)
+        saved = os.path.join(output_dir, f"{PREFIX}-{step}")
+        if _folder.holds_states(saved) and os.path.exists(os.path.join(saved, _folder.STORED)):
+            # saved over a stored checkpoint (a run resumed from an older one): the stored file
+            # is stale; the deltas against it are first written against its own base
+            self.series.remove(os.path.join(saved, _folder.STORED))
+        if self.newest == "native":
+            # Every folder as the Trainer wrote it but the newest, oldest first: the one before
+            # it, and at a first save those of a run taken over.
+            targets = [f for s, f in _checkpoints(output_dir) if s < step and _folder.is_native(f)]
+        else:
+            folder = os.path.join(output_dir, f"{PREFIX}-{step}")
+            targets = [folder] if os.path.isdir(folder) else []
+        if targets:
+            _folder.continue_series(self.series, [f for s, f in _checkpoints(output_dir) if s < _step(targets[0])])
+        for folder in targets:
+            self._pack(args, folder)
+        if targets:
+            self._keep_best_a_keyframe(best, targets[-1])
+        shutil.rmtree(os.path.join(output_dir, RESUME_DIR), ignore_errors=True)
+
+    def _pack(self, args: Any, folder: str) -> None:
+        """Stores ``folder``; its modification time stays (the Trainer's rotation may read it).
+        The pickled ``training_args.bin`` becomes ``training_args.json``, written from this run's
+        arguments (a folder of the same output folder; the Trainer never reads either back)."""
+        st = os.stat(folder)
         pickled_args = os.path.join(folder, "training_args.bin")
         if os.path.exists(pickled_args):
             with open(os.path.join(folder, "training_args.json"), "w") as f:
                 f.write(args.to_json_string())
             os.remove(pickled_args)
-        _folder.pack(folder, self.series, {"checkpoint.step": str(step)})
-        self._keep_best_a_keyframe(best, folder)
-        shutil.rmtree(os.path.join(args.output_dir, RESUME_DIR), ignore_errors=True)
+        _folder.pack(folder, self.series, {"checkpoint.step": str(_step(folder))})
+        os.utime(folder, ns=(st.st_atime_ns, st.st_mtime_ns))
 
     def _keep_best_a_keyframe(self, best: Optional[str], newest: str) -> None:
         """The best checkpoint outlives the folders after it (the Trainer's rotation keeps it):
@@ -129,16 +165,33 @@ def protect_bases(output_dir: str) -> None:
             break
 
 
+def _step(folder: str) -> int:
+    m = _CHECKPOINT.match(os.path.basename(folder))
+    return int(m.group(1)) if m else -1
+
+
+def _checkpoints(output_dir: str) -> List[Tuple[int, str]]:
+    """The ``checkpoint-N`` folders of ``output_dir``, by step."""
+    names = os.listdir(output_dir) if os.path.isdir(output_dir) else []
+    found = [(_step(n), os.path.join(output_dir, n)) for n in names if _CHECKPOINT.match(n)]
+    return sorted((s, f) for s, f in found if os.path.isdir(f) and not os.path.islink(f))
+
+
+def _newest(checkpoint: str) -> str:
+    """``checkpoint`` itself if it is a ``checkpoint-N`` folder, else its newest one."""
+    if _CHECKPOINT.match(os.path.basename(checkpoint)):
+        return checkpoint
+    found = _checkpoints(checkpoint)
+    if not found:
+        raise error("not-found", f"{checkpoint}: no {PREFIX}-N folder in it")
+    return found[-1][1]
+
+
 def resume(checkpoint: Any) -> str:
     """The folder to pass as ``Trainer.train(resume_from_checkpoint=...)`` for ``checkpoint``: a
     ``checkpoint-N`` folder the callback stored (or a run's output folder: its newest
-    checkpoint). A folder the callback did not store is returned as it is."""
-    checkpoint = os.path.abspath(os.fspath(checkpoint))
-    if not _CHECKPOINT.match(os.path.basename(checkpoint)):
-        steps = [int(m.group(1)) for m in map(_CHECKPOINT.match, os.listdir(checkpoint)) if m]
-        if not steps:
-            raise error("not-found", f"{checkpoint}: no {PREFIX}-N folder in it")
-        checkpoint = os.path.join(checkpoint, f"{PREFIX}-{max(steps)}")
+    checkpoint). A folder as the Trainer wrote it (the newest, by default) is returned as it is."""
+    checkpoint = _newest(os.path.abspath(os.fspath(checkpoint)))
     if not os.path.exists(os.path.join(checkpoint, _folder.STORED)):
         return checkpoint
     protect_bases(os.path.dirname(checkpoint))
@@ -147,4 +200,26 @@ def resume(checkpoint: Any) -> str:
     # One run resumes from one checkpoint: an earlier call's copy (a full raw checkpoint) goes.
     shutil.rmtree(resumes, ignore_errors=True)
     _folder.expand(checkpoint, dest, Series())
+    return dest
+
+
+def export(checkpoint: Any, dest: Any) -> str:
+    """Writes ``checkpoint`` (a ``checkpoint-N`` folder, or a run's output folder: its newest)
+    into the new folder ``dest`` as the Trainer writes it, for ``from_pretrained`` or another
+    tool: the same tensors bit for bit and the same states; returns ``dest``. A folder as the
+    Trainer wrote it is copied."""
+    checkpoint = _newest(os.path.abspath(os.fspath(checkpoint)))
+    dest = os.path.abspath(os.fspath(dest))
+    if os.path.exists(dest):
+        raise error("invalid-argument", f"{dest}: exists; export writes a new folder")
+    if not os.path.exists(os.path.join(checkpoint, _folder.STORED)):
+        shutil.copytree(checkpoint, dest, symlinks=True)
+        return dest
+    tmp = dest + ".tpde-partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        _folder.expand(checkpoint, tmp, Series())
+        os.replace(tmp, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return dest

@@ -2,7 +2,10 @@
 checkpointing every 2 steps, optionally with TpdeCallback, optionally killing itself (SIGKILL)
 once checkpoint-KILL is saved.
 
-    python hf_run.py OUT MAX_STEPS [--tpde] [--kill-after N] [--resume CKPT] [--weights W.safetensors]
+    python hf_run.py OUT MAX_STEPS [--tpde] [--newest native|tpde] [--kill-after N] [--resume CKPT|true]
+                     [--weights W.safetensors]
+
+``--resume true`` is ``train(resume_from_checkpoint=True)``: the Trainer's own choice, the newest.
 """
 import argparse
 import os
@@ -14,13 +17,16 @@ from transformers import BertConfig, BertForSequenceClassification, Trainer, Tra
 
 
 class KillAfter(TrainerCallback):
-    def __init__(self, step):
-        self.step = step
+    def __init__(self, step, tpde_callback=None):
+        self.step, self.tpde_callback = step, tpde_callback
 
     def on_step_end(self, args, state, control, **kwargs):
         # one step after checkpoint-STEP was saved: TpdeCallback (before this one) has waited for
-        # its storing, which runs on a thread during that step
+        # its storing, which runs on a thread during that step; the rewrite of the folder before
+        # it as a delta is waited for here, so that the kill lands after both
         if state.global_step == self.step + 1:
+            if self.tpde_callback is not None:
+                self.tpde_callback.series.wait()
             os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -29,6 +35,7 @@ def main():
     p.add_argument("out")
     p.add_argument("max_steps", type=int)
     p.add_argument("--tpde", action="store_true")
+    p.add_argument("--newest")  # not given: the callback's default
     p.add_argument("--kill-after", type=int)
     p.add_argument("--resume")
     p.add_argument("--weights")
@@ -44,11 +51,15 @@ def main():
     args = TrainingArguments(a.out, max_steps=a.max_steps, per_device_train_batch_size=8, learning_rate=1e-3,
                              save_steps=2, save_total_limit=3, logging_strategy="no", report_to=[], use_cpu=True,
                              seed=0, dataloader_num_workers=0, disable_tqdm=True)
-    callbacks = [tpde.transformers.TpdeCallback(keyframe_every=3)] if a.tpde else []
+    newest = {"newest": a.newest} if a.newest else {}
+    callbacks = [tpde.transformers.TpdeCallback(keyframe_every=3, **newest)] if a.tpde else []
     if a.kill_after is not None:
-        callbacks.append(KillAfter(a.kill_after))
+        callbacks.append(KillAfter(a.kill_after, callbacks[0] if a.tpde else None))
     trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=callbacks)
-    resume = a.resume and (tpde.transformers.resume(a.resume) if a.tpde else a.resume)
+    if a.resume == "true":
+        resume = True
+    else:
+        resume = a.resume and (tpde.transformers.resume(a.resume) if a.tpde else a.resume)
     trainer.train(resume_from_checkpoint=resume)
     if a.weights:
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, a.weights)

@@ -1,7 +1,7 @@
 """A tiny Lightning run for test_lightning.py: fits a small regression model on CPU, saving a
 checkpoint every step with ModelCheckpoint, optionally killing itself (SIGKILL) after a step.
 
-    python lightning_run.py DIR MAX_STEPS [--io tpde|async|torch] [--kill-after N]
+    python lightning_run.py DIR MAX_STEPS [--io tpde|native|async|torch] [--kill-after N]
                             [--resume CKPT] [--weights OUT.safetensors] [--top-k K]
 """
 import argparse
@@ -53,7 +53,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("dir")
     p.add_argument("max_steps", type=int)
-    p.add_argument("--io", default="tpde", choices=["tpde", "async", "torch"])
+    p.add_argument("--io", default="tpde", choices=["tpde", "native", "async", "torch"])
     p.add_argument("--kill-after", type=int)
     p.add_argument("--resume")
     p.add_argument("--weights")
@@ -63,7 +63,9 @@ def main():
 
     from tpde.lightning import TpdeCheckpointIO
 
-    io = {"tpde": lambda: TpdeCheckpointIO(keyframe_every=3), "async": lambda: AsyncCheckpointIO(TpdeCheckpointIO(keyframe_every=3)),
+    io = {"tpde": lambda: TpdeCheckpointIO(keyframe_every=3),
+          "native": lambda: TpdeCheckpointIO(keyframe_every=3, newest="native"),
+          "async": lambda: AsyncCheckpointIO(TpdeCheckpointIO(keyframe_every=3)),
           "torch": lambda: None}[a.io]()
     torch.manual_seed(0)
     model = Regressor()

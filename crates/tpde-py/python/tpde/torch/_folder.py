@@ -30,7 +30,7 @@ from .series import Series
 
 STORED = "checkpoint.tpde"
 FORMAT = "tpde-folder/1"  # checkpoint.folder: the state is a folder's files
-_TORCH_FILES = (".pt", ".bin", ".pth", ".pkl")
+TORCH_FILES = (".pt", ".bin", ".pth", ".pkl")  # torch.save files, read with weights_only
 
 
 def _safe_globals():
@@ -82,6 +82,27 @@ class Storer:
             storing.result()
 
 
+def holds_states(folder: str) -> bool:
+    """Whether ``folder`` holds weight or state files as a framework writes them."""
+    names = os.listdir(folder) if os.path.isdir(folder) else []
+    return any(n.endswith((".safetensors",) + TORCH_FILES) for n in names)
+
+
+def is_native(folder: str) -> bool:
+    """Whether ``folder`` is as the framework wrote it: state files, and no stored file."""
+    return not os.path.exists(os.path.join(folder, STORED)) and holds_states(folder)
+
+
+def continue_series(series: Any, older: List[str]) -> None:
+    """A ``series`` new to this process (a resumed run) continues from the newest of the folders
+    ``older`` (oldest first) that is stored, so that it is written again as a delta against the
+    next folder stored, as it would have been in one process."""
+    if series.newest() is None:
+        stored = [f for f in older if os.path.isfile(os.path.join(f, STORED))]
+        if stored:
+            series.continue_from(os.path.join(stored[-1], STORED))
+
+
 def pack(folder: str, series: Any, metadata: Dict[str, str]) -> List[str]:
     """Stores ``folder``'s tensor and state files in ``folder/checkpoint.tpde`` through ``series``
     and deletes them; returns their names (none: nothing is written)."""
@@ -96,7 +117,7 @@ def pack(folder: str, series: Any, metadata: Dict[str, str]) -> List[str]:
             with safe_open(path, "pt") as f:  # metadata and tensors in one opening
                 st = {"metadata": f.metadata(), "tensors": {k: f.get_tensor(k) for k in f.keys()}}
             files[name] = {"safetensors": st}
-        elif name.endswith(_TORCH_FILES):
+        elif name.endswith(TORCH_FILES):
             files[name] = {"torch": _read_torch(path)}
     if not files:
         return []

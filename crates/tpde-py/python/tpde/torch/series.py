@@ -127,6 +127,18 @@ class Series:
                 self._newest = (path, None)
             return state
 
+    def newest(self) -> Optional[str]:
+        """The file the next save writes again as a delta against its own file, if any."""
+        with self._lock:
+            return None if self._newest is None else self._newest[0]
+
+    def continue_from(self, path: Any) -> None:
+        """Continues the series from the file ``path`` (written by a series before, in another
+        process) without loading it: the next save writes it again against the new file."""
+        with self._lock:
+            self.wait()
+            self._newest = (os.path.abspath(os.fspath(path)), None)
+
     def remove(self, path: Any) -> None:
         """Deletes the checkpoint ``path``. The files in its folder that are deltas against it
         are first written again against its base (or as keyframes), so that each still loads."""
