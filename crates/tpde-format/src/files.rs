@@ -236,6 +236,18 @@ mod tests {
         assert_eq!(parse_table(&encode_table(&[]).unwrap()).unwrap(), vec![]);
     }
 
+    /// Frame headers at the edges that no corpus file can hold (cargo-mutants,
+    /// conformance/mutants.md): a content size of exactly 64 MiB passes, and a value of the magic
+    /// and a descriptor alone is a cut header, not some other bytes.
+    #[test]
+    fn frame_headers_at_their_edges() {
+        let mut at_limit = vec![0x28, 0xB5, 0x2F, 0xFD, 0x80, 16 << 3];
+        at_limit.extend((MAX_TABLE_LEN as u32).to_le_bytes());
+        assert_eq!(check_frame_header(&at_limit).unwrap(), MAX_TABLE_LEN);
+        let cut = check_frame_header(&[0x28, 0xB5, 0x2F, 0xFD, 0x80]).unwrap_err().to_string();
+        assert!(cut.contains("cut short"), "{cut}");
+    }
+
     #[test]
     fn paths_that_leave_the_folder_are_refused() {
         for bad in ["", "/etc/passwd", "../x", "a/../../x", "a//b", "a/", "./a", "a\\b", "C:x", "a\0b", "a\nb"] {

@@ -1417,6 +1417,12 @@ fn files(g: &mut Gen) {
             Malformed,
         ),
         (
+            "r31-files-magic-only",
+            "the value is the four bytes of the frame magic number, with no frame header descriptor",
+            MetadataValue::Bytes(vec![0x28, 0xB5, 0x2F, 0xFD]),
+            Malformed,
+        ),
+        (
             "r31-files-no-content-size",
             "a frame that does not declare its content size",
             {

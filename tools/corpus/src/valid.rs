@@ -1225,6 +1225,15 @@ fn files(g: &mut Gen) {
             .files(one.clone(), frame)
             .tensor(small()),
     );
+    // A window's mantissa read as RFC 8878 gives it: exponent 15 and mantissa 1 is 32 + 4 MiB.
+    let mut frame = vec![0x28, 0xB5, 0x2F, 0xFD, 0x80, (15 << 3) | 1];
+    frame.extend((table.len() as u32).to_le_bytes());
+    raw_blocks(&mut frame, &table);
+    g.valid(
+        Spec::new("valid/files-window-mantissa.tpde", "§5.5", "a frame whose window is 36 MiB: exponent 15, mantissa 1")
+            .files(one.clone(), frame)
+            .tensor(small()),
+    );
     // Each limit at its edge: a 64 MiB window (exponent 16, mantissa 0), a path of 1024 bytes,
     // a component of 255.
     let (path, component) = (long_path(1024), "b".repeat(255));
