@@ -74,9 +74,10 @@ enum Command {
         #[command(flatten)]
         read: ReadArgs,
     },
-    /// Check every CRC, every tensor digest and the whole structure; exit 1 on corruption.
+    /// Check every CRC, every tensor digest and the whole structure; exit 1 on corruption. A
+    /// folder: every TPDE file in it or below, each with the chain it needs.
     Verify {
-        /// The .tpde file: a path or an s3://bucket/key URL.
+        /// The .tpde file (a path or an s3://bucket/key URL), or a folder.
         #[arg(value_parser = location)]
         file: Location,
         /// The base of a delta (default: found through the path hint the file records).
@@ -422,6 +423,14 @@ fn run(command: Command) -> Result<(), CliError> {
             Ok(())
         }
         Command::Verify { file, base, against, read } => {
+            if let Some(folder) = file.as_path().filter(|p| p.is_dir()) {
+                if base.is_some() || against.is_some() {
+                    return Err(CliError::usage(format!(
+                        "{file}: a folder is checked file by file; --base and --against take one file"
+                    )));
+                }
+                return verify_folder(folder, &read.options());
+            }
             verify(&file, base.as_ref(), &read.options())?;
             if let Some(orig) = against {
                 let rep = against::verify_against(&file, base.as_ref(), &orig)?;
@@ -582,6 +591,26 @@ fn verify(file: &Location, base: Option<&Location>, opts: &open::OpenOptions) ->
         tpde::format::digest::to_hex(&r.content_digest())
     )?;
     Ok(())
+}
+
+/// `tpde verify FOLDER`: every TPDE file under it, with the base it needs.
+fn verify_folder(folder: &std::path::Path, opts: &open::OpenOptions) -> Result<(), CliError> {
+    let checks = tpde::verify::verify_folder(folder, opts)?;
+    if checks.is_empty() {
+        return Err(CliError::failed(format!("{}: no TPDE file in this folder or below it", folder.display())));
+    }
+    let failed = checks.iter().filter(|c| c.result.is_err()).count();
+    for c in &checks {
+        let needs = c.base.as_deref().map_or("keyframe".to_owned(), |b| format!("needs {b}"));
+        match &c.result {
+            Ok(r) => outln!("ok      {}  ({needs}; {} tensors)", c.path.display(), r.tensors)?,
+            Err(e) => outln!("FAILED  {}  ({needs}): {}: {e}", c.path.display(), e.kind())?,
+        }
+    }
+    match failed {
+        0 => outln!("ok: {} files, every chain whole", checks.len()).map_err(CliError::from),
+        n => Err(CliError::failed(format!("{}: {n} of {} files do not load", folder.display(), checks.len()))),
+    }
 }
 
 fn run_demo(dir: Option<PathBuf>) -> Result<(), CliError> {

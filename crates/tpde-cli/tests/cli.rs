@@ -364,6 +364,18 @@ fn pack_series_chains_with_keyframes() {
         let orig = ckpts.join(format!("step{step}.safetensors"));
         assert_eq!(verify::compare_safetensors(&orig, &back).unwrap(), None, "step {step}");
     }
+    // A folder's chains at once (issue 58): whole, then with a base deleted by hand.
+    let verify = |code: i32| {
+        let out = tpde().args(["verify", "packed"]).current_dir(d).assert().code(code).get_output().clone();
+        (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+    };
+    let (out, _) = verify(0);
+    assert!(out.contains("ok      step1.tpde  (needs step0.tpde;") && out.contains("ok: 5 files"), "{out}");
+    std::fs::remove_file(d.join("packed/step3.tpde")).unwrap();
+    let (out, err) = verify(1);
+    assert!(out.contains("FAILED  step4.tpde  (needs step3.tpde): base-missing"), "{out}");
+    assert!(out.contains("ok      step2.tpde"), "{out}");
+    assert!(err.contains("packed: 1 of 4 files do not load"), "{err}");
 }
 
 #[test]

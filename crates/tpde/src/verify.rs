@@ -115,3 +115,57 @@ pub fn compare_safetensors(a: &Path, b: &Path) -> Result<Option<String>, Error> 
     }
     Ok(None)
 }
+
+/// One checkpoint file of a folder, and what checking it found ([`verify_folder`]).
+#[derive(Debug)]
+pub struct FolderCheck {
+    /// The file, relative to the folder.
+    pub path: std::path::PathBuf,
+    /// The base its path hint names, as the file records it (None: a keyframe).
+    pub base: Option<String>,
+    /// Its whole chain checked ([`tpde_read::Reader::verify_with`]), or why not.
+    pub result: Result<tpde_read::VerifyReport, Error>,
+}
+
+/// Checks every TPDE file under `folder` (any name: a `Checkpointer`'s steps, Lightning's
+/// `.ckpt` files, a Trainer's `checkpoint-N/checkpoint.tpde`), each with the chain its hints
+/// name, as a load of it would: a file whose base was deleted, damaged or replaced fails here,
+/// before anyone needs it. Hints are confined to `folder` unless `opts` says otherwise; links are
+/// not followed into. In path order.
+pub fn verify_folder(folder: &Path, opts: &crate::open::OpenOptions) -> Result<Vec<FolderCheck>, Error> {
+    use crate::open::{is_tpde, open_reader_with, open_tpde_with};
+    use tpde_read::PathHints;
+
+    let mut opts = opts.clone();
+    if opts.hints.paths == PathHints::WithinStart {
+        opts.hints.paths = PathHints::Within(vec![folder.to_path_buf()]);
+    }
+    let mut files = Vec::new();
+    let mut pending = vec![folder.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let entries = std::fs::read_dir(&dir).map_err(|e| Error::from(e).context(dir.display()))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::from(e).context(dir.display()))?;
+            let kind = entry.file_type().map_err(|e| Error::from(e).context(entry.path().display()))?;
+            if kind.is_dir() {
+                pending.push(entry.path());
+            } else if kind.is_file() && is_tpde(&entry.path())? {
+                files.push(entry.path());
+            }
+        }
+    }
+    files.sort();
+    Ok(files
+        .into_iter()
+        .map(|path| {
+            let at = Location::Local(path.clone());
+            let base = open_reader_with(&at, opts.read)
+                .ok()
+                .and_then(|r| r.directory().base.as_ref().map(|b| b.path_hint.clone()));
+            let result = open_tpde_with(&at, None, &opts)
+                .and_then(|r| r.verify_with(|_| {}).map_err(|e| Error::from(e).context(&at)));
+            let path = path.strip_prefix(folder).unwrap_or(&path).to_path_buf();
+            FolderCheck { path, base, result }
+        })
+        .collect())
+}

@@ -1230,9 +1230,13 @@ fn files(g: &mut Gen) {
     frame.extend((table.len() as u32).to_le_bytes());
     raw_blocks(&mut frame, &table);
     g.valid(
-        Spec::new("valid/files-window-mantissa.tpde", "§5.5", "a frame whose window is 36 MiB: exponent 15, mantissa 1")
-            .files(one.clone(), frame)
-            .tensor(small()),
+        Spec::new(
+            "valid/files-window-mantissa.tpde",
+            "§5.5",
+            "a frame whose window is 36 MiB: exponent 15, mantissa 1",
+        )
+        .files(one.clone(), frame)
+        .tensor(small()),
     );
     // Each limit at its edge: a 64 MiB window (exponent 16, mantissa 0), a path of 1024 bytes,
     // a component of 255.
