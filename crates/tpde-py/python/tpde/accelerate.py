@@ -102,19 +102,21 @@ def save_state(
     return location
 
 
+def _iteration(folder: str) -> int:
+    """K of an automatically named ``checkpoint_K`` folder; -1 for any other name."""
+    m = _AUTOMATIC.match(os.path.basename(folder))
+    return int(m.group(1)) if m else -1
+
+
 def _older(location: str, previous: Optional[str]) -> List[str]:
     """The folders saved before ``location``, oldest first: the one this accelerator saved last,
     and under automatic naming every ``checkpoint_K`` beside it with a smaller K."""
     found = {previous} if previous and previous != location else set()
-    m = _AUTOMATIC.match(os.path.basename(location))
-    if m:
+    k = _iteration(location)
+    if k >= 0:
         parent = os.path.dirname(location)
-        for name in os.listdir(parent):
-            k = _AUTOMATIC.match(name)
-            if k and int(k.group(1)) < int(m.group(1)):
-                found.add(os.path.join(parent, name))
-    key = lambda f: (int(_AUTOMATIC.match(os.path.basename(f)).group(1)) if _AUTOMATIC.match(os.path.basename(f)) else -1, f)
-    return sorted((f for f in found if os.path.isdir(f)), key=key)
+        found.update(os.path.join(parent, n) for n in os.listdir(parent) if 0 <= _iteration(n) < k)
+    return sorted((f for f in found if os.path.isdir(f)), key=lambda f: (_iteration(f), f))
 
 
 def _pack_all(folders: List[str], series: Any, metadata: Dict[str, str]) -> None:
