@@ -608,7 +608,7 @@ fn verify_folder(folder: &std::path::Path, opts: &open::OpenOptions) -> Result<(
         }
     }
     match failed {
-        0 => outln!("ok: {} files, every chain whole", checks.len()).map_err(CliError::from),
+        0 => outln!("ok: {} files, every chain whole", checks.len()),
         n => Err(CliError::failed(format!("{}: {n} of {} files do not load", folder.display(), checks.len()))),
     }
 }
