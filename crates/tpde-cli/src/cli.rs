@@ -342,6 +342,29 @@ fn exit_code(result: Result<(), CliError>, who: &str) -> u8 {
     }
 }
 
+/// Why `unpack` leaves this to Python: a framework's checkpoint folder (the plug-ins' stored
+/// `checkpoint.tpde`), or a `torch.save` output, is written back by the Python package's
+/// `tpde` (`tpde/_cli.py`), which has torch.
+fn framework_unpack(input: &Location, output: &std::path::Path) -> Option<String> {
+    let python = "the `tpde` command of the Python package (pip install ./crates/tpde-py) writes it";
+    if let Location::Local(dir) = input {
+        if dir.is_dir() && dir.join("checkpoint.tpde").is_file() {
+            return Some(format!(
+                "{}: a framework's checkpoint folder; {python} back as the framework wrote it",
+                dir.display()
+            ));
+        }
+    }
+    let torch = output.extension().and_then(|e| e.to_str()).is_some_and(|e| ["ckpt", "pt", "pth", "bin"].contains(&e));
+    torch.then(|| {
+        format!(
+            "{}: a torch.save file, which only a framework checkpoint (a Lightning .ckpt stored by TpdeCheckpointIO, \
+             a Checkpointer step) unpacks to; {python}. This command writes .safetensors",
+            output.display()
+        )
+    })
+}
+
 /// The error of a GPU command in a build without the GPU decoder.
 #[cfg(not(feature = "gpu"))]
 fn no_gpu() -> CliError {
@@ -401,6 +424,9 @@ fn run(command: Command) -> Result<(), CliError> {
             Ok(())
         }
         Command::Unpack { input, output, base, gpu, read } => {
+            if let Some(why) = framework_unpack(&input, &output) {
+                return Err(CliError::usage(why));
+            }
             let (bar, opts) = (progress_bar(0, "unpacking"), read.options());
             let r = match gpu {
                 true if unpack::unpacks_to_folder(&input, &output)? => {
@@ -493,7 +519,7 @@ fn run(command: Command) -> Result<(), CliError> {
             outln!("{}", conformance::read_one_json(&file, &base, follow_hints))?;
             Ok(())
         }
-        Command::Demo { dir } => run_demo(dir),
+        Command::Demo { dir } => demo::run(dir),
         #[cfg(feature = "gpu")]
         Command::BenchGpu { input, base, runs, demo_mb } => {
             let gpu = tpde_gpu::Gpu::new()?;
@@ -577,7 +603,7 @@ impl From<tpde::read::ReadError> for CatError {
     }
 }
 
-fn verify(file: &Location, base: Option<&Location>, opts: &open::OpenOptions) -> Result<(), CliError> {
+pub(crate) fn verify(file: &Location, base: Option<&Location>, opts: &open::OpenOptions) -> Result<(), CliError> {
     let r = open::open_tpde_with(file, base, opts)?;
     let bar = progress_bar(r.tensors().iter().map(|t| t.byte_length).sum(), "verifying");
     let report = r.verify_with(|t| bar.0.inc(t.byte_length)).map_err(|e| tpde::Error::from(e).context(file))?;
@@ -611,80 +637,4 @@ fn verify_folder(folder: &std::path::Path, opts: &open::OpenOptions) -> Result<(
         0 => outln!("ok: {} files, every chain whole", checks.len()),
         n => Err(CliError::failed(format!("{}: {n} of {} files do not load", folder.display(), checks.len()))),
     }
-}
-
-fn run_demo(dir: Option<PathBuf>) -> Result<(), CliError> {
-    let (work, temp) = demo::workdir(dir)?;
-    let (train, packed) = (work.join("checkpoints"), work.join("packed"));
-    std::fs::create_dir_all(&train)?;
-
-    let t = Instant::now();
-    let ckpts = demo::train_checkpoints(&train, 128, 60, 10, 7)?;
-    outln!(
-        "Trained a tiny byte-level language model (2 x 32768 f32 weights, AdamW) for 60 steps on TPDE's\n\
-         spec, saving weights + Adam moments + step every 10 steps as safetensors ({:.1} s).\n",
-        t.elapsed().as_secs_f64()
-    )?;
-
-    let opts = WriteOptions { encoder: Encoder::Auto, ..WriteOptions::default() };
-    let bar = progress_bar(0, "packing");
-    let series = series::pack_series(&train, &packed.clone().into(), 10, opts, None, None, &bar)?;
-    outln!("| step | loss | safetensors | zstd -3 | tpde | stored as |\n|---:|---:|---:|---:|---:|---|")?;
-    let (mut st_total, mut zstd_total, mut tpde_total) = (0, 0, 0);
-    for ((step, loss, path, _), e) in ckpts.iter().zip(&series) {
-        let st_bytes = std::fs::metadata(path)?.len();
-        let zstd_bytes = zstd::bulk::compress(&std::fs::read(path)?, 3)?.len() as u64;
-        let kind = if e.keyframe { "keyframe".to_string() } else { format!("delta on step {}", step - 10) };
-        outln!(
-            "| {step} | {loss:.3} | {} | {} | {} | {kind} |",
-            HumanBytes(st_bytes),
-            HumanBytes(zstd_bytes),
-            HumanBytes(e.report.file_bytes)
-        )?;
-        st_total += st_bytes;
-        zstd_total += zstd_bytes;
-        tpde_total += e.report.file_bytes;
-    }
-    outln!(
-        "| all | | {} | {} ({:.3}) | {} ({:.3}) | |\n",
-        HumanBytes(st_total),
-        HumanBytes(zstd_total),
-        ratio(zstd_total, st_total),
-        HumanBytes(tpde_total),
-        ratio(tpde_total, st_total)
-    )?;
-
-    // Restore the last step through its chain (keyframe + deltas), and compare bit for bit.
-    let (last, _, last_src, _) = ckpts.last().expect("60 steps give 6 checkpoints");
-    let last_tpde = &series.last().expect("one file per checkpoint").output;
-    outln!("$ tpde inspect {last_tpde}   (the summary; the full table lists each tensor)")?;
-    let r = tpde::read::Reader::from_source(last_tpde.open()?)?;
-    let summary = crate::inspect::render_text(&crate::inspect::report(&last_tpde.to_string(), &r, false), false);
-    out!("{}", summary.lines().take(6).map(|l| format!("  {l}\n")).collect::<String>())?;
-    outln!("$ tpde verify {last_tpde}")?;
-    out!("  ")?;
-    verify(last_tpde, None, &open::OpenOptions::default())?;
-    let back = work.join("restored.safetensors");
-    let bar = progress_bar(0, "unpacking");
-    let u = tpde::unpack(last_tpde, None, &back, &bar)?;
-    let diff = against::compare_safetensors(last_src, &back)?;
-    match &diff {
-        None => outln!(
-            "Restored step {last} from its keyframe and {} deltas in {:.3} s: all {} tensors bit-exact.",
-            series.len() - 1,
-            u.seconds,
-            u.tensors
-        )?,
-        Some(d) => outln!("Restored step {last}: MISMATCH: {d}")?,
-    }
-    if let Some(d) = diff {
-        return Err(CliError::failed(format!("round trip is not bit-exact: {d}")));
-    }
-    match temp {
-        None => {
-            outln!("Files kept in {}: the safetensors in checkpoints/, the TPDE files in packed/.", work.display())?
-        }
-        Some(_) => outln!("The files were in a temporary folder, now removed; `tpde demo --dir DIR` keeps them.")?,
-    }
-    Ok(())
 }

@@ -105,6 +105,16 @@ fn exit_codes_and_messages() {
     inspect().assert().code(2);
     tpde().args(["pack", "--codec", "lz77"]).arg(&src).arg("-o").arg(&packed).assert().code(2);
     tpde().args(["frobnicate"]).assert().code(2);
+    // A torch.save output, or a framework's checkpoint folder, is the Python package's to write.
+    let said = "the `tpde` command of the Python package";
+    let ckpt = dir.path().join("last.ckpt");
+    tpde().arg("unpack").arg(&packed).arg("-o").arg(&ckpt).assert().code(2).stderr(predicates::str::contains(said));
+    let folder = dir.path().join("checkpoint-3");
+    std::fs::create_dir(&folder).unwrap();
+    std::fs::copy(&packed, folder.join("checkpoint.tpde")).unwrap();
+    let out = dir.path().join("out");
+    tpde().arg("unpack").arg(&folder).arg("-o").arg(&out).assert().code(2).stderr(predicates::str::contains(said));
+    assert!(!out.exists() && !ckpt.exists());
 
     // Not a TPDE file: exit 1, and the message names the magic found.
     inspect().arg(&src).assert().code(1).stderr(predicates::str::contains("not a TPDE file"));

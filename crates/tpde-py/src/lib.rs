@@ -582,6 +582,12 @@ fn is_file(py: Python<'_>, path: &str) -> PyResult<bool> {
     py.detach(|| at.is_file()).map_err(py_err)
 }
 
+/// Whether the local file at `path` starts with the TPDE magic (the facade's one test of it).
+#[pyfunction]
+fn is_tpde(py: Python<'_>, path: PathBuf) -> PyResult<bool> {
+    py.detach(|| tpde::open::is_tpde(&path)).map_err(py_err)
+}
+
 /// Copies the file at `source` to `dest` (paths or object URLs), streaming; the copy appears
 /// whole or not at all. Returns the bytes copied.
 #[pyfunction]
@@ -657,6 +663,7 @@ fn _tpde(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;
     m.add_function(wrap_pyfunction!(list_files, m)?)?;
     m.add_function(wrap_pyfunction!(is_file, m)?)?;
+    m.add_function(wrap_pyfunction!(is_tpde, m)?)?;
     m.add_function(wrap_pyfunction!(remove, m)?)?;
     m.add_function(wrap_pyfunction!(cli, m)?)?;
     m.add_function(wrap_pyfunction!(copy, m)?)?;

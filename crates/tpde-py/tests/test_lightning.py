@@ -84,6 +84,11 @@ def test_newest_native_opens_lightning_s_way_and_export_gives_any_back(tmp_path,
         assert torch.equal(back["state_dict"][k], v), k
     with pytest.raises(tpde.TpdeError, match="exists"):
         tpde.lightning.export(ckpt / "epoch=1-step=9.ckpt", nine)
+    # and so does the command: `tpde unpack` of a .ckpt to a .ckpt writes torch.save's file
+    frameworks.tpde_command("unpack", ckpt / "epoch=1-step=8.ckpt", "-o", tmp_path / "eight.ckpt")
+    eight = torch.load(tmp_path / "eight.ckpt", weights_only=True)
+    assert eight["global_step"] == 8
+    assert torch.equal(eight["state_dict"]["net.0.weight"], Series().load(ckpt / "epoch=1-step=8.ckpt")["state_dict"]["net.0.weight"])
     # a torch.save file is taken over: the plug-in resumes from it
     run(tmp_path / "taken", 14, "--io", "tpde", "--resume", newest, "--weights", tmp_path / "t.safetensors")
     assert torch.equal(load_file(tmp_path / "t.safetensors")["net.0.weight"], uninterrupted["net.0.weight"])

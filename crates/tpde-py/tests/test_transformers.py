@@ -67,6 +67,11 @@ def test_the_newest_folder_opens_the_trainer_s_way_and_a_killed_run_resumes_bit_
     assert BertForSequenceClassification.from_pretrained(exported).config.num_labels == 3
     with pytest.raises(tpde.TpdeError, match="exists"):
         tpde.transformers.export(out / "checkpoint-8", tmp_path / "eight")
+    # and so does the command: `tpde unpack checkpoint-N -o DEST`
+    frameworks.tpde_command("unpack", out / "checkpoint-10", "-o", tmp_path / "ten")
+    assert set(os.listdir(tmp_path / "ten")) >= {"model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth"}
+    ten = BertForSequenceClassification.from_pretrained(tmp_path / "ten")
+    assert torch.equal(ten.state_dict()["classifier.weight"], load_file(os.path.join(back, "model.safetensors"))["classifier.weight"])
 
 
 def test_newest_tpde_stores_every_folder_and_resumes_bit_for_bit(tmp_path):

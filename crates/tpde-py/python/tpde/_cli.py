@@ -1,10 +1,44 @@
 """The ``tpde`` and ``tpde-inspect`` commands that ``pip install`` puts on ``PATH``: the Rust
 command line compiled into the extension (without the GPU decoder: ``cargo install --path
-crates/tpde-cli`` builds a ``tpde`` with it)."""
+crates/tpde-cli`` builds a ``tpde`` with it). One thing is done here: ``tpde unpack`` of a
+framework checkpoint (a Lightning ``.ckpt``, a ``checkpoint-N`` folder), which writes
+``torch.save`` files and so needs Python."""
+import argparse
 import signal
 import sys
+from typing import List, Optional
 
 from . import _tpde
+
+
+def _unpack_framework(argv: List[str]) -> Optional[int]:
+    """``tpde unpack IN -o OUT`` of a state file or a checkpoint folder, back to the framework's
+    own form; ``None`` for every other command, left to the Rust command line (which also
+    writes a state file's tensors to an output ending in ``.safetensors``)."""
+    if not argv or argv[0] != "unpack":
+        return None
+    p = argparse.ArgumentParser(prog="tpde unpack", add_help=False)
+    p.add_argument("input")
+    p.add_argument("-o", "--output")
+    try:
+        a, rest = p.parse_known_args(argv[1:])
+    except SystemExit:
+        return None  # the Rust parser says what is wrong
+    if a.output is None or a.output.endswith(".safetensors") or rest:
+        return None
+    from .torch import _export  # torch only for a framework checkpoint
+
+    kind = _export.kind(a.input)
+    if kind is None:
+        return None
+    try:
+        dest = _export.state(a.input, a.output) if kind == "state" else _export.folder(a.input, a.output)
+    except _tpde.TpdeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    what = "a torch.save file" if kind == "state" else "the framework's folder"
+    print(f"unpacked {a.input} into {dest} ({what})")
+    return 0
 
 
 def _run(inspect: bool) -> None:
@@ -12,7 +46,8 @@ def _run(inspect: bool) -> None:
     # final name (writes are atomic), and the Rust side handles the closed pipe itself.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     name = "tpde-inspect" if inspect else "tpde"
-    sys.exit(_tpde.cli([name, *sys.argv[1:]], inspect=inspect))
+    done = None if inspect else _unpack_framework(sys.argv[1:])
+    sys.exit(done if done is not None else _tpde.cli([name, *sys.argv[1:]], inspect=inspect))
 
 
 def tpde() -> None:

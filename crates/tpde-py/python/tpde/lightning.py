@@ -30,29 +30,14 @@ from typing import Any, Dict, Optional, Set
 import torch
 from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
 
+from . import _tpde
 from ._errors import error
-from .torch import _rewrite
+from .torch import _export, _rewrite
 from .torch.series import Series
 
 __all__ = ["TpdeCheckpointIO", "export"]
 
-_TPDE_MAGIC = b"\x89TPDE"
-
-
-def _is_tpde(path: str) -> bool:
-    with open(path, "rb") as f:
-        return f.read(len(_TPDE_MAGIC)) == _TPDE_MAGIC
-
-
-def _torch_save(state: Any, path: str) -> None:
-    """``torch.save``, whole or not at all: a kill leaves the old file or the new one."""
-    tmp = f"{path}.tpde-partial"
-    try:
-        torch.save(state, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+_is_tpde = _tpde.is_tpde  # the facade's test of the magic: a torch.save file is left to Lightning
 
 
 class TpdeCheckpointIO(CheckpointIO):
@@ -87,7 +72,7 @@ class TpdeCheckpointIO(CheckpointIO):
             if os.path.isfile(key) and _is_tpde(key):
                 self.series.remove(key)  # written over: the files that are deltas against it first
             os.makedirs(os.path.dirname(key), exist_ok=True)
-            _torch_save(checkpoint, key)
+            _export.torch_save(checkpoint, key)
             previous, self._native = self._native, key
             if previous is not None and previous != key and os.path.isfile(previous) and not _is_tpde(previous):
                 self._store(previous)
@@ -136,9 +121,5 @@ def export(path: Any, dest: Any) -> str:
     """Writes the checkpoint ``path`` (a TPDE file ``TpdeCheckpointIO`` wrote) to ``dest`` as
     Lightning writes it (``torch.save`` of the same dict, tensors bit for bit), for
     ``torch.load``, ``load_from_checkpoint`` or a script without the plug-in; returns ``dest``.
-    Never over an existing file."""
-    path, dest = os.fspath(path), os.path.abspath(os.fspath(dest))
-    if os.path.exists(dest):
-        raise error("invalid-argument", f"{dest}: exists; export writes a new file")
-    _torch_save(Series().load(path), dest)
-    return dest
+    Never over an existing file. The command ``tpde unpack PATH -o DEST.ckpt`` does the same."""
+    return _export.state(path, dest)

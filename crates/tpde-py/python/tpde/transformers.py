@@ -43,7 +43,7 @@ from transformers import TrainerCallback
 
 from . import _tpde
 from ._errors import error
-from .torch import _folder, _rewrite
+from .torch import _export, _folder, _rewrite
 from .torch.series import Series, _base_of
 
 __all__ = ["TpdeCallback", "resume", "export"]
@@ -207,19 +207,5 @@ def export(checkpoint: Any, dest: Any) -> str:
     """Writes ``checkpoint`` (a ``checkpoint-N`` folder, or a run's output folder: its newest)
     into the new folder ``dest`` as the Trainer writes it, for ``from_pretrained`` or another
     tool: the same tensors bit for bit and the same states; returns ``dest``. A folder as the
-    Trainer wrote it is copied."""
-    checkpoint = _newest(os.path.abspath(os.fspath(checkpoint)))
-    dest = os.path.abspath(os.fspath(dest))
-    if os.path.exists(dest):
-        raise error("invalid-argument", f"{dest}: exists; export writes a new folder")
-    if not os.path.exists(os.path.join(checkpoint, _folder.STORED)):
-        shutil.copytree(checkpoint, dest, symlinks=True)
-        return dest
-    tmp = dest + ".tpde-partial"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        _folder.expand(checkpoint, tmp, Series())
-        os.replace(tmp, dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return dest
+    Trainer wrote it is copied. The command ``tpde unpack checkpoint-N -o DEST`` does the same."""
+    return _export.folder(_newest(os.path.abspath(os.fspath(checkpoint))), dest)
