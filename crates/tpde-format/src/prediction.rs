@@ -378,9 +378,91 @@ mod tests {
         for (code, k, n) in [(1, 3, 2), (2, 4, 1), (3, 4, 1), (4, 4, 3), (4, 3, 2), (0, 3, 1)] {
             assert!(Prediction::from_parts(code, &vec![1.0; k], names(n)).is_err(), "{code} {k} {n}");
         }
+        // A predictor 1-4 with the wrong counts is named as such, not as an unknown predictor.
+        assert!(Prediction::from_parts(3, &[1.0; 4], names(1)).unwrap_err().contains("4 constants and 1 names"));
         let mut empty_name = vec![1u8];
         empty_name.extend_from_slice(&[0; 12]);
         empty_name.extend_from_slice(&[0, 0]);
         assert!(Prediction::parse(&empty_name).unwrap_err().contains("empty"));
+    }
+
+    /// A directory of f32 tensors listed in `order`, tensor i predicted (predictor 1) from each
+    /// tensor `reads[i]` names, one chunk per name; a tensor that reads nothing is raw.
+    fn predicted(reads: &[&[usize]], order: &[usize]) -> Directory {
+        use crate::{ChunkEntry, TensorEntry};
+        let chunk = |codec, params| ChunkEntry {
+            element_start: 0,
+            element_count: 1,
+            offset: 64,
+            stored_length: 4,
+            decoded_length: 4,
+            crc32: 0,
+            codec,
+            params,
+        };
+        let tensors = order
+            .iter()
+            .map(|&i| {
+                let mut chunks: Vec<_> = reads[i]
+                    .iter()
+                    .map(|r| {
+                        let p = Prediction::AdamSecondMoment {
+                            one_minus_beta1: 0.1,
+                            beta2: 0.999,
+                            one_minus_beta2: 0.001,
+                            exp_avg: format!("t{r}"),
+                        };
+                        chunk(CodecTag::DeltaPredicted, p.to_bytes())
+                    })
+                    .collect();
+                if chunks.is_empty() {
+                    chunks.push(chunk(CodecTag::Raw, Vec::new()));
+                }
+                TensorEntry {
+                    name: format!("t{i}"),
+                    dtype: DType::F32,
+                    shape: vec![1],
+                    byte_length: 4,
+                    digest: [0; 32],
+                    chunks,
+                }
+            })
+            .collect();
+        Directory { tensors, ..Directory::default() }
+    }
+
+    #[test]
+    fn chains_are_bounded_and_loops_found_in_any_listing_order() {
+        // t0 reads t1 ... reads t(k-1), which reads t(k), a plain tensor: a chain of k.
+        let chain = |k: usize| -> Vec<&'static [usize]> {
+            const NEXT: [&[usize]; 7] = [&[1], &[2], &[3], &[4], &[5], &[6], &[]];
+            let mut r = NEXT[..k].to_vec();
+            r.push(&[]);
+            r
+        };
+        let orders = |n: usize| -> Vec<Vec<usize>> {
+            let forward: Vec<usize> = (0..n).collect();
+            let mut orders: Vec<Vec<usize>> =
+                (0..n).map(|s| forward[s..].iter().chain(&forward[..s]).copied().collect()).collect();
+            orders.push(forward.into_iter().rev().collect());
+            orders
+        };
+        for order in orders(MAX_PREDICTION_DEPTH + 1) {
+            validate_predictions(&predicted(&chain(MAX_PREDICTION_DEPTH), &order)).expect("a chain at the limit");
+        }
+        for order in orders(MAX_PREDICTION_DEPTH + 2) {
+            let e = validate_predictions(&predicted(&chain(MAX_PREDICTION_DEPTH + 1), &order)).unwrap_err();
+            assert!(e.to_string().contains("a chain of more than 4"), "{order:?}: {e}");
+        }
+        // Two chains of 3 into one tensor, and one of 2 beside: heights are kept per tensor.
+        let joined: [&[usize]; 6] = [&[1], &[2], &[], &[4], &[1], &[2]];
+        for order in orders(6) {
+            validate_predictions(&predicted(&joined, &order)).expect("no chain over 4");
+        }
+        let looped: [&[usize]; 4] = [&[1], &[2], &[0], &[0]];
+        for order in orders(4) {
+            let e = validate_predictions(&predicted(&looped, &order)).unwrap_err();
+            assert!(e.to_string().contains("the predictions loop"), "{order:?}: {e}");
+        }
     }
 }

@@ -161,8 +161,7 @@ pub fn validate(header: &Header, dir: &Directory, payload_end: u64) -> Result<()
     crate::prediction::validate_predictions(dir)?;
 
     // Two chunks may share a stored range exactly (a deduplicated payload); no other overlap.
-    // An empty range overlaps nothing (its chunk fails R25 when read).
-    ranges.retain(|&(start, end, _, _)| start < end);
+    // An empty range overlaps nothing (its chunk fails R25 when read), so none was listed.
     ranges.sort_unstable();
     for w in ranges.windows(2) {
         let ((s0, e0, t0, c0), (s1, e1, t1, c1)) = (w[0], w[1]);
@@ -201,4 +200,55 @@ fn validate_metadata(dir: &Directory) -> Result<(), FormatError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ChunkEntry, CodecTag, DType, TensorEntry};
+
+    /// A file of one u8 tensor of `n` elements in one zstd chunk at offset 64, stored in
+    /// `stored` bytes, and the end of its payload area.
+    fn one_chunk(n: u64, stored: u64) -> (Header, Directory, u64) {
+        let chunk = ChunkEntry {
+            element_start: 0,
+            element_count: n,
+            offset: Header::LEN as u64,
+            stored_length: stored,
+            decoded_length: n,
+            crc32: 0,
+            codec: CodecTag::Zstd,
+            params: Vec::new(),
+        };
+        let t = TensorEntry {
+            name: "t".into(),
+            dtype: DType::U8,
+            shape: vec![n],
+            byte_length: n,
+            digest: [0; 32],
+            chunks: vec![chunk],
+        };
+        (Header::new(0, 64, 0), Directory { tensors: vec![t], ..Directory::default() }, 64 + 100)
+    }
+
+    #[test]
+    fn chunk_lengths_at_their_limits_are_within_them() {
+        // At a limit the value is allowed; one over it, the limit speaks (R15).
+        let (h, dir, end) = one_chunk(MAX_CHUNK_DECODED_LEN, 100);
+        validate(&h, &dir, end).expect("a chunk decoding to exactly 1 GiB");
+        // A stored length at its limit cannot fit this payload area: R21 speaks, not the limit.
+        let (h, dir, end) = one_chunk(100, MAX_CHUNK_STORED_LEN);
+        let e = validate(&h, &dir, end).unwrap_err();
+        assert!(
+            matches!(e, FormatError::Malformed { .. }) && e.to_string().contains("outside the payload area"),
+            "{e}"
+        );
+        for (n, stored) in [(MAX_CHUNK_DECODED_LEN + 1, 100), (100, MAX_CHUNK_STORED_LEN + 1)] {
+            let (h, dir, end) = one_chunk(n, stored);
+            let e = validate(&h, &dir, end).unwrap_err();
+            assert!(matches!(e, FormatError::LimitExceeded { .. }), "{n} {stored}: {e}");
+        }
+        let (h, dir, end) = one_chunk(100, 100);
+        validate(&h, &dir, end).expect("a chunk within every limit and the payload area");
+    }
 }

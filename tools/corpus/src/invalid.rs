@@ -298,6 +298,7 @@ fn directory(g: &mut Gen) {
         ("r15-rank-33", "a rank of 33", LimitCase::Rank),
         ("r15-params-too-long", "codec params of 1025 bytes", LimitCase::Params),
         ("r15-chunk-too-long", "a chunk decoding to 2 GiB (the limit is 1 GiB)", LimitCase::Chunk),
+        ("r15-stored-too-long", "a chunk stored in 1 GiB + 1 MiB + 1 bytes, one over the limit", LimitCase::Stored),
     ];
     for (path, description, case) in limits {
         bad(g, path, "R15", description, edit_dir(&small, |d| case.apply(d)), LimitExceeded);
@@ -453,6 +454,7 @@ enum LimitCase {
     Rank,
     Params,
     Chunk,
+    Stored,
 }
 
 impl LimitCase {
@@ -463,6 +465,7 @@ impl LimitCase {
             LimitCase::Rank => d.tensors[2].shape = vec![0; 33],
             LimitCase::Params => d.tensors[0].chunks[0].params = vec![0; 1025],
             LimitCase::Chunk => claim_one_chunk(d, 1 << 29),
+            LimitCase::Stored => d.tensors[0].chunks[0].stored_length = tpde_format::limits::MAX_CHUNK_STORED_LEN + 1,
         }
     }
 }
