@@ -303,10 +303,11 @@ impl CodecArgs {
 #[derive(Parser)]
 #[command(name = "tpde-inspect", version)]
 struct InspectArgs {
-    /// The .tpde file: a path or an s3://bucket/key URL.
+    /// The .tpde file: a path or an s3://bucket/key URL; or a folder: which of its TPDE files
+    /// each needs, and which need it.
     #[arg(value_parser = location)]
     file: Location,
-    /// Print JSON (schema "tpde-inspect/1") instead of a table.
+    /// Print JSON (schema "tpde-inspect/1", "tpde-inspect-folder/1") instead of a table.
     #[arg(long)]
     json: bool,
     /// List every chunk of every tensor.

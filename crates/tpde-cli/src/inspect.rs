@@ -340,3 +340,49 @@ pub fn render_text(rep: &Report, full: bool) -> String {
     }
     s
 }
+
+/// `tpde inspect FOLDER`: each TPDE file under it, the file it needs and the files that need it
+/// (what deleting it makes unloadable), from the directories alone.
+pub fn render_chains(links: &[tpde::verify::ChainLink]) -> String {
+    let mut w = String::new();
+    for l in links {
+        let needs = match (&l.base, &l.base_file) {
+            (Err(e), _) => format!("unreadable: {e}"),
+            (Ok(None), _) => "keyframe".to_owned(),
+            (Ok(Some(_)), Some(b)) => format!("needs {}", b.display()),
+            (Ok(Some(h)), None) => format!("needs {h:?}, which is not a TPDE file of this folder"),
+        };
+        let by = match l.needed_by.len() {
+            0 => "needed by none".to_owned(),
+            n => format!(
+                "needed by {n}: {}",
+                l.needed_by.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+            ),
+        };
+        let _ = writeln!(w, "{}  {needs}; {by}", l.path.display());
+    }
+    let keyframes = links.iter().filter(|l| matches!(l.base, Ok(None))).count();
+    let _ = writeln!(
+        w,
+        "{} files, {keyframes} keyframes; a file another needs must stay (`tpde verify FOLDER` checks every chain)",
+        links.len()
+    );
+    w
+}
+
+/// [`render_chains`] as JSON (schema "tpde-inspect-folder/1").
+pub fn chains_json(folder: &std::path::Path, links: &[tpde::verify::ChainLink]) -> serde_json::Value {
+    let files: Vec<_> = links
+        .iter()
+        .map(|l| {
+            serde_json::json!({
+                "path": l.path.display().to_string(),
+                "base_hint": l.base.as_ref().ok().cloned().flatten(),
+                "base_file": l.base_file.as_ref().map(|b| b.display().to_string()),
+                "error": l.base.as_ref().err().map(|e| e.to_string()),
+                "needed_by": l.needed_by.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    serde_json::json!({ "schema": "tpde-inspect-folder/1", "folder": folder.display().to_string(), "files": files })
+}

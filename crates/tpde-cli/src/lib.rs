@@ -159,6 +159,17 @@ pub fn mb_per_s(bytes: u64, seconds: f64) -> f64 {
 
 /// Runs `tpde-inspect` (also `tpde inspect`): prints the report of `path` as text or JSON.
 pub fn run_inspect(at: &tpde::Location, json: bool, chunks: bool, full: bool) -> Result<(), CliError> {
+    if let tpde::Location::Local(folder) = at {
+        if folder.is_dir() {
+            let links = tpde::verify::folder_chains(folder)?;
+            return match json {
+                true => {
+                    outln!("{}", serde_json::to_string_pretty(&inspect::chains_json(folder, &links)).expect("json"))
+                }
+                false => out!("{}", inspect::render_chains(&links)),
+            };
+        }
+    }
     let opened = at
         .open()
         .map_err(CliError::from)

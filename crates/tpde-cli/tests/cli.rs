@@ -381,7 +381,20 @@ fn pack_series_chains_with_keyframes() {
     };
     let (out, _) = verify(0);
     assert!(out.contains("ok      step1.tpde  (needs step0.tpde;") && out.contains("ok: 5 files"), "{out}");
+    // Which file needs which, from the directories alone: what deleting one costs.
+    let inspect = || {
+        let out = tpde().args(["inspect", "packed"]).current_dir(d).assert().success().get_output().stdout.clone();
+        String::from_utf8(out).unwrap()
+    };
+    let out = inspect();
+    assert!(out.contains("step0.tpde  keyframe; needed by 2: step1.tpde, step2.tpde\n"), "{out}");
+    assert!(out.contains("step2.tpde  needs step1.tpde; needed by none\n"), "{out}");
+    assert!(
+        out.contains("step4.tpde  needs step3.tpde; needed by none") && out.contains("5 files, 2 keyframes"),
+        "{out}"
+    );
     std::fs::remove_file(d.join("packed/step3.tpde")).unwrap();
+    assert!(inspect().contains("step4.tpde  needs \"step3.tpde\", which is not a TPDE file of this folder"));
     let (out, err) = verify(1);
     assert!(out.contains("FAILED  step4.tpde  (needs step3.tpde): base-missing"), "{out}");
     assert!(out.contains("ok      step2.tpde"), "{out}");

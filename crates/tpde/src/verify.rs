@@ -1,7 +1,7 @@
 //! Checking a packed file against what it was packed from: bit-exact, or within the lossy
 //! bound it records; and two safetensors files against each other.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use tpde_format::metadata::{KEY_MAX_ABS_ERROR, KEY_MAX_REL_ERROR};
 use tpde_format::MetadataValue;
@@ -133,29 +133,14 @@ pub struct FolderCheck {
 /// before anyone needs it. Hints are confined to `folder` unless `opts` says otherwise; links are
 /// not followed into. In path order.
 pub fn verify_folder(folder: &Path, opts: &crate::open::OpenOptions) -> Result<Vec<FolderCheck>, Error> {
-    use crate::open::{is_tpde, open_reader_with, open_tpde_with};
+    use crate::open::{open_reader_with, open_tpde_with};
     use tpde_read::PathHints;
 
     let mut opts = opts.clone();
     if opts.hints.paths == PathHints::WithinStart {
         opts.hints.paths = PathHints::Within(vec![folder.to_path_buf()]);
     }
-    let mut files = Vec::new();
-    let mut pending = vec![folder.to_path_buf()];
-    while let Some(dir) = pending.pop() {
-        let entries = std::fs::read_dir(&dir).map_err(|e| Error::from(e).context(dir.display()))?;
-        for entry in entries {
-            let entry = entry.map_err(|e| Error::from(e).context(dir.display()))?;
-            let kind = entry.file_type().map_err(|e| Error::from(e).context(entry.path().display()))?;
-            if kind.is_dir() {
-                pending.push(entry.path());
-            } else if kind.is_file() && is_tpde(&entry.path())? {
-                files.push(entry.path());
-            }
-        }
-    }
-    files.sort();
-    Ok(files
+    Ok(tpde_files(folder)?
         .into_iter()
         .map(|path| {
             let at = Location::Local(path.clone());
@@ -168,4 +153,76 @@ pub fn verify_folder(folder: &Path, opts: &crate::open::OpenOptions) -> Result<V
             FolderCheck { path, base, result }
         })
         .collect())
+}
+
+/// The TPDE files under `folder`, whatever their names, in path order; links are not followed.
+fn tpde_files(folder: &Path) -> Result<Vec<PathBuf>, Error> {
+    let mut files = Vec::new();
+    let mut pending = vec![folder.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let entries = std::fs::read_dir(&dir).map_err(|e| Error::from(e).context(dir.display()))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::from(e).context(dir.display()))?;
+            let kind = entry.file_type().map_err(|e| Error::from(e).context(entry.path().display()))?;
+            if kind.is_dir() {
+                pending.push(entry.path());
+            } else if kind.is_file() && crate::open::is_tpde(&entry.path())? {
+                files.push(entry.path());
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// One TPDE file of a folder and its place in the folder's chains ([`folder_chains`]). Paths
+/// are relative to the folder.
+#[derive(Debug)]
+pub struct ChainLink {
+    /// The file.
+    pub path: PathBuf,
+    /// Its base's path hint as the file records it (None: a keyframe); `Err` if its header or
+    /// directory does not read.
+    pub base: Result<Option<String>, Error>,
+    /// The folder's file that hint names, if it is one.
+    pub base_file: Option<PathBuf>,
+    /// The files whose chains run through this one: what deleting it makes unloadable.
+    pub needed_by: Vec<PathBuf>,
+}
+
+/// Which file of `folder` each TPDE file under it needs, from the files' directories alone
+/// (nothing is decoded: [`verify_folder`] checks the chains), and so what deleting each costs.
+pub fn folder_chains(folder: &Path) -> Result<Vec<ChainLink>, Error> {
+    let files = tpde_files(folder)?;
+    let relative = |p: &Path| p.strip_prefix(folder).unwrap_or(p).to_path_buf();
+    let mut links: Vec<ChainLink> = files
+        .iter()
+        .map(|path| {
+            let base = crate::open::open_reader_with(&Location::Local(path.clone()), Default::default())
+                .map(|r| r.directory().base.as_ref().map(|b| b.path_hint.clone()));
+            let named =
+                base.as_ref().ok().and_then(|h| h.as_deref()).map(|h| tpde_read::chain::resolve_path_hint(path, h));
+            let base_file = named
+                .and_then(|b| b.canonicalize().ok())
+                .and_then(|b| files.iter().find(|f| f.canonicalize().is_ok_and(|f| f == b)))
+                .map(|b| relative(b));
+            ChainLink { path: relative(path), base, base_file, needed_by: Vec::new() }
+        })
+        .collect();
+    // Each file's chain, walked up through the folder's files (bounded: a loop stops it).
+    for i in 0..links.len() {
+        let mut at = links[i].base_file.clone();
+        let mut seen = vec![links[i].path.clone()];
+        while let Some(base) = at.filter(|b| !seen.contains(b)) {
+            let j = links.iter().position(|l| l.path == base).expect("a base file is one of the folder's");
+            let path = links[i].path.clone();
+            links[j].needed_by.push(path);
+            seen.push(base);
+            at = links[j].base_file.clone();
+        }
+    }
+    for l in &mut links {
+        l.needed_by.sort();
+    }
+    Ok(links)
 }
