@@ -74,6 +74,24 @@ def test_the_newest_folder_opens_the_trainer_s_way_and_a_killed_run_resumes_bit_
     assert torch.equal(ten.state_dict()["classifier.weight"], load_file(os.path.join(back, "model.safetensors"))["classifier.weight"])
 
 
+def test_load_best_model_at_end_loads_a_stored_best_folder(tmp_path):
+    """load_best_model_at_end reads the best folder's weight files, and a folder without them is
+    only a warning to the Trainer: a stored best folder gets them back for the load, and is
+    stored again after it (issue 58)."""
+    import json
+
+    run(tmp_path / "plain", 12, "--best", "--weights", tmp_path / "plain.safetensors")
+    out = tmp_path / "tpde"
+    run(out, 12, "--tpde", "--best", "--weights", tmp_path / "tpde.safetensors")
+    plain, loaded = load_file(tmp_path / "plain.safetensors"), load_file(tmp_path / "tpde.safetensors")
+    for k in plain:
+        assert torch.equal(plain[k], loaded[k]), k
+    best = os.path.basename(json.loads((out / "checkpoint-12" / "trainer_state.json").read_text())["best_model_checkpoint"])
+    assert best != "checkpoint-12" and sorted(os.listdir(out / best)) == STORED
+    last = load_file(out / "checkpoint-12" / "model.safetensors")
+    assert not torch.equal(last["classifier.weight"], loaded["classifier.weight"])  # the best was loaded, not the last
+
+
 def test_newest_tpde_stores_every_folder_and_resumes_bit_for_bit(tmp_path):
     """newest="tpde": every folder stored at once (the newest a keyframe); resume() gives the
     Trainer its files back."""

@@ -15,7 +15,8 @@ newest is then a keyframe too, and takes less space, but only ``resume()`` opens
 folder's JSON files (``trainer_state.json``, ``config.json``) stay as they are; the pickled
 ``training_args.bin`` becomes ``training_args.json`` (this run's arguments). ``save_total_limit``
 works as before: the Trainer deletes the oldest folders, which no kept checkpoint needs, and the
-best checkpoint (``load_best_model_at_end``) is kept a keyframe. Folders the Trainer wrote before
+best checkpoint (``load_best_model_at_end``) is kept a keyframe, given its files back for the
+Trainer's load at the end and stored again after it. Folders the Trainer wrote before
 the callback was added (an existing run taken over) are stored at the first save.
 
 Why a callback and a resume helper rather than a ``Trainer`` subclass: both use only the
@@ -72,6 +73,7 @@ class TpdeCallback(TrainerCallback):
         self.storer = _folder.Storer(keyframe_every, codec, background)
         self.series = self.storer.series
         self._warned = False
+        self._best_files: List[str] = []  # files given back to a stored best folder until the run ends
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         # Before the first save's rotation: a run killed mid-rewrite may have left a delta's
@@ -136,9 +138,33 @@ class TpdeCallback(TrainerCallback):
         if os.path.isfile(path) and _tpde.File(path, None, follow_hints=False).is_delta():
             _rewrite.rewrite(path, None, {}, self.series.codec)
 
+    def on_log(self, args: Any, state: Any, control: Any, logs: Optional[dict] = None, **kwargs: Any) -> None:
+        # The Trainer's last log (its train metrics) comes just before load_best_model_at_end reads
+        # the best folder's weight files, and a folder without them is only a warning to the
+        # Trainer: a stored best folder gets its files back until the run ends.
+        if not (args.load_best_model_at_end and logs and "train_runtime" in logs and state.best_model_checkpoint):
+            return
+        self.storer.wait()
+        self.series.wait()
+        best = state.best_model_checkpoint
+        if not os.path.isfile(os.path.join(best, _folder.STORED)):
+            return
+        tmp = best.rstrip(os.sep) + ".tpde-best"
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            for name in _folder.expand(best, tmp, self.series):
+                os.replace(os.path.join(tmp, name), os.path.join(best, name))
+                self._best_files.append(os.path.join(best, name))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.storer.wait()
         self.series.wait()
+        for path in self._best_files:  # the best model is loaded: its folder is stored again
+            if os.path.exists(path):
+                os.remove(path)
+        self._best_files.clear()
         shutil.rmtree(os.path.join(args.output_dir, RESUME_DIR), ignore_errors=True)
 
 

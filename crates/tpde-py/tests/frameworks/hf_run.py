@@ -3,7 +3,10 @@ checkpointing every 2 steps, optionally with TpdeCallback, optionally killing it
 once checkpoint-KILL is saved.
 
     python hf_run.py OUT MAX_STEPS [--tpde] [--newest native|tpde] [--kill-after N] [--resume CKPT|true]
-                     [--weights W.safetensors]
+                     [--weights W.safetensors] [--best]
+
+``--best``: evaluates at every save and loads the best checkpoint at the end
+(``load_best_model_at_end``), the best being the one of the highest eval loss (an early one).
 
 ``--resume true`` is ``train(resume_from_checkpoint=True)``: the Trainer's own choice, the newest.
 """
@@ -39,6 +42,7 @@ def main():
     p.add_argument("--kill-after", type=int)
     p.add_argument("--resume")
     p.add_argument("--weights")
+    p.add_argument("--best", action="store_true")
     a = p.parse_args()
     import tpde.transformers
 
@@ -48,14 +52,17 @@ def main():
     model = BertForSequenceClassification(config)
     g = torch.Generator().manual_seed(0)
     data = [{"input_ids": torch.randint(0, 100, (12,), generator=g), "labels": int(i % 3)} for i in range(64)]
+    best = dict(eval_strategy="steps", eval_steps=2, load_best_model_at_end=True, metric_for_best_model="loss",
+                greater_is_better=True) if a.best else {}
     args = TrainingArguments(a.out, max_steps=a.max_steps, per_device_train_batch_size=8, learning_rate=1e-3,
                              save_steps=2, save_total_limit=3, logging_strategy="no", report_to=[], use_cpu=True,
-                             seed=0, dataloader_num_workers=0, disable_tqdm=True)
+                             seed=0, dataloader_num_workers=0, disable_tqdm=True, **best)
     newest = {"newest": a.newest} if a.newest else {}
     callbacks = [tpde.transformers.TpdeCallback(keyframe_every=3, **newest)] if a.tpde else []
     if a.kill_after is not None:
         callbacks.append(KillAfter(a.kill_after, callbacks[0] if a.tpde else None))
-    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=callbacks)
+    trainer = Trainer(model=model, args=args, train_dataset=data, eval_dataset=data[:16] if a.best else None,
+                      callbacks=callbacks)
     if a.resume == "true":
         resume = True
     else:
