@@ -365,7 +365,8 @@ mod tests {
         assert_eq!((v_rev.inputs(), v_rev.base_inputs()), (vec!["m"], vec!["m"]));
         assert_eq!((w.inputs(), w.base_inputs()), (vec!["m", "v"], vec![]));
         assert_eq!(w_rev.to_bytes()[0], 4);
-        assert_eq!(v_rev.since_minor(), 9);
+        assert_eq!((v.since_minor(), w.since_minor(), v_rev.since_minor(), w_rev.since_minor()), (6, 6, 9, 9));
+        assert_eq!([&v, &w, &v_rev, &w_rev].map(|p| p.is_reverse()), [false, false, true, true]);
         let mut long = w.to_bytes();
         long.push(0);
         assert!(Prediction::parse(&long).unwrap_err().contains("follow"));
@@ -464,5 +465,19 @@ mod tests {
             let e = validate_predictions(&predicted(&looped, &order)).unwrap_err();
             assert!(e.to_string().contains("the predictions loop"), "{order:?}: {e}");
         }
+    }
+
+    #[test]
+    fn a_wide_lattice_is_walked_once() {
+        // Five layers of 256 tensors, each predicted from every tensor of the layer below (256
+        // chunks each): chains of 4, 256^3 paths from each top tensor. Each tensor's height is
+        // found once, so this takes milliseconds; a walk that went down every path again would
+        // not end (the chunk limits allow a file like this).
+        const W: usize = 256;
+        let layers: Vec<Vec<usize>> = (0..5).map(|l| (l * W..(l + 1) * W).collect()).collect();
+        let reads: Vec<&[usize]> =
+            (0..5 * W).map(|i| if i / W < 4 { &layers[i / W + 1][..] } else { &[][..] }).collect();
+        let order: Vec<usize> = (0..5 * W).collect();
+        validate_predictions(&predicted(&reads, &order)).expect("chains of 4");
     }
 }
