@@ -162,6 +162,11 @@ pub fn run_inspect(at: &tpde::Location, json: bool, chunks: bool, full: bool) ->
     if let tpde::Location::Local(folder) = at {
         if folder.is_dir() {
             let links = tpde::verify::folder_chains(folder)?;
+            if links.is_empty() {
+                let why =
+                    "a folder with no TPDE file in it or below (inspect takes a file, or a folder of checkpoints)";
+                return Err(CliError::failed(format!("{}: {why}", folder.display())));
+            }
             return match json {
                 true => {
                     outln!("{}", serde_json::to_string_pretty(&inspect::chains_json(folder, &links)).expect("json"))

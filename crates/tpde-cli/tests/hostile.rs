@@ -388,7 +388,9 @@ fn hints_are_confined_to_the_file_s_folder_by_default() {
 fn a_folder_or_a_cut_file_is_named_for_what_it_is() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    tpde().arg("inspect").arg(d).assert().code(1).stderr(predicates::str::contains("a folder, not a file"));
+    tpde().arg("cat").arg(d).arg("w").assert().code(1).stderr(predicates::str::contains("a folder, not a file"));
+    // inspect takes a folder of checkpoints too (its chains): one with none is named as such
+    tpde().arg("inspect").arg(d).assert().code(1).stderr(predicates::str::contains("a folder with no TPDE file"));
     let model = demo::DemoModel { vocab: 64, d_model: 16, d_ff: 48, layers: 1 };
     demo::write_checkpoint(model, 1, 1, &d.join("a.safetensors")).unwrap();
     tpde().arg("pack").arg(d.join("a.safetensors")).arg("-o").arg(d.join("a.tpde")).assert().success();
