@@ -133,7 +133,7 @@ pub struct FolderCheck {
 /// before anyone needs it. Hints are confined to `folder` unless `opts` says otherwise; links are
 /// not followed into. In path order.
 pub fn verify_folder(folder: &Path, opts: &crate::open::OpenOptions) -> Result<Vec<FolderCheck>, Error> {
-    use crate::open::{open_reader_with, open_tpde_with};
+    use crate::open::open_tpde_with;
     use tpde_read::PathHints;
 
     let mut opts = opts.clone();
@@ -144,9 +144,7 @@ pub fn verify_folder(folder: &Path, opts: &crate::open::OpenOptions) -> Result<V
         .into_iter()
         .map(|path| {
             let at = Location::Local(path.clone());
-            let base = open_reader_with(&at, opts.read)
-                .ok()
-                .and_then(|r| r.directory().base.as_ref().map(|b| b.path_hint.clone()));
+            let base = base_hint(&path, opts.read).ok().flatten();
             let result = open_tpde_with(&at, None, &opts)
                 .and_then(|r| r.verify_with(|_| {}).map_err(|e| Error::from(e).context(&at)));
             let path = path.strip_prefix(folder).unwrap_or(&path).to_path_buf();
@@ -190,39 +188,47 @@ pub struct ChainLink {
     pub needed_by: Vec<PathBuf>,
 }
 
+/// The path hint of the base of the TPDE file at `path`, read from its directory (None: a
+/// keyframe).
+fn base_hint(path: &Path, read: tpde_read::ReadOptions) -> Result<Option<String>, Error> {
+    let r = crate::open::open_reader_with(&Location::Local(path.to_path_buf()), read)?;
+    Ok(r.directory().base.as_ref().map(|b| b.path_hint.clone()))
+}
+
 /// Which file of `folder` each TPDE file under it needs, from the files' directories alone
 /// (nothing is decoded: [`verify_folder`] checks the chains), and so what deleting each costs.
 pub fn folder_chains(folder: &Path) -> Result<Vec<ChainLink>, Error> {
     let files = tpde_files(folder)?;
-    let relative = |p: &Path| p.strip_prefix(folder).unwrap_or(p).to_path_buf();
-    let mut links: Vec<ChainLink> = files
+    let canonical: Vec<Option<PathBuf>> = files.iter().map(|f| f.canonicalize().ok()).collect();
+    let (hints, bases): (Vec<_>, Vec<Option<usize>>) = files
         .iter()
         .map(|path| {
-            let base = crate::open::open_reader_with(&Location::Local(path.clone()), Default::default())
-                .map(|r| r.directory().base.as_ref().map(|b| b.path_hint.clone()));
-            let named =
-                base.as_ref().ok().and_then(|h| h.as_deref()).map(|h| tpde_read::chain::resolve_path_hint(path, h));
-            let base_file = named
-                .and_then(|b| b.canonicalize().ok())
-                .and_then(|b| files.iter().find(|f| f.canonicalize().is_ok_and(|f| f == b)))
-                .map(|b| relative(b));
-            ChainLink { path: relative(path), base, base_file, needed_by: Vec::new() }
+            let hint = base_hint(path, Default::default());
+            let base = hint.as_ref().ok().and_then(|h| h.as_deref()).and_then(|h| {
+                let named = tpde_read::chain::resolve_path_hint(path, h).canonicalize().ok()?;
+                canonical.iter().position(|c| c.as_ref() == Some(&named))
+            });
+            (hint, base)
         })
-        .collect();
-    // Each file's chain, walked up through the folder's files (bounded: a loop stops it).
-    for i in 0..links.len() {
-        let mut at = links[i].base_file.clone();
-        let mut seen = vec![links[i].path.clone()];
-        while let Some(base) = at.filter(|b| !seen.contains(b)) {
-            let j = links.iter().position(|l| l.path == base).expect("a base file is one of the folder's");
-            let path = links[i].path.clone();
-            links[j].needed_by.push(path);
-            seen.push(base);
-            at = links[j].base_file.clone();
+        .unzip();
+    // Each file's chain, walked up through the folder's files (bounded: a loop stops it). Files
+    // are in path order, so each `needed_by` is too.
+    let relative = |i: usize| files[i].strip_prefix(folder).unwrap_or(&files[i]).to_path_buf();
+    let mut needed_by = vec![Vec::new(); files.len()];
+    for i in 0..files.len() {
+        let mut seen = vec![i];
+        let mut at = bases[i];
+        while let Some(j) = at.filter(|j| !seen.contains(j)) {
+            needed_by[j].push(relative(i));
+            seen.push(j);
+            at = bases[j];
         }
     }
-    for l in &mut links {
-        l.needed_by.sort();
-    }
-    Ok(links)
+    Ok(hints
+        .into_iter()
+        .zip(bases)
+        .zip(needed_by)
+        .enumerate()
+        .map(|(i, ((base, b), needed_by))| ChainLink { path: relative(i), base, base_file: b.map(relative), needed_by })
+        .collect())
 }
