@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The GPU decoder on a real GPU, in one short command: bit-exactness on the driver, then speed.
+# The GPU decoder and the CUDA loads on a real GPU, in one short command: bit-exactness on the
+# driver, then speed.
 #
 #   tools/gpu-check.sh --prepare  here: build what the GPU machine needs into target/gpu-check/
 #                                 (ignored; stripped binaries and the Vulkan loader's package)
@@ -29,6 +30,15 @@ for line in sys.stdin:
   rm -rf "$kit" && mkdir -p "$kit/bin" "$kit/deb"
   strip -o "$kit/bin/tpde" target/release/tpde
   strip -o "$kit/bin/tpde-gpu-tests" "$tests"
+  echo "== the Python extension, one abi3 wheel (the GPU machine's image has torch, numpy, ml_dtypes,"
+  echo "   safetensors and pytest; the tests and the benchmark travel with the working tree)"
+  local maturin=target/pyenv/bin/maturin
+  [ -x "$maturin" ] || maturin=$(command -v maturin || true)
+  if [ -n "$maturin" ]; then
+    "$maturin" build --release --locked -q -m crates/tpde-py/Cargo.toml -o "$kit/wheels"
+  else # CI's --local check needs no wheel; it prepares before its virtualenv exists
+    echo "no maturin (pip install maturin, or tools/test.sh's target/pyenv): the CUDA steps will be skipped"
+  fi
   echo "== the Vulkan loader, as a Debian package to unpack where the machine lacks one"
   # The NVIDIA driver brings its own Vulkan driver (libGLX_nvidia); the loader is a separate
   # package that a machine set up for CUDA alone may lack.
@@ -112,6 +122,21 @@ check() {
   local sized=()
   [ "$demo_mb" = 0 ] || sized=(--demo-mb "$demo_mb")
   step "bench-gpu" "$out/bench.txt" "$bin/tpde" bench-gpu "${sized[@]}" --runs "$runs"
+  if [ "$mode" = gpu ]; then
+    # torch's loads onto CUDA (issue 57): the extension from the kit, over the image's torch.
+    local wheel
+    wheel=$(ls "$kit"/wheels/tpde-*.whl 2>/dev/null | head -n 1)
+    if [ -n "$wheel" ] && python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$kit/site" "$wheel"; then
+      export PYTHONPATH="$PWD/$kit/site${PYTHONPATH:+:$PYTHONPATH}"
+      step "CUDA tests" "$out/cuda-tests.txt" python3 -m pytest -q -p no:cacheprovider -rs \
+        crates/tpde-py/tests/test_device_loads.py
+      step "CUDA loads" "$out/cuda-loads.txt" env PYTHONUNBUFFERED=1 python3 tools/bench/cuda_loads.py \
+        --mb "$demo_mb" --runs "$runs" --dir /tmp/tpde-cuda-loads
+      rm -rf /tmp/tpde-cuda-loads
+    else
+      failed+=("CUDA loads (no wheel in $kit/wheels: run --prepare)")
+    fi
+  fi
   echo
   if [ ${#failed[@]} -gt 0 ]; then
     echo "gpu-check: FAILED: ${failed[*]}"

@@ -7,6 +7,7 @@
 
 mod interrupt;
 mod predictions;
+mod staging;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -656,6 +657,7 @@ fn _tpde(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("TpdeError", m.py().get_type::<TpdeError>())?;
     m.add_class::<File>()?;
     m.add_class::<Snapshot>()?;
+    m.add_class::<staging::Stages>()?;
     m.add_function(wrap_pyfunction!(save, m)?)?;
     m.add_function(wrap_pyfunction!(save_snapshot, m)?)?;
     m.add_function(wrap_pyfunction!(pack, m)?)?;

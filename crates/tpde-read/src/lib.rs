@@ -39,6 +39,7 @@ mod inputs;
 mod open;
 mod pages;
 mod source;
+pub mod staging;
 mod verify;
 
 use std::borrow::Cow;

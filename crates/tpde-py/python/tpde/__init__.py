@@ -136,7 +136,14 @@ class safe_open:
         max_tensor_bytes: Optional[int] = None,
     ):
         self._framework = _dtypes.framework(framework)
-        self._device = device
+        self._device, self._staged = device, None
+        if self._framework == "pt":
+            from .torch import _staging
+
+            d = _staging.device_of(device)
+            self._device = str(d)
+            # Onto a GPU: decoded into a ring of pinned buffers, each copied while the next decodes.
+            self._staged = d if _staging.is_staged(d) else None
         self._file = _file(path, base, hints, max_tensor_bytes)
 
     def __enter__(self) -> "safe_open":
@@ -160,6 +167,8 @@ class safe_open:
 
     def get_tensor(self, name: str):
         """The whole tensor ``name``."""
+        if self._staged is not None:
+            return self._get_tensors([name])[name]
         dtype, shape = self._f().info(name)
         flat = self._f().read(name)
         return _dtypes.to_framework(flat, dtype, shape, self._framework, self._device)
@@ -167,6 +176,10 @@ class safe_open:
     def _get_tensors(self, names: List[str], progress: Any = None) -> Dict[str, Any]:
         """Tensors ``names``, decoded in one parallel pass (what ``load_file`` reads)."""
         f = self._f()
+        if self._staged is not None:
+            from .torch import _staging
+
+            return _staging.load(f, names, self._staged, progress)
         # torch copies a view of the map anyway (see to_framework): decode those copies in the
         # same pass.
         flats = f.read_many(list(names), copy_raw=self._framework == "pt", progress=progress)
@@ -212,6 +225,12 @@ class TensorSlice:
         for (ix, _), stride in zip(sel, strides):
             offsets = offsets[..., None] + np.asarray(ix, dtype=np.int64) * stride
         lo, hi = int(offsets.min()), int(offsets.max()) + 1
+        device = self._open._staged
+        if device is not None and hi - lo == offsets.size and (offsets.reshape(-1) == np.arange(lo, hi)).all():
+            # One run of bytes (rows of a row-major tensor): streamed straight into the device.
+            from .torch import _staging
+
+            return _staging.load_range(self._open._f(), self._name, lo * size, hi * size, out_shape, device)
         raw = self._open._f().read_range(self._name, lo * size, hi * size)
         elems = raw.view(_dtypes.STORAGE[size])[offsets - lo]
         flat = np.ascontiguousarray(elems).reshape(-1).view(np.uint8)

@@ -10,6 +10,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import _dtypes, _files, safe_open
+from . import _staging
 from .checkpointer import Checkpointer
 from .series import Series
 from .._errors import error
@@ -47,7 +48,9 @@ def load_file(
 ) -> Dict[str, torch.Tensor]:
     """Every tensor of ``path``; a delta decodes against ``base`` or the base its hint names
     (``hints`` and ``max_tensor_bytes`` as for ``tpde.safe_open``; ``progress`` as for
-    ``save_file``)."""
+    ``save_file``). On a CUDA ``device`` the tensors decode on every CPU core into a small ring
+    of pinned buffers, each copied to the device while the next decodes: host memory stays
+    within the ring; a device torch does not know is a TpdeError."""
     return _files.load_file(path, "pt", str(device), base, hints, max_tensor_bytes, progress)
 
 
@@ -58,7 +61,9 @@ def load_into(
     ``state_dict()``): a restore into memory that already exists, with no new pages and no copy,
     where ``load_file`` followed by ``load_state_dict`` allocates every tensor and then copies
     it. Each tensor must have the file's dtype and shape. Contiguous CPU tensors are decoded
-    into directly, in one parallel pass; others (another device, strided) get a decoded copy.
+    into directly, in one parallel pass; contiguous CUDA tensors through a small ring of pinned
+    buffers, each copied while the next decodes; others (another device, strided) get a
+    decoded copy.
     Names sharing one storage (tied weights) are decoded once. Returns ``(missing,
     unexpected)``: names of ``tensors`` the file lacks, and of the file that ``tensors`` lacks;
     with ``strict`` either one raises instead. ``hints`` as for ``tpde.safe_open``."""
@@ -75,6 +80,7 @@ def load_into(
             )
         dtypes = _dtypes.torch_dtypes()
         names, outs, copies, seen = [], [], [], set()
+        on_device: Dict[Any, List[Tuple[str, torch.Tensor]]] = {}
         for name in file_names:
             t = tensors.get(name)
             if t is None:
@@ -87,16 +93,22 @@ def load_into(
                 )
             if t.numel() == 0:
                 continue
-            if t.device.type != "cpu" or not t.is_contiguous():
+            staged = _staging.is_staged(t.device)
+            if not (t.device.type == "cpu" or staged) or not t.is_contiguous():
                 copies.append(name)
                 continue
-            at = (t.data_ptr(), t.numel() * t.element_size())
+            at = (str(t.device), t.data_ptr(), t.numel() * t.element_size())
             if at in seen:
                 continue  # tied: the same memory, decoded once
             seen.add(at)
+            if staged:
+                on_device.setdefault(t.device, []).append((name, t))
+                continue
             names.append(name)
-            outs.append(t.detach().reshape(-1).view(torch.uint8).numpy())
+            outs.append(_staging.flat_bytes(t).numpy())
         f._f().read_into(names, outs)
+        for targets in on_device.values():
+            _staging.load_into(f._f(), targets)
         if copies:
             with torch.no_grad():
                 for name, decoded in f._get_tensors(copies).items():

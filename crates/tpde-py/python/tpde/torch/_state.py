@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from .. import _dtypes, _tpde, safe_open
+from . import _staging
 from .._errors import error
 
 SCHEMA = "tpde-state/1"
@@ -134,18 +135,54 @@ def _unflatten(node: Any, tensors: Dict[str, torch.Tensor], map_location: Any) -
     raise _tpde.TpdeError(f"checkpoint state: unknown node {kind!r} (schema {SCHEMA})")
 
 
+def _devices(node: Any, map_location: Any, out: Dict[str, Any]) -> None:
+    """Where each tensor of a state tree goes: a torch device (CPU for numpy arrays)."""
+    if not isinstance(node, dict):
+        return
+    (kind, v), *_ = node.items()
+    if kind == "tensor":
+        if node.get("numpy"):
+            out.setdefault(v, torch.device("cpu"))
+        elif isinstance(map_location, torch.device):
+            out.setdefault(v, map_location)
+        elif map_location is None:
+            out.setdefault(v, _staging.device_of(node.get("device", "cpu")))
+    elif kind == "dict":
+        for _, x in v:
+            _devices(x, map_location, out)
+    elif kind in ("list", "tuple"):
+        for x in v:
+            _devices(x, map_location, out)
+
+
 def load_state(path: str, map_location: Any = "cpu") -> Any:
     """The state saved in the file ``path`` (``tpde-state/1``), tensors bit-exact, on
     ``map_location`` (None: the device each was saved from); a file that is not a state file is
     a ``malformed`` TpdeError naming it. Hints are followed wherever they lead: these are the
     files of the user's own run (a framework's checkpoint folders are siblings)."""
+    if isinstance(map_location, (str, torch.device)):
+        map_location = _staging.device_of(map_location)
     with safe_open(path, "pt", hints="follow") as f:
         meta = f.metadata()
         if meta.get("checkpoint.format") != SCHEMA:
             raise error("malformed", f"{path}: not a Checkpointer file (no {SCHEMA} state in its metadata)")
-        tensors = f._get_tensors(f.keys())  # one parallel pass over every tensor's chunks
+        try:
+            tree = json.loads(meta["checkpoint.state"])
+            devices: Dict[str, Any] = {}
+            _devices(tree, map_location, devices)
+        except (KeyError, ValueError, TypeError, AttributeError, RecursionError) as e:
+            raise error("malformed", f"{path}: its checkpoint.state does not describe its tensors: {type(e).__name__}: {e}") from None
+        # Tensors bound for a GPU stream there through the pinned ring, a pass per device; the
+        # rest decode in one parallel pass over their chunks.
+        by_device: Dict[Any, List[str]] = {}
+        for name in f.keys():
+            d = devices.get(name, "cpu")
+            by_device.setdefault(d if _staging.is_staged(d) else None, []).append(name)
+        tensors = f._get_tensors(by_device.pop(None, []))
+        for d, names in by_device.items():
+            tensors.update(_staging.load(f._f(), names, d))
     try:
-        return _unflatten(json.loads(meta["checkpoint.state"]), tensors, map_location)
+        return _unflatten(tree, tensors, map_location)
     except _tpde.TpdeError as e:
         raise error("malformed", f"{path}: {e}") from None
     except (KeyError, ValueError, TypeError, AttributeError, RecursionError) as e:

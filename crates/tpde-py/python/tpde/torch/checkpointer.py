@@ -691,11 +691,16 @@ class Checkpointer:
 
     # -- loading -----------------------------------------------------------------------------
 
-    def load(self, step: Optional[int] = None, map_location: Any = "cpu", state: Any = None) -> Any:
+    def load(
+        self, step: Optional[int] = None, map_location: Any = "cpu", state: Any = None, device: Any = None
+    ) -> Any:
         """The state saved at ``step`` (default: the latest), tensors bit-exact. Tensors go to
-        ``map_location`` (None: the device they were saved from). Under torch.distributed, the
-        checkpoint is loaded into ``state`` (a state dict of the layout to load into, DTensors
-        as sharded now), which is returned."""
+        ``device`` if given, else ``map_location`` (None: the device they were saved from); onto
+        a GPU they stream through a small ring of pinned buffers, never a CPU copy of the state.
+        Under torch.distributed, the checkpoint is loaded into ``state`` (a state dict of the
+        layout to load into, DTensors as sharded now), which is returned."""
+        if device is not None:
+            map_location = device
         self.wait()
         if step is None and not self.distributed:
             # The newest checkpoint that loads: a damaged newer one is skipped with a warning

@@ -68,6 +68,7 @@ from torch.futures import Future
 
 from .. import _dtypes, _tpde
 from .._errors import error
+from . import _staging
 
 __all__ = ["TpdeStorageWriter", "TpdeStorageReader", "METADATA_FILE", "FORMAT"]
 
@@ -469,6 +470,8 @@ class TpdeStorageReader(StorageReader):
         # Whole stored tensors (a load at the world size of the save asks for nothing else) are
         # decoded in one parallel pass per file: from a bucket, every chunk's GET at once.
         whole_names: Dict[str, List[str]] = {}
+        # Targets on a GPU: their rows stream there through the pinned ring, a pass per file.
+        on_device: Dict[Tuple[str, Any], List[Tuple[Any, str, torch.Tensor]]] = {}
         for req in plan.items:
             stored = self.storage_data.get(req.storage_index)
             if stored is None:
@@ -476,14 +479,22 @@ class TpdeStorageReader(StorageReader):
             file, name, digest = stored
             if file not in files:
                 files[file] = self._open(file, digest)
-            located.append((req, files[file], file, name))
+            target = None
+            if req.type != LoadItemType.BYTE_IO:
+                target = planner.resolve_tensor(req).detach()
+                if _staging.is_staged(target.device):
+                    on_device.setdefault((file, target.device), []).append((req, name, target))
+                    continue
+            located.append((req, files[file], file, name, target))
             if _is_whole(req, files[file], name):
                 whole_names.setdefault(file, []).append(name)
+        for (file, device), items in on_device.items():
+            _read_to_device(files[file], file, device, items, planner)
         whole: Dict[Tuple[str, str], Any] = {}
         for file, names in whole_names.items():
             if len(names) > 1:
                 whole.update({(file, n): x for n, x in zip(names, files[file].read_many(names))})
-        for req, f, file, name in located:
+        for req, f, file, name, target in located:
             flat = whole.get((file, name))
             if req.type == LoadItemType.BYTE_IO:
                 planner.load_bytes(req, io.BytesIO((f.read(name) if flat is None else flat).tobytes()))
@@ -493,7 +504,6 @@ class TpdeStorageReader(StorageReader):
                 part = _dtypes.to_framework(flat, dtype, shape, "pt")
             else:
                 part = _read_box(f, name, req.storage_offsets, req.lengths)
-            target = planner.resolve_tensor(req).detach()
             if target.size() != part.size():
                 raise error(
                     "malformed", f"{file}: {name} gives a {list(part.size())} part where {list(target.size())} is asked"
@@ -522,16 +532,48 @@ def _is_whole(req: Any, f: Any, name: str) -> bool:
     return all(o == 0 for o in req.storage_offsets) and list(req.lengths) == list(shape)
 
 
-def _read_box(f: Any, name: str, offsets: Any, lengths: Any) -> torch.Tensor:
-    """The box ``offsets`` + ``lengths`` of stored tensor ``name``, decoding only the chunks that
-    hold its rows (a row-major tensor's box lies within the rows it spans)."""
+def _rows(f: Any, name: str, offsets: Any, lengths: Any) -> Tuple[str, List[int], int, int, Tuple[slice, ...]]:
+    """The rows of stored tensor ``name`` that hold the box ``offsets`` + ``lengths`` (a
+    row-major tensor's box lies within the rows it spans): ``(dtype, their shape, their byte
+    range, the box's index into them)``."""
     dtype, shape = f.info(name)
     if len(offsets) != len(shape) or any(o < 0 or o + n > s for o, n, s in zip(offsets, lengths, shape)):
         raise error("malformed", f"{name}: box {list(offsets)}+{list(lengths)} is outside its shape {shape}")
+    size = _dtypes.DTYPE_SIZE[dtype]
     if not shape:
-        return _dtypes.to_framework(f.read(name), dtype, shape, "pt")
-    row = math.prod(shape[1:]) * _dtypes.DTYPE_SIZE[dtype]
+        return dtype, [], 0, size, ()
+    row = math.prod(shape[1:]) * size
     first, count = offsets[0], lengths[0]
-    raw = f.read_range(name, first * row, (first + count) * row)
-    rows = _dtypes.to_framework(raw, dtype, [count, *shape[1:]], "pt")
-    return rows[(slice(None),) + tuple(slice(o, o + n) for o, n in zip(offsets[1:], lengths[1:]))]
+    index = (slice(None),) + tuple(slice(o, o + n) for o, n in zip(offsets[1:], lengths[1:]))
+    return dtype, [count, *shape[1:]], first * row, (first + count) * row, index
+
+
+def _read_box(f: Any, name: str, offsets: Any, lengths: Any) -> torch.Tensor:
+    """The box ``offsets`` + ``lengths`` of stored tensor ``name``, decoding only the chunks that
+    hold its rows."""
+    dtype, shape, start, end, index = _rows(f, name, offsets, lengths)
+    return _dtypes.to_framework(f.read_range(name, start, end), dtype, shape, "pt")[index]
+
+
+def _read_to_device(f: Any, file: str, device: Any, items: List[Tuple[Any, str, torch.Tensor]], planner: Any) -> None:
+    """Load requests whose targets are on one GPU, from one file: the rows each box spans
+    stream through the pinned ring, straight into a target that is those rows, else into a
+    device buffer the box is then copied from, on the device."""
+    dtypes = _dtypes.torch_dtypes()
+    requests, landed = [], []
+    for req, name, target in items:
+        dtype, shape, start, end, index = _rows(f, name, req.storage_offsets, req.lengths)
+        direct = target.is_contiguous() and target.dtype == dtypes[dtype] and list(target.shape) == shape
+        rows = target if direct else torch.empty(shape, dtype=dtypes[dtype], device=device)
+        if end > start:
+            requests.append((name, start, end, _staging.flat_bytes(rows)))
+        landed.append((req, name, target, None if direct else rows[index]))
+    _staging.stream_into(f, requests, _staging.copier_for(device))
+    for req, name, target, part in landed:
+        if part is not None:
+            if target.size() != part.size():
+                raise error(
+                    "malformed", f"{file}: {name} gives a {list(part.size())} part where {list(target.size())} is asked"
+                )
+            target.copy_(part)
+        planner.commit_tensor(req, target)
