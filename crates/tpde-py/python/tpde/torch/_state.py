@@ -176,7 +176,7 @@ def load_state(path: str, map_location: Any = "cpu") -> Any:
         # rest decode in one parallel pass over their chunks.
         by_device: Dict[Any, List[str]] = {}
         for name in f.keys():
-            d = devices.get(name, "cpu")
+            d = devices.get(name, torch.device("cpu"))
             by_device.setdefault(d if _staging.is_staged(d) else None, []).append(name)
         tensors = f._get_tensors(by_device.pop(None, []))
         for d, names in by_device.items():
