@@ -489,7 +489,7 @@ impl Gpu {
                 usage: wgpu::BufferUsages::STORAGE,
             })
         };
-        let blob = init("blob", &batch.blob);
+        let blob = self.filled("blob", &batch.blob);
         let meta = init("meta", bytemuck::cast_slice(&batch.meta));
         self.count_upload(batch.blob.len() + std::mem::size_of_val(batch.meta.as_slice()));
         let scratch_like = |label: &str, bytes: u64, usage: wgpu::BufferUsages| {
@@ -556,6 +556,30 @@ impl Gpu {
             let _ = q.add_to(d, self.queue.get_timestamp_period(), &mut times);
         }
         Submitted { chunks: batch.chunks.clone(), errors: err_read, index }
+    }
+
+    /// A storage buffer holding `bytes`: mapped at creation and filled by every core, a piece
+    /// each (`create_buffer_init` copies on the calling thread alone, which bounded the host
+    /// path of a whole decode).
+    fn filled(&self, label: &str, bytes: &[u8]) -> wgpu::Buffer {
+        const PIECE: usize = 4 << 20; // a multiple of wgpu's MAP_ALIGNMENT
+        let size = (bytes.len() as u64).next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT).max(wgpu::COPY_BUFFER_ALIGNMENT);
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
+            usage: wgpu::BufferUsages::STORAGE,
+            mapped_at_creation: true,
+        });
+        let views: Vec<_> = (0..size)
+            .step_by(PIECE)
+            .map(|at| buffer.slice(at..(at + PIECE as u64).min(size)).get_mapped_range_mut())
+            .collect::<Result<_, _>>()
+            .expect("disjoint ranges of a buffer mapped at creation");
+        views.into_par_iter().zip(bytes.par_chunks(PIECE)).for_each(|(mut view, piece)| {
+            view.slice(..piece.len()).copy_from_slice(piece);
+        });
+        buffer.unmap();
+        buffer
     }
 
     /// A bind group of `resources` at bindings 0, 1, ... in order.
