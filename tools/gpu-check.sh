@@ -27,9 +27,11 @@ for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "gpu":
         print(m["executable"])')
+  cargo build --release --locked -p tpde-gpu --example layers
   rm -rf "$kit" && mkdir -p "$kit/bin" "$kit/deb"
   strip -o "$kit/bin/tpde" target/release/tpde
   strip -o "$kit/bin/tpde-gpu-tests" "$tests"
+  strip -o "$kit/bin/layers" target/release/examples/layers
   echo "== the Python extension, one abi3 wheel (the GPU machine's image has torch, numpy, ml_dtypes,"
   echo "   safetensors and pytest; the tests and the benchmark travel with the working tree)"
   local maturin=target/pyenv/bin/maturin
@@ -119,9 +121,14 @@ check() {
   command -v nvidia-smi >/dev/null && nvidia-smi -q > "$out/nvidia-smi.txt" 2>&1
   step "conformance corpus on the GPU" "$out/conformance.txt" "$bin/tpde" conformance conformance --gpu
   step "GPU crate tests" "$out/tests.txt" "$bin/tpde-gpu-tests"
-  local sized=()
-  [ "$demo_mb" = 0 ] || sized=(--demo-mb "$demo_mb")
-  step "bench-gpu" "$out/bench.txt" "$bin/tpde" bench-gpu "${sized[@]}" --runs "$runs"
+  # The Rust example: a delta's layers into wgpu buffers, each used by a kernel of its own.
+  rm -rf "$kit/demo"
+  step "layer example" "$out/layers.txt" sh -c "\"$bin/tpde\" demo --dir \"$kit/demo\" >/dev/null &&
+    \"$bin/layers\" \"$kit/demo/packed/step000060.tpde\""
+  # Issue 56's rows: each size decade up to 1 GB there (1 MB here), kernels alone, CPU reader.
+  local sized=() decades=1
+  [ "$demo_mb" = 0 ] || { sized=(--demo-mb "$demo_mb"); decades=1024; }
+  step "bench-gpu" "$out/bench.txt" "$bin/tpde" bench-gpu "${sized[@]}" --runs "$runs" --decades "$decades"
   if [ "$mode" = gpu ]; then
     # torch's loads onto CUDA (issue 57): the extension from the kit, over the image's torch.
     local wheel

@@ -173,6 +173,10 @@ enum Command {
         /// instead of the small default (about 53 MB).
         #[arg(long, conflicts_with = "input")]
         demo_mb: Option<u64>,
+        /// Also measure bf16 and fp32 keyframes, a near-empty delta and the layer loader at
+        /// each size decade (1, 16, 256 MB) up to this many MB.
+        #[arg(long, value_name = "MB")]
+        decades: Option<u64>,
     },
 }
 
@@ -522,7 +526,7 @@ fn run(command: Command) -> Result<(), CliError> {
         }
         Command::Demo { dir } => demo::run(dir),
         #[cfg(feature = "gpu")]
-        Command::BenchGpu { input, base, runs, demo_mb } => {
+        Command::BenchGpu { input, base, runs, demo_mb, decades } => {
             let gpu = tpde_gpu::Gpu::new()?;
             let (work, _keep) = demo::workdir(None)?;
             let (input, base) = match input {
@@ -536,7 +540,10 @@ fn run(command: Command) -> Result<(), CliError> {
                     (p, Some(b))
                 }
             };
-            let rows = crate::gpu_bench::run(&gpu, &input, base.as_deref(), runs.max(1))?;
+            let mut rows = crate::gpu_bench::run(&gpu, &input, base.as_deref(), runs.max(1))?;
+            if let Some(mb) = decades {
+                rows.extend(crate::gpu_bench::decades(&gpu, mb.max(1) * 1_000_000, runs.max(1), &work)?);
+            }
             out!("{}", crate::gpu_bench::render(&gpu, &input, &rows, runs.max(1)))?;
             Ok(())
         }

@@ -1,5 +1,7 @@
 //! `tpde bench-gpu`: decode throughput of the GPU decoder per codec, side by side in one run
-//! with a plain host-to-device upload of the uncompressed tensors and with the CPU reader.
+//! with plain host-to-device uploads of the uncompressed tensors (wgpu's `write_buffer`, and the
+//! decoder's own host path: buffers mapped at creation, filled by every core) and with the CPU
+//! reader.
 //!
 //! Every figure is the median of `runs` wall-clock timings in GB/s (10^9 bytes) of logical
 //! tensor bytes. A GPU decode is timed from the memory-mapped file to every tensor resident on
@@ -18,13 +20,18 @@ use tpde::codec::Encoder;
 use tpde::format::CodecTag;
 use tpde::read::{Base, Reader};
 use tpde::write::{WriteOptions, Writer, DEFAULT_CHUNK_BYTES};
+use tpde_gpu::timing::KernelTimes;
+use tpde_gpu::wgpu;
 use tpde_gpu::{DeviceCheckpoint, Gpu, LayerLoader};
+
+mod decades;
+pub use decades::run as decades;
 
 use crate::{ratio, CliError};
 use tpde::safetensors::SafetensorsFile;
 
 /// One row of the results.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Row {
     /// What was measured.
     pub what: String,
@@ -32,6 +39,8 @@ pub struct Row {
     pub ratio: Option<f64>,
     /// GPU GB/s.
     pub gpu_gb_s: Option<f64>,
+    /// GPU GB/s of the decode kernels alone (their own device time).
+    pub kernels_gb_s: Option<f64>,
     /// CPU reader GB/s.
     pub cpu_gb_s: Option<f64>,
     /// A line printed under the row (the kernels' split of their time).
@@ -89,19 +98,37 @@ pub fn run(gpu: &Gpu, input: &Path, base: Option<&Path>, runs: usize) -> Result<
     let gb_s = |secs: f64| logical as f64 / secs / 1e9;
     let mut rows = Vec::new();
 
+    // The uncompressed tensors uploaded as a wgpu user would (write_buffer: a copy on the
+    // calling thread into wgpu's staging), then through the decoder's host path.
+    let secs = median_secs(runs, || {
+        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST;
+        let ts: Vec<_> = st
+            .tensors()
+            .map(|(name, _, _, b)| {
+                let size = (b.len() as u64).next_multiple_of(4).max(4);
+                let d = gpu.device();
+                let buffer = d.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some(name),
+                    size,
+                    usage,
+                    mapped_at_creation: false,
+                });
+                gpu.queue().write_buffer(&buffer, 0, &b[..b.len() / 4 * 4]);
+                buffer
+            })
+            .collect();
+        gpu.synchronize()?;
+        drop(ts);
+        Ok(())
+    })?;
+    rows.push(Row { what: "upload, write_buffer".into(), gpu_gb_s: Some(gb_s(secs)), ..Row::default() });
     let secs = median_secs(runs, || {
         let ts = st.tensors().map(|(n, d, s, b)| gpu.upload(n, d, s, b)).collect::<Result<Vec<_>, _>>()?;
         gpu.synchronize()?;
         drop(ts);
         Ok(())
     })?;
-    rows.push(Row {
-        what: "plain upload (uncompressed)".into(),
-        ratio: None,
-        gpu_gb_s: Some(gb_s(secs)),
-        cpu_gb_s: None,
-        note: None,
-    });
+    rows.push(Row { what: "upload, mapped, every core".into(), gpu_gb_s: Some(gb_s(secs)), ..Row::default() });
 
     let base_ck = base_st.as_ref().map(|b| resident(gpu, b)).transpose()?;
     let mut cases: Vec<(String, Encoder, bool)> = vec![
@@ -140,6 +167,7 @@ pub fn run(gpu: &Gpu, input: &Path, base: Option<&Path>, runs: usize) -> Result<
             what: label,
             ratio: Some(ratio(stored, logical)),
             gpu_gb_s,
+            kernels_gb_s: None,
             cpu_gb_s: Some(gb_s(cpu)),
             note: None,
         });
@@ -160,6 +188,7 @@ pub fn run(gpu: &Gpu, input: &Path, base: Option<&Path>, runs: usize) -> Result<
         what: "auto, layer by layer (LayerLoader)".into(),
         ratio: None,
         gpu_gb_s: Some(gb_s(secs)),
+        kernels_gb_s: None,
         cpu_gb_s: None,
         note: None,
     });
@@ -180,6 +209,7 @@ pub fn run(gpu: &Gpu, input: &Path, base: Option<&Path>, runs: usize) -> Result<
             what: "chain: keyframe, then delta (auto)".into(),
             ratio: None,
             gpu_gb_s: Some(gb_s(secs)),
+            kernels_gb_s: None,
             cpu_gb_s: None,
             note: None,
         });
@@ -200,6 +230,7 @@ fn kernels_alone(st: &SafetensorsFile, base: Option<&SafetensorsFile>, runs: usi
                 what: "decode kernels alone".into(),
                 ratio: None,
                 gpu_gb_s: None,
+                kernels_gb_s: None,
                 cpu_gb_s: None,
                 note,
             }]);
@@ -213,31 +244,49 @@ fn kernels_alone(st: &SafetensorsFile, base: Option<&SafetensorsFile>, runs: usi
     let mut rows = Vec::new();
     for (label, delta_of) in cases {
         let reader = Reader::from_source(pack(st, delta_of, Encoder::Auto)?)?;
-        let mut times = Vec::new();
-        for _ in 0..=runs {
-            drop(timed.load(&reader, if delta_of.is_some() { base_ck.as_ref() } else { None })?);
-            timed.synchronize()?;
-            times.extend(timed.take_kernel_times());
-        }
-        times.remove(0); // the first run warms the device up, as median_secs does
-        times.sort_by_key(|t| t.total());
-        let Some(t) = times.get(times.len() / 2) else { continue };
+        let base = if delta_of.is_some() { base_ck.as_ref() } else { None };
+        let Some(t) = kernel_times(&timed, &reader, base, runs)? else { continue };
         let total = t.total().as_secs_f64();
-        let split: Vec<String> = tpde_gpu::timing::KERNELS
-            .iter()
-            .zip(t.per_kernel)
-            .filter(|(_, d)| !d.is_zero())
-            .map(|(k, d)| format!("{k} {:.0}%", 100.0 * d.as_secs_f64() / total.max(f64::MIN_POSITIVE)))
-            .collect();
         rows.push(Row {
             what: label.into(),
-            ratio: None,
             gpu_gb_s: (total > 0.0).then(|| logical as f64 / total / 1e9),
-            cpu_gb_s: None,
-            note: Some(format!("  {} batches: {}", t.batches, split.join(", "))),
+            note: Some(format!("  {} batches: {}", t.batches, shares(&t))),
+            ..Row::default()
         });
     }
     Ok(rows)
+}
+
+/// The median run's kernel times of decoding `reader` on `timed` (opened with kernel timing),
+/// after a first run that warms the device up, as `median_secs` does.
+fn kernel_times<S: tpde::read::Source + Sync>(
+    timed: &Gpu,
+    reader: &Reader<S>,
+    base: Option<&DeviceCheckpoint>,
+    runs: usize,
+) -> Result<Option<KernelTimes>, CliError> {
+    let mut times = Vec::new();
+    for _ in 0..=runs {
+        drop(timed.load(reader, base)?);
+        timed.synchronize()?;
+        times.extend(timed.take_kernel_times());
+    }
+    times.remove(0);
+    times.sort_by_key(|t| t.total());
+    let middle = times.len() / 2;
+    Ok((!times.is_empty()).then(|| times.swap_remove(middle)))
+}
+
+/// Each kernel's share of the kernels' time.
+fn shares(t: &KernelTimes) -> String {
+    let total = t.total().as_secs_f64().max(f64::MIN_POSITIVE);
+    let split: Vec<String> = tpde_gpu::timing::KERNELS
+        .iter()
+        .zip(t.per_kernel)
+        .filter(|(_, d)| !d.is_zero())
+        .map(|(k, d)| format!("{k} {:.0}%", 100.0 * d.as_secs_f64() / total))
+        .collect();
+    split.join(", ")
 }
 
 /// The table.
@@ -250,10 +299,17 @@ pub fn render(gpu: &Gpu, input: &Path, rows: &[Row], runs: usize) -> String {
         info.backend,
         info.driver_info
     );
-    s += &format!("{:<36} {:>7} {:>10} {:>10}\n", "what", "ratio", "GPU GB/s", "CPU GB/s");
+    s += &format!("{:<36} {:>7} {:>10} {:>10} {:>10}\n", "what", "ratio", "GPU GB/s", "kernels", "CPU GB/s");
     let num = |x: Option<f64>, p: usize| x.map_or("-".to_string(), |v| format!("{v:.p$}"));
     for r in rows {
-        s += &format!("{:<36} {:>7} {:>10} {:>10}\n", r.what, num(r.ratio, 3), num(r.gpu_gb_s, 2), num(r.cpu_gb_s, 2));
+        s += &format!(
+            "{:<36} {:>7} {:>10} {:>10} {:>10}\n",
+            r.what,
+            num(r.ratio, 3),
+            num(r.gpu_gb_s, 2),
+            num(r.kernels_gb_s, 2),
+            num(r.cpu_gb_s, 2)
+        );
         if let Some(note) = &r.note {
             s += &format!("{note}\n");
         }

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use rayon::prelude::*;
 use tpde_codec::CodecError;
 use tpde_format::{CodecTag, DType, Prediction, TensorEntry};
-use tpde_read::{check_digest, chunk_location, ReadError, Reader, Source};
+use tpde_read::{chunk_location, ReadError, Reader, Source};
 use wgpu::util::DeviceExt;
 
 use crate::error::GpuError;
@@ -53,7 +53,7 @@ pub struct DeviceTensor {
     pub shape: Vec<u64>,
     /// Logical bytes (the buffer may be up to 3 bytes longer).
     pub byte_length: u64,
-    buffer: wgpu::Buffer,
+    pub(crate) buffer: wgpu::Buffer,
 }
 
 impl DeviceTensor {
@@ -81,13 +81,13 @@ struct Predictor {
 
 /// A GPU and the decode kernels compiled for it.
 pub struct Gpu {
-    device: wgpu::Device,
-    queue: wgpu::Queue,
+    pub(crate) device: wgpu::Device,
+    pub(crate) queue: wgpu::Queue,
     layout: wgpu::BindGroupLayout,
     kernels: Kernels,
     predictor: Predictor,
     limits: Limits,
-    max_buffer: u64,
+    pub(crate) max_buffer: u64,
     info: wgpu::AdapterInfo,
     dummy: wgpu::Buffer,
     /// Bytes written from the host to the device so far (see [`Gpu::uploaded_bytes`]).
@@ -277,7 +277,7 @@ impl Gpu {
         Some(std::mem::take(&mut *timing.lock().unwrap_or_else(|e| e.into_inner())))
     }
 
-    fn count_upload(&self, bytes: usize) {
+    pub(crate) fn count_upload(&self, bytes: usize) {
         self.uploaded.fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
@@ -294,38 +294,6 @@ impl Gpu {
     /// The queue the decoder submits to.
     pub fn queue(&self) -> &wgpu::Queue {
         &self.queue
-    }
-
-    fn tensor_buffer(&self, name: &str, bytes: u64) -> Result<wgpu::Buffer, GpuError> {
-        let size = bytes.next_multiple_of(4).max(4);
-        if size > self.max_buffer {
-            return Err(GpuError::TooLarge {
-                name: name.into(),
-                detail: format!("{bytes} bytes, over the device's {}-byte buffer limit", self.max_buffer),
-            });
-        }
-        self.scoped(|| {
-            self.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(name),
-                size,
-                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            })
-        })
-    }
-
-    /// Uploads a tensor's logical bytes as they are (what a plain host-to-device copy costs).
-    pub fn upload(&self, name: &str, dtype: DType, shape: &[u64], bytes: &[u8]) -> Result<DeviceTensor, GpuError> {
-        let buffer = self.tensor_buffer(name, bytes.len() as u64)?;
-        let whole = bytes.len() / 4 * 4;
-        self.queue.write_buffer(&buffer, 0, &bytes[..whole]);
-        self.count_upload(bytes.len());
-        if whole < bytes.len() {
-            let mut tail = [0u8; 4];
-            tail[..bytes.len() - whole].copy_from_slice(&bytes[whole..]);
-            self.queue.write_buffer(&buffer, whole as u64, &tail);
-        }
-        Ok(DeviceTensor { name: name.into(), dtype, shape: shape.to_vec(), byte_length: bytes.len() as u64, buffer })
     }
 
     /// Decodes tensor `t` of `reader` into a new device buffer, uploading only what its chunks
@@ -489,7 +457,7 @@ impl Gpu {
                 usage: wgpu::BufferUsages::STORAGE,
             })
         };
-        let blob = self.filled("blob", &batch.blob);
+        let blob = self.filled("blob", &batch.blob, wgpu::BufferUsages::STORAGE);
         let meta = init("meta", bytemuck::cast_slice(&batch.meta));
         self.count_upload(batch.blob.len() + std::mem::size_of_val(batch.meta.as_slice()));
         let scratch_like = |label: &str, bytes: u64, usage: wgpu::BufferUsages| {
@@ -558,30 +526,6 @@ impl Gpu {
         Submitted { chunks: batch.chunks.clone(), errors: err_read, index }
     }
 
-    /// A storage buffer holding `bytes`: mapped at creation and filled by every core, a piece
-    /// each (`create_buffer_init` copies on the calling thread alone, which bounded the host
-    /// path of a whole decode).
-    fn filled(&self, label: &str, bytes: &[u8]) -> wgpu::Buffer {
-        const PIECE: usize = 4 << 20; // a multiple of wgpu's MAP_ALIGNMENT
-        let size = (bytes.len() as u64).next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT).max(wgpu::COPY_BUFFER_ALIGNMENT);
-        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some(label),
-            size,
-            usage: wgpu::BufferUsages::STORAGE,
-            mapped_at_creation: true,
-        });
-        let views: Vec<_> = (0..size)
-            .step_by(PIECE)
-            .map(|at| buffer.slice(at..(at + PIECE as u64).min(size)).get_mapped_range_mut())
-            .collect::<Result<_, _>>()
-            .expect("disjoint ranges of a buffer mapped at creation");
-        views.into_par_iter().zip(bytes.par_chunks(PIECE)).for_each(|(mut view, piece)| {
-            view.slice(..piece.len()).copy_from_slice(piece);
-        });
-        buffer.unmap();
-        buffer
-    }
-
     /// A bind group of `resources` at bindings 0, 1, ... in order.
     fn bind_group<'a>(
         &self,
@@ -599,7 +543,7 @@ impl Gpu {
 
     /// Runs `f`, turning the validation and out-of-memory errors wgpu reports for it into a
     /// [`GpuError`] (wgpu's default is to panic).
-    fn scoped<T>(&self, f: impl FnOnce() -> T) -> Result<T, GpuError> {
+    pub(crate) fn scoped<T>(&self, f: impl FnOnce() -> T) -> Result<T, GpuError> {
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let invalid = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let value = f();
@@ -611,39 +555,13 @@ impl Gpu {
         }
     }
 
-    fn wait(&self) -> Result<(), GpuError> {
+    pub(crate) fn wait(&self) -> Result<(), GpuError> {
         self.device.poll(wgpu::PollType::wait_indefinitely()).map(|_| ()).map_err(|e| GpuError::Device(e.to_string()))
     }
 
     fn wait_for(&self, index: wgpu::SubmissionIndex) -> Result<(), GpuError> {
         let poll = wgpu::PollType::Wait { submission_index: Some(index), timeout: None };
         self.device.poll(poll).map(|_| ()).map_err(|e| GpuError::Device(e.to_string()))
-    }
-
-    /// Copies a device tensor's logical bytes back to the host.
-    pub fn read_back(&self, t: &DeviceTensor) -> Result<Vec<u8>, GpuError> {
-        let size = t.buffer.size();
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("readback"),
-            size,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let mut enc = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("readback") });
-        enc.copy_buffer_to_buffer(&t.buffer, 0, &staging, 0, size);
-        self.queue.submit([enc.finish()]);
-        staging.slice(..).map_async(wgpu::MapMode::Read, |_| {});
-        self.wait()?;
-        let view = staging.slice(..).get_mapped_range().map_err(|e| GpuError::Device(e.to_string()))?;
-        Ok(view[..t.byte_length as usize].to_vec())
-    }
-
-    /// [`Gpu::read_back`] of a tensor decoded from `t`, checked against `t`'s digest (R26):
-    /// what a reader that hands the bytes on should use.
-    pub fn read_back_verified(&self, d: &DeviceTensor, t: &TensorEntry) -> Result<Vec<u8>, GpuError> {
-        let data = self.read_back(d)?;
-        check_digest(t, &data)?;
-        Ok(data)
     }
 
     /// Flushes pending uploads and waits until everything submitted so far has run (for

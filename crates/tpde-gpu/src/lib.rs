@@ -44,7 +44,10 @@ mod device;
 mod error;
 pub mod plan;
 pub mod timing;
+mod transfer;
 
 pub use checkpoint::{layer_key, DeviceCheckpoint, Layer, LayerLoader};
 pub use device::{DeviceTensor, Gpu, Pending};
 pub use error::GpuError;
+/// The wgpu this crate is built on: [`DeviceTensor::buffer`]'s type, for callers' own kernels.
+pub use wgpu;
