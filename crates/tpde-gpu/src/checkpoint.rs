@@ -9,8 +9,10 @@ use tpde_format::{CodecTag, DType, Operand, Prediction, TensorEntry};
 use tpde_read::chain;
 use tpde_read::{PathHints, ReadError, Reader, Source};
 
-use crate::device::{DeviceTensor, Gpu, Pending};
+use crate::device::Gpu;
 use crate::error::GpuError;
+use crate::pending::Pending;
+use crate::tensor::DeviceTensor;
 
 /// A checkpoint resident on the device, with the content digest (spec §7.2) of the file it was
 /// decoded from: what a delta checks before decoding against it.
@@ -55,6 +57,32 @@ fn check_base_digest<S: Source>(reader: &Reader<S>, base: Option<&DeviceCheckpoi
         return Err(ReadError::BaseMismatch { expected: to_hex(&want.digest), found: to_hex(&base.digest) }.into());
     }
     Ok(())
+}
+
+/// Tensors of at most this many bytes whose chunks need no base are submitted in groups.
+const SMALL: u64 = 4 << 20;
+/// A group's bytes at most: its shared buffer takes that much more device memory for a moment.
+const GROUP_BYTES: u64 = 64 << 20;
+
+/// `indices` of `reader`'s tensors as submits, in order: runs of small tensors that need no
+/// base together ([`Gpu::submit_group`], a dispatch per kernel for them all), the rest alone.
+fn submits<S: Source>(reader: &Reader<S>, indices: &[usize]) -> Vec<Vec<usize>> {
+    let mut out: Vec<Vec<usize>> = Vec::new();
+    let (mut bytes, mut open) = (0, false);
+    for &i in indices {
+        let t = &reader.tensors()[i];
+        let small = t.byte_length <= SMALL && !reader.tensor_uses_base(t);
+        match out.last_mut() {
+            Some(group) if small && open && bytes + t.byte_length <= GROUP_BYTES => group.push(i),
+            _ => {
+                out.push(vec![i]);
+                open = small;
+                bytes = 0;
+            }
+        }
+        bytes += t.byte_length;
+    }
+    out
 }
 
 /// Whether a chunk of `t` is coded against a prediction (spec §6.8).
@@ -153,17 +181,31 @@ impl Gpu {
     ) -> Result<Vec<DeviceTensor>, GpuError> {
         let mut out = Vec::with_capacity(indices.len());
         let mut ahead: Option<Pending> = None;
-        for &i in indices {
-            let t = &reader.tensors()[i];
-            let next = self.submit(reader, t, base_tensor(reader, t, base)?)?;
+        for group in submits(reader, indices) {
+            let next = self.submit_indices(reader, &group, base)?;
             if let Some(p) = ahead.replace(next) {
-                out.push(p.finish(self)?);
+                out.extend(p.finish_all(self)?);
             }
         }
         if let Some(p) = ahead {
-            out.push(p.finish(self)?);
+            out.extend(p.finish_all(self)?);
         }
         Ok(out)
+    }
+
+    /// Submits `reader`'s tensors at `indices`: one alone (a delta's against its base tensor),
+    /// several as a group.
+    fn submit_indices<S: Source + Sync>(
+        &self,
+        reader: &Reader<S>,
+        indices: &[usize],
+        base: Option<&DeviceCheckpoint>,
+    ) -> Result<Pending, GpuError> {
+        let all = reader.tensors();
+        match indices {
+            [i] => self.submit(reader, &all[*i], base_tensor(reader, &all[*i], base)?),
+            _ => self.submit_group(reader, &indices.iter().map(|&i| &all[i]).collect::<Vec<_>>()),
+        }
     }
 
     /// Opens the file at `path` and decodes it onto the device; a delta's chain of bases is
@@ -244,18 +286,15 @@ impl<'a, S: Source + Sync> LayerLoader<'a, S> {
 
     fn submit(&self, layer: usize) -> Result<(String, Vec<Pending>), GpuError> {
         let (key, indices) = &self.layers[layer];
-        let pending = indices
+        if let Some(t) = indices.iter().map(|&i| &self.reader.tensors()[i]).find(|t| is_predicted(t)) {
+            return Err(GpuError::Device(format!(
+                "tensor {:?} is predicted (delta-predicted): load the checkpoint whole (Gpu::load), which decodes the tensors it reads first",
+                t.name
+            )));
+        }
+        let pending = submits(self.reader, indices)
             .iter()
-            .map(|&i| {
-                let t = &self.reader.tensors()[i];
-                if is_predicted(t) {
-                    return Err(GpuError::Device(format!(
-                        "tensor {:?} is predicted (delta-predicted): load the checkpoint whole (Gpu::load), which decodes the tensors it reads first",
-                        t.name
-                    )));
-                }
-                self.gpu.submit(self.reader, t, base_tensor(self.reader, t, self.base)?)
-            })
+            .map(|group| self.gpu.submit_indices(self.reader, group, self.base))
             .collect::<Result<_, _>>()?;
         Ok((key.clone(), pending))
     }
@@ -278,7 +317,10 @@ impl<'a, S: Source + Sync> LayerLoader<'a, S> {
             }
         }
         Some(current.and_then(|(key, pending)| {
-            let tensors = pending.into_iter().map(|p| p.finish(self.gpu)).collect::<Result<_, _>>()?;
+            let mut tensors = Vec::new();
+            for p in pending {
+                tensors.extend(p.finish_all(self.gpu)?);
+            }
             Ok(Layer { key, tensors })
         }))
     }

@@ -6,13 +6,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use rayon::prelude::*;
-use tpde_codec::CodecError;
-use tpde_format::{CodecTag, DType, Prediction, TensorEntry};
+use tpde_format::{CodecTag, Prediction, TensorEntry};
 use tpde_read::{chunk_location, ReadError, Reader, Source};
 use wgpu::util::DeviceExt;
 
 use crate::error::GpuError;
-use crate::plan::{plan_chunk, Batch, Batcher, Limits, KERNEL_ERRORS};
+use crate::pending::{Pending, Submitted};
+use crate::plan::{plan_chunk, Batch, Batcher, Limits};
+use crate::tensor::DeviceTensor;
 use crate::timing::{BatchQueries, KernelTimes, KERNELS};
 
 /// Threads per workgroup of the one-thread-per-item kernels (the shader's `WG`).
@@ -38,28 +39,6 @@ fn hardware_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter, GpuError
             "TPDE_GPU_ADAPTER=hardware, and no adapter found is a GPU: {}",
             if found.is_empty() { "none".to_owned() } else { found.join(", ") }
         ))),
-    }
-}
-
-/// A tensor in device memory: its logical bytes, little-endian, in a storage buffer padded to
-/// a multiple of 4 bytes.
-#[derive(Debug)]
-pub struct DeviceTensor {
-    /// Name.
-    pub name: String,
-    /// Element type.
-    pub dtype: DType,
-    /// Shape.
-    pub shape: Vec<u64>,
-    /// Logical bytes (the buffer may be up to 3 bytes longer).
-    pub byte_length: u64,
-    pub(crate) buffer: wgpu::Buffer,
-}
-
-impl DeviceTensor {
-    /// The storage buffer (usable as STORAGE, COPY_SRC and COPY_DST).
-    pub fn buffer(&self) -> &wgpu::Buffer {
-        &self.buffer
     }
 }
 
@@ -105,7 +84,7 @@ impl Gpu {
         Gpu::open(false)
     }
 
-    /// [`Gpu::new`], and every batch's kernels timed on the device ([`Gpu::kernel_times`]).
+    /// [`Gpu::new`], and every batch's kernels timed on the device ([`Gpu::take_kernel_times`]).
     /// For benchmarks: each batch is waited for before the next is uploaded, so decodes are
     /// slower. Fails where the adapter has no timestamp queries.
     pub fn with_kernel_timing() -> Result<Gpu, GpuError> {
@@ -318,44 +297,97 @@ impl Gpu {
         t: &TensorEntry,
         base: Option<&DeviceTensor>,
     ) -> Result<Pending, GpuError> {
-        let limit = reader.options().max_tensor_bytes;
-        if t.byte_length > limit {
-            return Err(ReadError::TooLarge { name: t.name.clone(), bytes: t.byte_length, limit }.into());
-        }
+        check_size(reader, t)?;
         let base = if reader.tensor_uses_base(t) { Some(self.check_base(reader, t, base)?) } else { None };
         let out = self.tensor_buffer(&t.name, t.byte_length)?;
+        let batches = self.submit_into(reader, &[t], &[0], &out, base)?;
+        Ok(Pending::new(vec![t.clone()], vec![self.device_tensor(t, out)], batches, None))
+    }
+
+    /// [`Gpu::submit`] of several tensors whose chunks need no base (a keyframe's), as one:
+    /// their chunks decode side by side into one device buffer, a set of dispatches for them
+    /// all, and each tensor is then copied into its own buffer on the device. For the many
+    /// small tensors of a model (norms, biases) this is one dispatch per kernel, not one per
+    /// tensor. [`Pending::finish_all`] gives them in the order given.
+    pub fn submit_group<S: Source + Sync>(
+        &self,
+        reader: &Reader<S>,
+        tensors: &[&TensorEntry],
+    ) -> Result<Pending, GpuError> {
+        let mut offsets = Vec::with_capacity(tensors.len());
+        let mut total = 0;
+        for t in tensors {
+            check_size(reader, t)?;
+            if reader.tensor_uses_base(t) {
+                return Err(GpuError::Device(format!("tensor {:?} needs its base: submit it alone", t.name)));
+            }
+            offsets.push(total);
+            total += t.byte_length.next_multiple_of(4).max(4);
+        }
+        let group = self.tensor_buffer("tpde group", total)?;
+        let outs = tensors
+            .iter()
+            .map(|t| Ok(self.device_tensor(t, self.tensor_buffer(&t.name, t.byte_length)?)))
+            .collect::<Result<Vec<_>, GpuError>>()?;
+        let batches = self.submit_into(reader, tensors, &offsets, &group, None)?;
+        let mut enc = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tpde group") });
+        for (out, &at) in outs.iter().zip(&offsets) {
+            enc.copy_buffer_to_buffer(&group, at, &out.buffer, 0, out.buffer.size());
+        }
+        let copied = self.scoped(|| self.queue.submit([enc.finish()]))?;
+        Ok(Pending::new(tensors.iter().map(|&t| t.clone()).collect(), outs, batches, Some(copied)))
+    }
+
+    /// Plans, uploads and runs the chunks of `tensors`, tensor `k`'s bytes at `offsets[k]` of
+    /// `out`; chunks are numbered across the tensors, in order, for the errors.
+    fn submit_into<S: Source + Sync>(
+        &self,
+        reader: &Reader<S>,
+        tensors: &[&TensorEntry],
+        offsets: &[u64],
+        out: &wgpu::Buffer,
+        base: Option<&wgpu::Buffer>,
+    ) -> Result<Vec<Submitted>, GpuError> {
+        let ids: Vec<(usize, usize)> =
+            tensors.iter().enumerate().flat_map(|(k, t)| (0..t.chunks.len()).map(move |i| (k, i))).collect();
         let mut batcher = Batcher::new(self.limits);
         let mut batches = Vec::new();
-        let chunks: Vec<usize> = (0..t.chunks.len()).collect();
-        for group in chunks.chunks(PLAN_GROUP) {
+        for (from, group) in ids.chunks(PLAN_GROUP).enumerate() {
             let works: Vec<_> = group
                 .par_iter()
-                .map(|&i| {
-                    let c = &t.chunks[i];
+                .enumerate()
+                .map(|(j, &(k, i))| {
+                    let (t, c) = (tensors[k], &tensors[k].chunks[i]);
                     let stored = reader.chunk_bytes(t, i)?;
-                    plan_chunk(t.dtype, i, i + 1 == t.chunks.len(), c, &stored)
-                        .map_err(|source| ReadError::Codec { location: chunk_location(t, i, c), source })
+                    let mut work = plan_chunk(t.dtype, from * PLAN_GROUP + j, i + 1 == t.chunks.len(), c, &stored)
+                        .map_err(|source| ReadError::Codec { location: chunk_location(t, i, c), source })?;
+                    work.shift(offsets[k]);
+                    Ok::<_, ReadError>(work)
                 })
                 .collect::<Result<_, _>>()?;
             for work in works {
                 if let Some(bytes) = work.direct_upload() {
-                    self.queue.write_buffer(&out, work.out.start, bytes);
+                    self.queue.write_buffer(out, work.out.start, bytes);
                     self.count_upload(bytes.len());
                     continue;
                 }
-                let full = batcher.push(work).map_err(|detail| GpuError::TooLarge { name: t.name.clone(), detail })?;
-                batches.extend(full.map(|b| self.scoped(|| self.run(&b, &out, base))).transpose()?);
+                let name = &tensors[ids[work.index].0].name;
+                let full = batcher.push(work).map_err(|detail| GpuError::TooLarge { name: name.clone(), detail })?;
+                batches.extend(full.map(|b| self.scoped(|| self.run(&b, out, base))).transpose()?);
             }
         }
-        batches.extend(batcher.flush().map(|b| self.scoped(|| self.run(&b, &out, base))).transpose()?);
-        let tensor = DeviceTensor {
+        batches.extend(batcher.flush().map(|b| self.scoped(|| self.run(&b, out, base))).transpose()?);
+        Ok(batches)
+    }
+
+    fn device_tensor(&self, t: &TensorEntry, buffer: wgpu::Buffer) -> DeviceTensor {
+        DeviceTensor {
             name: t.name.clone(),
             dtype: t.dtype,
             shape: t.shape.clone(),
             byte_length: t.byte_length,
-            buffer: out,
-        };
-        Ok(Pending { entry: t.clone(), tensor, batches })
+            buffer,
+        }
     }
 
     fn check_base<'a, S: Source>(
@@ -559,7 +591,7 @@ impl Gpu {
         self.device.poll(wgpu::PollType::wait_indefinitely()).map(|_| ()).map_err(|e| GpuError::Device(e.to_string()))
     }
 
-    fn wait_for(&self, index: wgpu::SubmissionIndex) -> Result<(), GpuError> {
+    pub(crate) fn wait_for(&self, index: wgpu::SubmissionIndex) -> Result<(), GpuError> {
         let poll = wgpu::PollType::Wait { submission_index: Some(index), timeout: None };
         self.device.poll(poll).map(|_| ()).map_err(|e| GpuError::Device(e.to_string()))
     }
@@ -595,44 +627,31 @@ fn workgroups(n: u32) -> [u32; 3] {
     [x as u32, y as u32, 1]
 }
 
-/// One submitted batch: its chunks and where the kernels' error codes come back.
-struct Submitted {
-    chunks: Vec<usize>,
-    errors: wgpu::Buffer,
-    index: wgpu::SubmissionIndex,
-}
-
-/// A tensor whose decode is submitted to the device; [`Pending::finish`] waits for it.
-pub struct Pending {
-    entry: TensorEntry,
-    tensor: DeviceTensor,
-    batches: Vec<Submitted>,
+/// A tensor's decoded size against the reader's limit, before anything is allocated.
+fn check_size<S: Source>(reader: &Reader<S>, t: &TensorEntry) -> Result<(), GpuError> {
+    let limit = reader.options().max_tensor_bytes;
+    if t.byte_length > limit {
+        return Err(ReadError::TooLarge { name: t.name.clone(), bytes: t.byte_length, limit }.into());
+    }
+    Ok(())
 }
 
 impl Pending {
-    /// Waits for the device and returns the tensor, or the reader's error for the first chunk
-    /// (in file order) that a kernel found malformed.
+    /// [`Pending::finish_all`] of a tensor submitted alone ([`Gpu::submit`]): the tensor.
     pub fn finish(self, gpu: &Gpu) -> Result<DeviceTensor, GpuError> {
-        let Some(last) = self.batches.last() else { return Ok(self.tensor) };
-        for b in &self.batches {
-            b.errors.slice(..).map_async(wgpu::MapMode::Read, |_| {});
+        let mut tensors = self.finish_all(gpu)?;
+        match tensors.len() {
+            1 => Ok(tensors.remove(0)),
+            n => Err(GpuError::Device(format!("{n} tensors pending together: use finish_all"))),
         }
-        gpu.wait_for(last.index.clone())?;
-        let mut first: Option<(usize, u32)> = None;
-        for b in &self.batches {
-            let view = b.errors.slice(..).get_mapped_range().map_err(|e| GpuError::Device(e.to_string()))?;
-            let codes: &[u32] = bytemuck::cast_slice(&view);
-            for (&chunk, &code) in b.chunks.iter().zip(codes) {
-                if code != 0 && first.is_none_or(|(c, _)| chunk < c) {
-                    first = Some((chunk, code));
-                }
-            }
-        }
-        let Some((i, code)) = first else { return Ok(self.tensor) };
-        let t = &self.entry;
-        let c = &t.chunks[i];
-        let detail = KERNEL_ERRORS.get(code as usize - 1).copied().unwrap_or("unknown kernel error").to_string();
-        let source = CodecError::Corrupt { codec: c.codec, detail };
-        Err(ReadError::Codec { location: chunk_location(t, i, c), source }.into())
+    }
+
+    /// Waits for the device and returns the tensors, in the order submitted, or the reader's
+    /// error for the first chunk (in file order) that a kernel found malformed.
+    pub fn finish_all(self, gpu: &Gpu) -> Result<Vec<DeviceTensor>, GpuError> {
+        let Some(index) = self.last_index() else { return self.checked() };
+        self.map_errors();
+        gpu.wait_for(index)?;
+        self.checked()
     }
 }

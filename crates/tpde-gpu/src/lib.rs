@@ -9,9 +9,12 @@
 //!
 //! - [`plan`]: the host half, chunks to batches of kernel jobs; no GPU API in it, so another
 //!   backend (CUDA) could run the same batches.
-//! - [`Gpu`]: the wgpu device and kernels: [`Gpu::decode`] one tensor, [`Gpu::read_back`].
+//! - [`Gpu`]: the wgpu device and kernels: [`Gpu::decode`] one tensor, [`Gpu::submit_group`]
+//!   many small ones in one set of dispatches, [`Gpu::read_back`]; uploads go through buffers
+//!   mapped at creation and filled by every core (`transfer`).
+//! - [`Pending`]: decodes submitted and not yet waited for, with their kernels' error codes.
 //! - [`DeviceCheckpoint`], [`Gpu::load`], [`Gpu::load_chain`]: whole checkpoints, deltas on
-//!   resident bases.
+//!   resident bases; runs of small keyframe tensors go up as groups.
 //! - [`timing`]: the kernels' own device time, for benchmarks ([`Gpu::with_kernel_timing`]).
 //! - [`LayerLoader`]: layer by layer, the next layer's host work and upload overlapping the
 //!   current layer's decode.
@@ -42,12 +45,16 @@
 mod checkpoint;
 mod device;
 mod error;
+mod pending;
 pub mod plan;
+mod tensor;
 pub mod timing;
 mod transfer;
 
 pub use checkpoint::{layer_key, DeviceCheckpoint, Layer, LayerLoader};
-pub use device::{DeviceTensor, Gpu, Pending};
+pub use device::Gpu;
 pub use error::GpuError;
+pub use pending::Pending;
+pub use tensor::DeviceTensor;
 /// The wgpu this crate is built on: [`DeviceTensor::buffer`]'s type, for callers' own kernels.
 pub use wgpu;

@@ -165,6 +165,13 @@ impl ChunkWork {
             .then(|| &self.blob[..len.next_multiple_of(4)])
     }
 
+    /// Moves the chunk's output `by` bytes on: where its tensor starts in a buffer of several
+    /// tensors (a multiple of 4, so that no two tensors share a word).
+    pub fn shift(&mut self, by: u64) {
+        debug_assert!(by.is_multiple_of(4));
+        self.out = self.out.start + by..self.out.end + by;
+    }
+
     fn append_blob(&mut self, bytes: &[u8]) -> u64 {
         while !self.blob.len().is_multiple_of(4) {
             self.blob.push(0);

@@ -5,8 +5,9 @@ use rayon::prelude::*;
 use tpde_format::{DType, TensorEntry};
 use tpde_read::check_digest;
 
-use crate::device::{DeviceTensor, Gpu};
+use crate::device::Gpu;
 use crate::error::GpuError;
+use crate::tensor::DeviceTensor;
 
 impl Gpu {
     pub(crate) fn tensor_buffer(&self, name: &str, bytes: u64) -> Result<wgpu::Buffer, GpuError> {

@@ -276,6 +276,73 @@ fn kernel_timing_times_the_kernels_that_ran() {
     }
 }
 
+/// Many small tensors (every dtype, odd lengths, an empty one, keyframe codecs that use the
+/// kernels and ones uploaded as they are) decode in one set of dispatches, side by side in one
+/// buffer, then each lands in its own: one batch, not one per tensor, and the CPU's bytes.
+/// A kernel error names its own tensor and chunk, not the group's.
+#[test]
+#[cfg_attr(feature = "skip-gpu-tests", ignore = "built with --features skip-gpu-tests: no GPU adapter")]
+fn many_small_tensors_decode_in_one_dispatch() {
+    let gpu = match Gpu::with_kernel_timing() {
+        Ok(gpu) => gpu,
+        Err(e) => return assert!(e.to_string().contains("timestamp"), "{e}"),
+    };
+    let dtypes = [DType::F32, DType::BF16, DType::F16, DType::U8, DType::I64, DType::F64, DType::Bool];
+    let ck: Checkpoint = (0..40)
+        .map(|k| {
+            let dtype = dtypes[k % dtypes.len()];
+            let n = if k == 7 { 0 } else { 37 + 211 * k };
+            (
+                format!("model.layers.{}.t{k}", k / 10),
+                dtype,
+                vec![n as u64],
+                tensor_bytes(dtype, n, k as u64 + 1, k % 3 > 0),
+            )
+        })
+        .collect();
+    for encoder in [Encoder::Auto, Encoder::Codec(CodecTag::PlanesLanes), Encoder::Raw] {
+        let bytes = write(&ck, None, encoder, 1 << 16);
+        let reader = Reader::from_source(bytes.clone()).unwrap();
+        gpu.take_kernel_times();
+        let on_device = gpu.load(&reader, None).unwrap();
+        assert_same(&gpu, &on_device, &reader, &ck);
+        let batches = gpu.take_kernel_times().unwrap().batches;
+        assert!(batches <= 1, "{encoder:?}: {batches} batches for 40 small tensors");
+        let mut layers = LayerLoader::new(&gpu, &reader, None).unwrap();
+        while let Some(layer) = layers.next_layer() {
+            for t in layer.unwrap().tensors {
+                assert!(gpu.read_back(&t).unwrap() == *reader.read(&t.name).unwrap(), "{}", t.name);
+            }
+        }
+    }
+    // A byte in the middle of the 29th tensor's lanes changed (its CRC made to match): the
+    // error is about that tensor's chunk, on either reader, not the group's first.
+    let key = write(&ck, None, Encoder::Codec(CodecTag::PlanesLanes), 1 << 16);
+    let r = Reader::from_source(key.clone()).unwrap();
+    let t = &r.tensors()[28];
+    let mut stored = r.chunk_bytes(t, 0).unwrap().to_vec();
+    let (records, _) = tpde_codec::planes::parse(
+        t.chunks[0].codec,
+        &stored,
+        0,
+        t.dtype.size() as usize,
+        t.chunks[0].element_count as usize,
+    )
+    .unwrap();
+    use tpde_codec::planes::PlaneRecord;
+    let Some(PlaneRecord::Lanes(_, lanes)) = records.iter().find(|r| matches!(r, PlaneRecord::Lanes(..))) else {
+        panic!("a lane record in {}", t.name)
+    };
+    stored[(lanes.bytes.start + lanes.bytes.end) / 2] ^= 0x5A;
+    let cpu = Reader::from_source(tpde_format::surgery::with_chunk(&key, 28, 0, &stored).unwrap()).unwrap();
+    let name = &cpu.tensors()[28].name;
+    let cpu_err = cpu.read(name).unwrap_err();
+    assert_eq!(cpu_err.kind(), ErrorKind::Malformed, "{cpu_err}");
+    let Err(gpu_err) = gpu.load(&cpu, None) else { panic!("the device accepted the damaged lanes") };
+    assert!(gpu_err.to_string().contains(name.as_str()), "{gpu_err} (want {name})");
+    assert_eq!(gpu_err.kind(), cpu_err.kind());
+}
+
 /// The layer loader uploads the next layer before it waits for the current one to decode:
 /// when the first layer comes back, the second one's bytes are already on their way.
 #[test]
