@@ -293,11 +293,12 @@ fn shares(t: &KernelTimes) -> String {
 pub fn render(gpu: &Gpu, input: &Path, rows: &[Row], runs: usize) -> String {
     let info = gpu.info();
     let mut s = format!(
-        "{} on {} ({:?}, {}), median of {runs} runs, GB/s of logical bytes\n",
+        "{} on {} ({:?}, {}; rANS blocks by {}), median of {runs} runs, GB/s of logical bytes\n",
         input.display(),
         info.name,
         info.backend,
-        info.driver_info
+        info.driver_info,
+        if gpu.uses_subgroups() { "subgroups" } else { "workgroup memory" }
     );
     s += &format!("{:<36} {:>7} {:>10} {:>10} {:>10}\n", "what", "ratio", "GPU GB/s", "kernels", "CPU GB/s");
     let num = |x: Option<f64>, p: usize| x.map_or("-".to_string(), |v| format!("{v:.p$}"));

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use rayon::prelude::*;
-use tpde_format::{CodecTag, Prediction, TensorEntry};
+use tpde_format::TensorEntry;
 use tpde_read::{chunk_location, ReadError, Reader, Source};
 use wgpu::util::DeviceExt;
 
@@ -53,9 +53,9 @@ struct Kernels {
 }
 
 /// The prediction kernel (`shaders/predict.wgsl`, spec §6.8) and its bindings.
-struct Predictor {
-    layout: wgpu::BindGroupLayout,
-    pipeline: wgpu::ComputePipeline,
+pub(crate) struct Predictor {
+    pub(crate) layout: wgpu::BindGroupLayout,
+    pub(crate) pipeline: wgpu::ComputePipeline,
 }
 
 /// A GPU and the decode kernels compiled for it.
@@ -64,11 +64,13 @@ pub struct Gpu {
     pub(crate) queue: wgpu::Queue,
     layout: wgpu::BindGroupLayout,
     kernels: Kernels,
-    predictor: Predictor,
-    limits: Limits,
+    pub(crate) predictor: Predictor,
+    pub(crate) limits: Limits,
     pub(crate) max_buffer: u64,
     info: wgpu::AdapterInfo,
     dummy: wgpu::Buffer,
+    /// Whether rANS blocks decode by the subgroup kernel.
+    subgroups: bool,
     /// Bytes written from the host to the device so far (see [`Gpu::uploaded_bytes`]).
     uploaded: AtomicU64,
     /// Kernel times, when opened with [`Gpu::with_kernel_timing`].
@@ -81,17 +83,29 @@ impl Gpu {
     /// `TPDE_GPU_ADAPTER=hardware`, a CPU adapter (lavapipe, SwiftShader) does not count: with no
     /// other, this fails, naming the adapters it found, rather than measure a CPU as a GPU.
     pub fn new() -> Result<Gpu, GpuError> {
-        Gpu::open(false)
+        Gpu::open(false, true)
+    }
+
+    /// [`Gpu::new`] without subgroup operations: rANS blocks decode by the workgroup kernel,
+    /// the path of adapters that have none (for tests and comparisons on those that do).
+    pub fn without_subgroups() -> Result<Gpu, GpuError> {
+        Gpu::open(false, false)
+    }
+
+    /// Whether rANS blocks decode with subgroup ballots and shuffles here (the adapter has
+    /// them, at least 4 lanes wide) rather than through workgroup memory.
+    pub fn uses_subgroups(&self) -> bool {
+        self.subgroups
     }
 
     /// [`Gpu::new`], and every batch's kernels timed on the device ([`Gpu::take_kernel_times`]).
     /// For benchmarks: each batch is waited for before the next is uploaded, so decodes are
     /// slower. Fails where the adapter has no timestamp queries.
     pub fn with_kernel_timing() -> Result<Gpu, GpuError> {
-        Gpu::open(true)
+        Gpu::open(true, true)
     }
 
-    fn open(timing: bool) -> Result<Gpu, GpuError> {
+    fn open(timing: bool, subgroups: bool) -> Result<Gpu, GpuError> {
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let adapter = match std::env::var("TPDE_GPU_ADAPTER").as_deref() {
             Ok("hardware") => hardware_adapter(&instance)?,
@@ -113,9 +127,16 @@ impl Gpu {
             max_storage_buffers_per_shader_stage: 7,
             ..wgpu::Limits::downlevel_defaults()
         };
-        let required_features = if timing { wgpu::Features::TIMESTAMP_QUERY } else { wgpu::Features::empty() };
+        let mut required_features = if timing { wgpu::Features::TIMESTAMP_QUERY } else { wgpu::Features::empty() };
         if !adapter.features().contains(required_features) {
             return Err(GpuError::NoAdapter(format!("{} has no timestamp queries", adapter.get_info().name)));
+        }
+        // The subgroup kernel needs lanes in fours (its shuffles) and at most 8 subgroups.
+        let info = adapter.get_info();
+        let subgroups =
+            subgroups && adapter.features().contains(wgpu::Features::SUBGROUP) && info.subgroup_min_size >= 4;
+        if subgroups {
+            required_features |= wgpu::Features::SUBGROUP;
         }
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("tpde-gpu"),
@@ -170,10 +191,33 @@ impl Gpu {
                 cache: None,
             })
         };
+        // decode.wgsl again with the subgroup kernel appended (naga takes subgroup operations
+        // once the device has the feature). A driver that cannot build it gets the workgroup
+        // kernel instead of a panic.
+        let subgroup_kernel = subgroups
+            .then(|| {
+                let invalid = device.push_error_scope(wgpu::ErrorFilter::Validation);
+                let source = [include_str!("shaders/decode.wgsl"), include_str!("shaders/blocks_subgroups.wgsl")];
+                let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                    label: Some("tpde decode, subgroups"),
+                    source: wgpu::ShaderSource::Wgsl(Cow::Owned(source.join("\n"))),
+                });
+                let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: Some("decode_blocks_subgroups"),
+                    layout: Some(&pipeline_layout),
+                    module: &module,
+                    entry_point: Some("decode_blocks_subgroups"),
+                    compilation_options: Default::default(),
+                    cache: None,
+                });
+                pollster::block_on(invalid.pop()).is_none().then_some(pipeline)
+            })
+            .flatten();
+        let subgroups = subgroup_kernel.is_some();
         let kernels = Kernels {
             tables: kernel("build_tables"),
             lanes: kernel("decode_lanes"),
-            rans_blocks: kernel("decode_blocks"),
+            rans_blocks: subgroup_kernel.unwrap_or_else(|| kernel("decode_blocks")),
             scan: kernel("scan_blocks"),
             unpack: kernel("unpack_blocks"),
             finish: kernel("finish"),
@@ -231,6 +275,7 @@ impl Gpu {
             max_buffer,
             info: adapter.get_info(),
             dummy,
+            subgroups,
             uploaded: AtomicU64::new(0),
             timing: timing.then(|| Mutex::new(KernelTimes::default())),
         })
@@ -409,76 +454,6 @@ impl Gpu {
         Ok(&b.buffer)
     }
 
-    /// The bytes a predicted tensor `t` decodes against (spec §6.8): for its `delta-predicted`
-    /// chunks their prediction, computed on the device from `base` (the base's tensor of its
-    /// name), `exp_avg` and `other` (the inputs of [`tpde_codec::predicted::Inputs`]: resident
-    /// and decoded); for its other delta chunks the base's
-    /// bytes. The caller checked the inputs' dtypes and shapes.
-    pub fn prediction_base<'a>(
-        &self,
-        t: &TensorEntry,
-        base: &DeviceTensor,
-        inputs: impl Fn(&Prediction) -> Result<(&'a DeviceTensor, &'a DeviceTensor), GpuError>,
-    ) -> Result<DeviceTensor, GpuError> {
-        let out = self.tensor_buffer(&t.name, t.byte_length)?;
-        let mut enc =
-            self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tpde predict") });
-        // Pieces of at most this many bytes, so that every binding fits the device's limit
-        // after its offset is aligned down.
-        let piece = (self.limits.max_binding - self.limits.offset_align) / 4 * 4;
-        for c in &t.chunks {
-            let (from, len) = (c.element_start * 4, c.decoded_length);
-            if c.codec != CodecTag::DeltaPredicted {
-                if c.codec.needs_base() {
-                    enc.copy_buffer_to_buffer(&base.buffer, from, &out, from, len);
-                }
-                continue;
-            }
-            let p = Prediction::parse(&c.params).map_err(|e| GpuError::Device(format!("validated params: {e}")))?;
-            let (m, other) = inputs(&p)?;
-            let k = p.constants();
-            let mut at = from;
-            while at < from + len {
-                let end = (at + piece).min(from + len);
-                let offset = at / self.limits.offset_align * self.limits.offset_align;
-                let window = offset..end;
-                let mut job = [p.code() as u32, ((end - at) / 4) as u32, ((at - offset) / 4) as u32, 0, 0, 0, 0, 0];
-                for (slot, v) in job[4..].iter_mut().zip(&k) {
-                    *slot = v.to_bits();
-                }
-                let uniform = self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                    label: Some("predict job"),
-                    contents: bytemuck::cast_slice(&job),
-                    usage: wgpu::BufferUsages::UNIFORM,
-                });
-                let resources = [
-                    window_binding(&base.buffer, &window),
-                    window_binding(&m.buffer, &window),
-                    window_binding(&other.buffer, &window),
-                    window_binding(&out, &window),
-                    uniform.as_entire_binding(),
-                ];
-                let bind = self.bind_group("tpde predict", &self.predictor.layout, resources);
-                let [x, y, z] = groups(job[1]);
-                let mut pass =
-                    enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
-                pass.set_pipeline(&self.predictor.pipeline);
-                pass.set_bind_group(0, &bind, &[]);
-                pass.dispatch_workgroups(x, y, z);
-                drop(pass);
-                at = end;
-            }
-        }
-        self.scoped(|| self.queue.submit([enc.finish()]))?;
-        Ok(DeviceTensor {
-            name: t.name.clone(),
-            dtype: t.dtype,
-            shape: t.shape.clone(),
-            byte_length: t.byte_length,
-            buffer: out,
-        })
-    }
-
     /// Uploads a batch and submits its kernels.
     fn run(&self, batch: &Batch, out: &wgpu::Buffer, base: Option<&wgpu::Buffer>) -> Submitted {
         let d = &self.device;
@@ -559,7 +534,7 @@ impl Gpu {
     }
 
     /// A bind group of `resources` at bindings 0, 1, ... in order.
-    fn bind_group<'a>(
+    pub(crate) fn bind_group<'a>(
         &self,
         label: &str,
         layout: &wgpu::BindGroupLayout,
@@ -605,7 +580,7 @@ impl Gpu {
 }
 
 /// The bytes `window` of a tensor buffer, as a binding.
-fn window_binding<'a>(buffer: &'a wgpu::Buffer, window: &std::ops::Range<u64>) -> wgpu::BindingResource<'a> {
+pub(crate) fn window_binding<'a>(buffer: &'a wgpu::Buffer, window: &std::ops::Range<u64>) -> wgpu::BindingResource<'a> {
     wgpu::BindingResource::Buffer(wgpu::BufferBinding {
         buffer,
         offset: window.start,
@@ -614,7 +589,7 @@ fn window_binding<'a>(buffer: &'a wgpu::Buffer, window: &std::ops::Range<u64>) -
 }
 
 /// Workgroups for one thread per item, spread over two dimensions past 65 535.
-fn groups(items: u32) -> [u32; 3] {
+pub(crate) fn groups(items: u32) -> [u32; 3] {
     workgroups(items.div_ceil(WG as u32))
 }
 

@@ -47,6 +47,7 @@ mod device;
 mod error;
 mod pending;
 pub mod plan;
+mod predict;
 mod tensor;
 pub mod timing;
 mod transfer;

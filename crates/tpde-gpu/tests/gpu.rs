@@ -652,8 +652,21 @@ fn sparse_plane_records_decode_on_the_device() {
 #[test]
 #[cfg_attr(feature = "skip-gpu-tests", ignore = "built with --features skip-gpu-tests: no GPU adapter")]
 fn block_records_decode_on_the_device() {
+    // Both ways a step's words are handed out: subgroup ballots where the adapter has them
+    // (lavapipe's subgroups are 8 wide, so across subgroups too), and workgroup memory.
+    let workgroup = Gpu::without_subgroups().unwrap_or_else(|e| panic!("{e}"));
+    assert!(!workgroup.uses_subgroups());
+    let info = gpu().info();
+    if info.driver == "llvmpipe" {
+        assert!(gpu().uses_subgroups(), "lavapipe has subgroups of {} lanes", info.subgroup_min_size);
+    }
+    for gpu in [gpu(), &workgroup] {
+        block_records_on(gpu);
+    }
+}
+
+fn block_records_on(gpu: &Gpu) {
     use tpde_codec::planes::{PlaneRecord, BLOCKS_SINCE_MINOR};
-    let gpu = gpu();
     let n = 3 * 16_384 + 77;
     let a: Checkpoint = vec![
         ("w".into(), DType::F32, vec![n as u64], awkward_f32s(n, 3)),

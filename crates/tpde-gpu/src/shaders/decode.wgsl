@@ -273,8 +273,9 @@ fn decode_lanes(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) n
 // ---- rANS blocks (§6.2.6): one workgroup of 32 invocations per block, invocation j running
 // state j. A step pops a symbol from every state; the states left below 2^16 take the block's
 // next words in state order, each finding its own by the popcount of the mask below it (the
-// ballot a subgroup would give, here through workgroup memory: WGSL has subgroups only as an
-// extension). Symbols are packed four to a word through workgroup memory.
+// ballot a subgroup would give, here through workgroup memory: the path of adapters without
+// subgroups; blocks_subgroups.wgsl has the one with). Symbols are packed four to a word through
+// workgroup memory.
 // record: table, n, blocks, ends (blob byte), states (blob byte), words (blob byte), out (scratch
 // word), chunk
 var<workgroup> rb_need: atomic<u32>;
