@@ -3,9 +3,9 @@
 // records and results as `decode_blocks`. The invocation running state j is chosen by subgroup
 // and lane (j = subgroup id · subgroup size + lane), so that a ballot's lane order is state
 // order whatever the adapter's layout. A step's words go to the states below 2^16 in state
-// order: each finds its own by the popcount of the ballot below its lane, plus, where a
-// subgroup is narrower than the block's 32 states (lavapipe: 8), the needs of the subgroups
-// before it, through workgroup memory. Symbols are packed four to a word by shuffles.
+// order: each finds its own by the popcount of the ballot below its lane, plus the needs of the
+// subgroups before it where a subgroup is narrower than the block's 32 states (lavapipe: 8),
+// through workgroup memory. Symbols are packed four to a word by shuffles.
 // Subgroups of at least 4 lanes dividing 32, or wider than 32; the host checks.
 
 // Two steps' counts per subgroup: a step writes one half while a slow reader may still read
@@ -62,21 +62,20 @@ fn decode_blocks_subgroups(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_wo
         }
         let ballot = subgroupBallot(need).x;
         var before = countOneBits(ballot & below);
-        var taken = countOneBits(ballot);
-        if (size < 32u) {
-            let half = (t & 1u) * 8u;
-            if (lane == 0u) {
-                sg_needs[half + sid] = taken;
+        // The subgroups' needs combined, the same code for one subgroup of 32 (a warp: its
+        // barrier costs little) as for four of 8 (lavapipe, where CI tests it).
+        let half = (t & 1u) * 8u;
+        if (lane == 0u) {
+            sg_needs[half + sid] = countOneBits(ballot);
+        }
+        workgroupBarrier();
+        var taken = 0u;
+        for (var s = 0u; s < 32u / size; s++) {
+            let c = sg_needs[half + s];
+            if (s < sid) {
+                before += c;
             }
-            workgroupBarrier();
-            taken = 0u;
-            for (var s = 0u; s < 32u / size; s++) {
-                let c = sg_needs[half + s];
-                if (s < sid) {
-                    before += c;
-                }
-                taken += c;
-            }
+            taken += c;
         }
         if (pos + taken > end) {
             ok = false;
