@@ -218,6 +218,26 @@ def test_ctrl_c_mid_way_stops_the_load_after_the_copies_in_flight(tmp_path, stag
     assert staged[0].copies < len(tensors()), "stopped before the end"
 
 
+def test_a_tensor_over_the_size_limit_is_refused_before_its_destination_is_made(tmp_path, staged, monkeypatch):
+    path = tmp_path / "a.tpde"
+    tpde.torch.save_file({"w": torch.ones(4096)}, path)
+    empty = torch.empty
+
+    def only_staging_buffers(*args, **kwargs):
+        t = empty(*args, **kwargs)
+        assert t.dtype == torch.uint8, f"a destination was made first: {t.dtype} {tuple(t.shape)}"
+        return t
+
+    monkeypatch.setattr(torch, "empty", only_staging_buffers)
+    for load in (
+        lambda: tpde.torch.load_file(path, max_tensor_bytes=1000),
+        lambda: tpde.safe_open(path, "pt", max_tensor_bytes=1000).get_slice("w")[0:100],
+    ):
+        with pytest.raises(tpde.TpdeError) as e:
+            load()
+        assert e.value.kind == "limit-exceeded", e.value
+
+
 def test_a_device_torch_does_not_know_is_a_tpde_error(tmp_path):
     tpde.torch.save_file({"w": torch.ones(3)}, tmp_path / "a.tpde")
     for device in ("gpu", "cuda:x", 7.5):

@@ -9,6 +9,7 @@ The copy step is an object (``CudaCopier`` on a GPU) so that the pipeline's logi
 a CPU with a stand-in."""
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -77,17 +78,27 @@ def copier_for(device: torch.device) -> Any:
     return CudaCopier(device)
 
 
+def plan(f: Any, ranges: Sequence[Tuple[str, int, int]]) -> Any:
+    """The stages of ``ranges``, ``(name, start, end)`` of the open file ``f``: made before the
+    destinations are, since it refuses a range outside its tensor and a tensor over the file's
+    ``max_tensor_bytes`` (a hostile file's declared size is never allocated on the device)."""
+    return _tpde.Stages(f, list(ranges), SLOT_BYTES)
+
+
 def stream_into(
     f: Any,
     requests: Sequence[Request],
     copier: Any,
     progress: Optional[Callable[[int, int], Any]] = None,
+    stages: Any = None,
 ) -> None:
-    """Decodes ``requests`` of the open file ``f`` (a ``tpde._tpde.File``) through a ring of
-    ``SLOTS`` buffers from ``copier.buffer`` and copies each stage out with ``copier.copy``; a
-    buffer is refilled only once ``copier.wait`` says its copies are done. On an error or
-    Ctrl-C mid-way, the copies in flight end before the ring is dropped; what was copied stays."""
-    stages = _tpde.Stages(f, [(name, start, end) for name, start, end, _ in requests], SLOT_BYTES)
+    """Decodes ``requests`` of the open file ``f`` (a ``tpde._tpde.File``; ``stages`` their
+    ``plan``, if made already) through a ring of ``SLOTS`` buffers from ``copier.buffer`` and
+    copies each stage out with ``copier.copy``; a buffer is refilled only once ``copier.wait``
+    says its copies are done. On an error or Ctrl-C mid-way, the copies in flight end before the
+    ring is dropped; what was copied stays."""
+    if stages is None:
+        stages = plan(f, [(name, start, end) for name, start, end, _ in requests])
     slots = max(SLOTS, 1)
     total, done = sum(end - start for _, start, end, _ in requests), 0
     ring: List[torch.Tensor] = []
@@ -126,24 +137,27 @@ def load(
 ) -> Dict[str, torch.Tensor]:
     """Tensors ``names`` of the open file ``f``, new on ``device``, through the pipeline."""
     dtypes = _dtypes.torch_dtypes()
+    infos = [(name, *f.info(name)) for name in names]
+    sized = [(name, 0, math.prod(shape) * _dtypes.DTYPE_SIZE[dtype]) for name, dtype, shape in infos]
+    stages = plan(f, [r for r in sized if r[2]])
     out: Dict[str, torch.Tensor] = {}
     requests: List[Request] = []
-    for name in names:
-        dtype, shape = f.info(name)
+    for (name, dtype, shape), (_, _, nbytes) in zip(infos, sized):
         t = torch.empty(tuple(shape), dtype=dtypes[dtype], device=device)
         out[name] = t
-        if t.numel():
-            requests.append((name, 0, t.numel() * t.element_size(), flat_bytes(t)))
-    stream_into(f, requests, copier_for(device), progress=progress)
+        if nbytes:
+            requests.append((name, 0, nbytes, flat_bytes(t)))
+    stream_into(f, requests, copier_for(device), progress=progress, stages=stages)
     return out
 
 
 def load_range(f: Any, name: str, start: int, end: int, shape: Sequence[int], device: torch.device) -> torch.Tensor:
     """Bytes ``start..end`` of tensor ``name`` as a new tensor of ``shape`` on ``device`` (rows
     of a slice), decoding only the chunks that hold them."""
+    stages = plan(f, [(name, start, end)] if end > start else [])
     t = torch.empty(tuple(shape), dtype=_dtypes.torch_dtypes()[f.info(name)[0]], device=device)
     if t.numel():
-        stream_into(f, [(name, start, end, flat_bytes(t))], copier_for(device))
+        stream_into(f, [(name, start, end, flat_bytes(t))], copier_for(device), stages=stages)
     return t
 
 

@@ -560,15 +560,16 @@ def _read_to_device(f: Any, file: str, device: Any, items: List[Tuple[Any, str, 
     stream through the pinned ring, straight into a target that is those rows, else into a
     device buffer the box is then copied from, on the device."""
     dtypes = _dtypes.torch_dtypes()
+    rows_of = [(req, name, target, *_rows(f, name, req.storage_offsets, req.lengths)) for req, name, target in items]
+    stages = _staging.plan(f, [(name, start, end) for _, name, _, _, _, start, end, _ in rows_of if end > start])
     requests, landed = [], []
-    for req, name, target in items:
-        dtype, shape, start, end, index = _rows(f, name, req.storage_offsets, req.lengths)
+    for req, name, target, dtype, shape, start, end, index in rows_of:
         direct = target.is_contiguous() and target.dtype == dtypes[dtype] and list(target.shape) == shape
         rows = target if direct else torch.empty(shape, dtype=dtypes[dtype], device=device)
         if end > start:
             requests.append((name, start, end, _staging.flat_bytes(rows)))
         landed.append((req, name, target, None if direct else rows[index]))
-    _staging.stream_into(f, requests, _staging.copier_for(device))
+    _staging.stream_into(f, requests, _staging.copier_for(device), stages=stages)
     for req, name, target, part in landed:
         if part is not None:
             if target.size() != part.size():
