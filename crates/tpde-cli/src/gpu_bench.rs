@@ -277,7 +277,7 @@ fn kernel_times<S: tpde::read::Source + Sync>(
     Ok((!times.is_empty()).then(|| times.swap_remove(middle)))
 }
 
-/// Each kernel's share of the kernels' time.
+/// Each kernel's share of the kernels' time, and the entropy decoders' threads a batch.
 fn shares(t: &KernelTimes) -> String {
     let total = t.total().as_secs_f64().max(f64::MIN_POSITIVE);
     let split: Vec<String> = tpde_gpu::timing::KERNELS
@@ -286,7 +286,7 @@ fn shares(t: &KernelTimes) -> String {
         .filter(|(_, d)| !d.is_zero())
         .map(|(k, d)| format!("{k} {:.0}%", 100.0 * d.as_secs_f64() / total))
         .collect();
-    split.join(", ")
+    format!("{}; {} decode threads a batch", split.join(", "), t.decode_threads / t.batches.max(1))
 }
 
 /// The table.

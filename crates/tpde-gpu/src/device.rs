@@ -529,6 +529,7 @@ impl Gpu {
             let mut times = timing.lock().unwrap_or_else(|e| e.into_inner());
             // A failed read leaves this batch untimed; the decode itself reports device errors.
             let _ = q.add_to(d, self.queue.get_timestamp_period(), &mut times);
+            times.decode_threads += u64::from(batch.lanes) + 32 * u64::from(batch.rans_blocks);
         }
         Submitted { chunks: batch.chunks.clone(), errors: err_read, index }
     }

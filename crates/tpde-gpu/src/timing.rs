@@ -17,6 +17,9 @@ pub struct KernelTimes {
     pub per_kernel: [Duration; KERNELS.len()],
     /// Batches timed.
     pub batches: u64,
+    /// Threads the entropy decoders ran, over those batches (one a rANS lane, 32 a rANS block):
+    /// against the tens of thousands a large GPU keeps resident, what bounds their occupancy.
+    pub decode_threads: u64,
 }
 
 impl KernelTimes {

@@ -272,6 +272,9 @@ fn kernel_timing_times_the_kernels_that_ran() {
         assert_eq!(t.batches > 0, lanes_ran, "{encoder:?}: {t:?}");
         let lanes = tpde_gpu::timing::KERNELS.iter().position(|k| *k == "decode_lanes").unwrap();
         assert_eq!(!t.per_kernel[lanes].is_zero(), lanes_ran, "{encoder:?}: {t:?}");
+        // One thread a lane: a plane of 2^16 symbols in lanes of 4096 has 16.
+        assert_eq!(t.decode_threads > 0, lanes_ran, "{encoder:?}: {t:?}");
+        assert_eq!(t.decode_threads % 16, 0, "{encoder:?}: {t:?}");
         assert_eq!(gpu.take_kernel_times().unwrap().batches, 0, "taking the times resets them");
     }
 }
