@@ -213,8 +213,13 @@ def test_a_damaged_chunk_mid_way_is_a_typed_error_after_the_copies_end(tmp_path,
 def test_ctrl_c_mid_way_stops_the_load_after_the_copies_in_flight(tmp_path, staged, monkeypatch):
     tpde.torch.save_file(tensors(), tmp_path / "a.tpde")
     monkeypatch.setattr(_staging, "copier_for", lambda device: SlowCopier(pause=0.02, interrupt_after=2))
-    with pytest.raises(KeyboardInterrupt):
-        tpde.torch.load_file(tmp_path / "a.tpde")
+    # Ctrl-C as in an interactive session, whatever an earlier test or library left installed.
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            tpde.torch.load_file(tmp_path / "a.tpde")
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert staged[0].copies < len(tensors()), "stopped before the end"
 
 
