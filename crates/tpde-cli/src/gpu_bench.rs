@@ -176,14 +176,7 @@ pub fn run(gpu: &Gpu, input: &Path, base: Option<&Path>, runs: usize) -> Result<
     // The layer loader: each layer decoded when asked for, the next one's host work and upload
     // overlapping it. Near the whole-file `auto` row when the overlap hides the host work.
     let keyframe = Reader::from_source(pack(&st, None, Encoder::Auto)?)?;
-    let secs = median_secs(runs, || {
-        let mut loader = LayerLoader::new(gpu, &keyframe, None)?;
-        while let Some(layer) = loader.next_layer() {
-            std::hint::black_box(layer?);
-        }
-        gpu.synchronize()?;
-        Ok(())
-    })?;
+    let secs = layer_loader_secs(gpu, &keyframe, runs)?;
     rows.push(Row {
         what: "auto, layer by layer (LayerLoader)".into(),
         ratio: None,
@@ -255,6 +248,22 @@ fn kernels_alone(st: &SafetensorsFile, base: Option<&SafetensorsFile>, runs: usi
         });
     }
     Ok(rows)
+}
+
+/// The median seconds of the layer loader over `keyframe`, layer by layer.
+fn layer_loader_secs<S: tpde::read::Source + Sync>(
+    gpu: &Gpu,
+    keyframe: &Reader<S>,
+    runs: usize,
+) -> Result<f64, CliError> {
+    median_secs(runs, || {
+        let mut loader = LayerLoader::new(gpu, keyframe, None)?;
+        while let Some(layer) = loader.next_layer() {
+            std::hint::black_box(layer?);
+        }
+        gpu.synchronize()?;
+        Ok(())
+    })
 }
 
 /// The median run's kernel times of decoding `reader` on `timed` (opened with kernel timing),

@@ -181,16 +181,7 @@ impl Gpu {
             bind_group_layouts: &[Some(&layout)],
             immediate_size: 0,
         });
-        let kernel = |entry: &str| {
-            device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some(entry),
-                layout: Some(&pipeline_layout),
-                module: &module,
-                entry_point: Some(entry),
-                compilation_options: Default::default(),
-                cache: None,
-            })
-        };
+        let kernel = |entry: &str| pipeline(&device, &pipeline_layout, &module, entry);
         // decode.wgsl again with the subgroup kernel appended (naga takes subgroup operations
         // once the device has the feature). A driver that cannot build it gets the workgroup
         // kernel instead of a panic.
@@ -202,15 +193,8 @@ impl Gpu {
                     label: Some("tpde decode, subgroups"),
                     source: wgpu::ShaderSource::Wgsl(Cow::Owned(source.join("\n"))),
                 });
-                let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                    label: Some("decode_blocks_subgroups"),
-                    layout: Some(&pipeline_layout),
-                    module: &module,
-                    entry_point: Some("decode_blocks_subgroups"),
-                    compilation_options: Default::default(),
-                    cache: None,
-                });
-                pollster::block_on(invalid.pop()).is_none().then_some(pipeline)
+                let kernel = pipeline(&device, &pipeline_layout, &module, "decode_blocks_subgroups");
+                pollster::block_on(invalid.pop()).is_none().then_some(kernel)
             })
             .flatten();
         let subgroups = subgroup_kernel.is_some();
@@ -248,15 +232,7 @@ impl Gpu {
                 bind_group_layouts: &[Some(&layout)],
                 immediate_size: 0,
             });
-            let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some("predict"),
-                layout: Some(&pipeline_layout),
-                module: &module,
-                entry_point: Some("predict"),
-                compilation_options: Default::default(),
-                cache: None,
-            });
-            Predictor { layout, pipeline }
+            Predictor { pipeline: pipeline(&device, &pipeline_layout, &module, "predict"), layout }
         };
         let dummy = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("no base"),
@@ -578,6 +554,23 @@ impl Gpu {
         self.queue.submit([]);
         self.wait()
     }
+}
+
+/// The compute pipeline of `module`'s kernel `entry`.
+fn pipeline(
+    device: &wgpu::Device,
+    layout: &wgpu::PipelineLayout,
+    module: &wgpu::ShaderModule,
+    entry: &str,
+) -> wgpu::ComputePipeline {
+    device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some(entry),
+        layout: Some(layout),
+        module,
+        entry_point: Some(entry),
+        compilation_options: Default::default(),
+        cache: None,
+    })
 }
 
 /// The bytes `window` of a tensor buffer, as a binding.

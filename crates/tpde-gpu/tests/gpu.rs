@@ -28,6 +28,18 @@ fn own_gpu() -> Gpu {
     Gpu::new().unwrap_or_else(|e| panic!("{e}: install a Vulkan driver, or test with --features skip-gpu-tests"))
 }
 
+/// A `Gpu` that times its kernels, or none where the adapter has no timestamp queries (which it
+/// says by name; the benchmark skips its rows).
+fn timed_gpu() -> Option<Gpu> {
+    match Gpu::with_kernel_timing() {
+        Ok(gpu) => Some(gpu),
+        Err(e) => {
+            assert!(e.to_string().contains("timestamp"), "{e}");
+            None
+        }
+    }
+}
+
 /// Every tensor decoded on the device and read back equals `want`, and the CPU reader's.
 fn assert_same(gpu: &Gpu, ck: &tpde_gpu::DeviceCheckpoint, cpu: &Reader<Vec<u8>>, want: &Checkpoint) {
     assert_eq!(ck.tensors().len(), want.len());
@@ -255,11 +267,7 @@ fn only_compressed_bytes_are_uploaded() {
 #[test]
 #[cfg_attr(feature = "skip-gpu-tests", ignore = "built with --features skip-gpu-tests: no GPU adapter")]
 fn kernel_timing_times_the_kernels_that_ran() {
-    let gpu = match Gpu::with_kernel_timing() {
-        Ok(gpu) => gpu,
-        // An adapter without timestamp queries says so by name; the benchmark skips its rows.
-        Err(e) => return assert!(e.to_string().contains("timestamp"), "{e}"),
-    };
+    let Some(gpu) = timed_gpu() else { return };
     assert_eq!(gpu.take_kernel_times().unwrap().batches, 0);
     assert!(own_gpu().take_kernel_times().is_none(), "timing is off unless asked for");
     let n = 1 << 16;
@@ -286,10 +294,7 @@ fn kernel_timing_times_the_kernels_that_ran() {
 #[test]
 #[cfg_attr(feature = "skip-gpu-tests", ignore = "built with --features skip-gpu-tests: no GPU adapter")]
 fn many_small_tensors_decode_in_one_dispatch() {
-    let gpu = match Gpu::with_kernel_timing() {
-        Ok(gpu) => gpu,
-        Err(e) => return assert!(e.to_string().contains("timestamp"), "{e}"),
-    };
+    let Some(gpu) = timed_gpu() else { return };
     let dtypes = [DType::F32, DType::BF16, DType::F16, DType::U8, DType::I64, DType::F64, DType::Bool];
     let ck: Checkpoint = (0..40)
         .map(|k| {

@@ -34,7 +34,8 @@ impl Stages {
         let tensors = file.reader.tensors();
         let mut planned = Vec::with_capacity(requests.len());
         for (name, start, end) in &requests {
-            let t = file.entry(name)?;
+            let index = file.reader.tensor_index(name).map_err(|e| file.err(e))?;
+            let t = &tensors[index];
             file.reader.check_size(t).map_err(|e| file.err(e))?;
             if start > end || *end > t.byte_length {
                 return Err(invalid(format!(
@@ -42,7 +43,6 @@ impl Stages {
                     t.byte_length
                 )));
             }
-            let index = tensors.iter().position(|x| std::ptr::eq(x, t)).expect("an entry of this file");
             planned.push((index, *start..*end));
         }
         let entries: Vec<_> = planned.iter().map(|(k, range)| (&tensors[*k], range.clone())).collect();

@@ -175,10 +175,12 @@ impl<S: Source> Reader<S> {
 
     /// The tensor entry named `name`.
     pub fn tensor(&self, name: &str) -> Result<&TensorEntry, ReadError> {
-        self.index
-            .get(name)
-            .map(|&i| &self.directory.tensors[i])
-            .ok_or_else(|| ReadError::NotFound { name: name.to_owned() })
+        Ok(&self.directory.tensors[self.tensor_index(name)?])
+    }
+
+    /// Where the tensor named `name` is in [`Reader::tensors`].
+    pub fn tensor_index(&self, name: &str) -> Result<usize, ReadError> {
+        self.index.get(name).copied().ok_or_else(|| ReadError::NotFound { name: name.to_owned() })
     }
 
     /// The content digest of the file's tensors (spec §7), from the directory alone.

@@ -18,9 +18,9 @@ use safetensors::Dtype;
 use tpde::codec::Encoder;
 use tpde::read::Reader;
 use tpde::safetensors::SafetensorsFile;
-use tpde_gpu::{Gpu, LayerLoader};
+use tpde_gpu::Gpu;
 
-use super::{kernel_times, median_secs, pack, resident, Row};
+use super::{kernel_times, layer_loader_secs, median_secs, pack, resident, Row};
 use crate::{ratio, CliError};
 
 /// The decades up to `top` bytes, then `top` itself.
@@ -39,16 +39,16 @@ pub fn run(gpu: &Gpu, top: u64, runs: usize, work: &Path) -> Result<Vec<Row>, Cl
         let mb = format!("{:.0} MB", size as f64 / 1e6);
         for (dtype, name) in [(Dtype::BF16, "bf16"), (Dtype::F32, "fp32")] {
             let base_path = work.join(format!("decade-{size}-{name}.safetensors"));
-            write(&base_path, &weights(size, dtype))?;
-            let base = SafetensorsFile::open(&base_path)?;
-            rows.push(measure(gpu, timed.as_ref(), format!("{mb} {name} keyframe"), &base, None, runs)?);
-            if dtype == Dtype::BF16 {
+            write(&base_path, dtype, &weights(size, dtype))?;
+            let base = Arc::new(SafetensorsFile::open(&base_path)?);
+            let bf16 = dtype == Dtype::BF16;
+            rows.extend(measure(gpu, timed.as_ref(), format!("{mb} {name} keyframe"), &base, None, bf16, runs)?);
+            if bf16 {
                 let next_path = work.join(format!("decade-{size}-{name}-next.safetensors"));
-                write(&next_path, &nudged(&base))?;
+                write(&next_path, dtype, &nudged(&base))?;
                 let next = SafetensorsFile::open(&next_path)?;
                 let what = format!("{mb} {name} near-empty delta");
-                rows.push(measure(gpu, timed.as_ref(), what, &next, Some(&base_path), runs)?);
-                rows.push(layers(gpu, format!("{mb} {name} keyframe, LayerLoader"), &base, runs)?);
+                rows.extend(measure(gpu, timed.as_ref(), what, &next, Some(base.clone()), false, runs)?);
                 std::fs::remove_file(&next_path)?;
             }
             std::fs::remove_file(&base_path)?;
@@ -92,8 +92,7 @@ fn nudged(base: &SafetensorsFile) -> Vec<(String, Vec<usize>, Vec<u8>)> {
         .collect()
 }
 
-fn write(path: &Path, tensors: &[(String, Vec<usize>, Vec<u8>)]) -> Result<(), CliError> {
-    let dtype = if path.to_string_lossy().contains("bf16") { Dtype::BF16 } else { Dtype::F32 };
+fn write(path: &Path, dtype: Dtype, tensors: &[(String, Vec<usize>, Vec<u8>)]) -> Result<(), CliError> {
     let views = tensors
         .iter()
         .map(|(name, shape, data)| Ok((name.as_str(), TensorView::new(dtype, shape.clone(), data)?)))
@@ -102,19 +101,21 @@ fn write(path: &Path, tensors: &[(String, Vec<usize>, Vec<u8>)]) -> Result<(), C
     safetensors::serialize_to_file(views, None, path).map_err(|e| CliError::failed(format!("{}: {e}", path.display())))
 }
 
-/// One row: `st` packed `auto` (a delta against the file at `base`, if given), decoded whole on
-/// `gpu`, in `timed`'s kernels alone, and on the CPU reader.
+/// One row: `st` packed `auto` (a delta against `base_st`, if given), decoded whole on `gpu`, in
+/// `timed`'s kernels alone, and on the CPU reader; and with `layers`, a row of the layer loader
+/// over the same file.
 fn measure(
     gpu: &Gpu,
     timed: Option<&Gpu>,
     what: String,
     st: &SafetensorsFile,
-    base: Option<&Path>,
+    base_st: Option<Arc<SafetensorsFile>>,
+    layers: bool,
     runs: usize,
-) -> Result<Row, CliError> {
+) -> Result<Vec<Row>, CliError> {
     let logical: u64 = st.tensors().map(|t| t.3.len() as u64).sum();
-    let base_st = base.map(SafetensorsFile::open).transpose()?;
-    let bytes = pack(st, base_st.as_ref(), Encoder::Auto)?;
+    let gb_s = |secs: f64| logical as f64 / secs / 1e9;
+    let bytes = pack(st, base_st.as_deref(), Encoder::Auto)?;
     let stored = bytes.len() as u64;
     let mut reader = Reader::from_source(bytes)?;
     let base_ck = base_st.as_ref().map(|b| resident(gpu, b)).transpose()?;
@@ -124,6 +125,7 @@ fn measure(
         Ok(())
     })?;
     drop(base_ck);
+    let layers = if layers { Some(layer_loader_secs(gpu, &reader, runs)?) } else { None };
     let kernels = match timed {
         Some(t) => {
             let base_ck = base_st.as_ref().map(|b| resident(t, b)).transpose()?;
@@ -132,7 +134,7 @@ fn measure(
         None => None,
     };
     if let Some(b) = base_st {
-        reader = reader.with_base(Arc::new(b))?;
+        reader = reader.with_base(b)?;
     }
     let cpu = median_secs(runs, || {
         let mut outs: Vec<Vec<u8>> = reader.tensors().iter().map(|t| vec![0u8; t.byte_length as usize]).collect();
@@ -141,30 +143,17 @@ fn measure(
         std::hint::black_box(outs);
         Ok(())
     })?;
-    let gb_s = |secs: f64| logical as f64 / secs / 1e9;
-    Ok(Row {
+    let layers =
+        layers.map(|secs| Row { what: format!("{what}, LayerLoader"), gpu_gb_s: Some(gb_s(secs)), ..Row::default() });
+    let whole = Row {
         what,
         ratio: Some(ratio(stored, logical)),
         gpu_gb_s: Some(gb_s(whole)),
         kernels_gb_s: kernels.as_ref().map(|k| k.total().as_secs_f64()).filter(|&s| s > 0.0).map(gb_s),
         cpu_gb_s: Some(gb_s(cpu)),
         note: kernels.map(|k| format!("  kernels: {}", super::shares(&k))),
-    })
-}
-
-/// The layer loader over `st`'s `auto` keyframe, layer by layer.
-fn layers(gpu: &Gpu, what: String, st: &SafetensorsFile, runs: usize) -> Result<Row, CliError> {
-    let logical: u64 = st.tensors().map(|t| t.3.len() as u64).sum();
-    let reader = Reader::from_source(pack(st, None, Encoder::Auto)?)?;
-    let secs = median_secs(runs, || {
-        let mut loader = LayerLoader::new(gpu, &reader, None)?;
-        while let Some(layer) = loader.next_layer() {
-            std::hint::black_box(layer?);
-        }
-        gpu.synchronize()?;
-        Ok(())
-    })?;
-    Ok(Row { what, gpu_gb_s: Some(logical as f64 / secs / 1e9), ..Row::default() })
+    };
+    Ok([Some(whole), layers].into_iter().flatten().collect())
 }
 
 #[cfg(test)]

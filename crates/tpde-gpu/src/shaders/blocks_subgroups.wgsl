@@ -23,30 +23,22 @@ fn decode_blocks_subgroups(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_wo
     }
     let size = min(width, 32u);
     let j = sid * size + lane;
-    let prefix = jobs[H_RBLOCK_PREFIX];
-    let r = find(prefix, jobs[H_RBLOCK_RECS], g);
-    let d = jobs[H_RBLOCK_AT] + r * RBLOCK_REC;
-    let table = jobs[d] * 4096u;
-    let n = jobs[d + 1u];
-    let b = g - jobs[prefix + r];
-    let ends = jobs[d + 3u];
-    let words = jobs[d + 5u];
-    let out_at = jobs[d + 6u];
-    let chunk = jobs[d + 7u];
+    let k = rblock(g);
+    let table = k.table;
+    let words = k.words;
+    let out_at = k.out_at;
+    let chunk = k.chunk;
     // A subgroup wider than 32 has lanes past the block's states: they decode nothing.
     let live = j < 32u;
     var x = 0u;
     if (live) {
-        x = blob_u32(jobs[d + 4u] + 4u * (32u * b + j));
+        x = blob_u32(k.states + 4u * j);
     }
-    var pos = 0u;
-    if (b > 0u) {
-        pos = blob_u32(ends + 4u * (b - 1u));
-    }
-    let end = blob_u32(ends + 4u * b);
-    let first = b * 16384u;
-    let len = min(16384u, n - first);
-    let steps = (len + 31u) / 32u;
+    var pos = k.pos;
+    let end = k.end;
+    let first = k.first;
+    let len = k.len;
+    let steps = k.steps;
     let below = (1u << (lane & 31u)) - 1u;
     var ok = true;
     for (var t = 0u; t < steps; t++) {

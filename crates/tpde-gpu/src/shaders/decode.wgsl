@@ -287,6 +287,36 @@ fn blob_u16(i: u32) -> u32 {
     return blob_byte(i) | (blob_byte(i + 1u) << 8u);
 }
 
+// Block `g` of the batch's rANS block records, as both block kernels read it.
+struct RBlock {
+    table: u32,   // its table's first slot
+    states: u32,  // blob byte of its 32 states
+    words: u32,   // blob byte of its record's words
+    pos: u32,     // its first word
+    end: u32,     // the word after its last
+    out_at: u32,  // scratch word of its record's plane
+    first: u32,   // its first symbol in the plane
+    len: u32,     // its symbols
+    steps: u32,   // steps of 32 symbols
+    chunk: u32,
+}
+
+fn rblock(g: u32) -> RBlock {
+    let prefix = jobs[H_RBLOCK_PREFIX];
+    let r = find(prefix, jobs[H_RBLOCK_RECS], g);
+    let d = jobs[H_RBLOCK_AT] + r * RBLOCK_REC;
+    let b = g - jobs[prefix + r];
+    let ends = jobs[d + 3u];
+    var pos = 0u;
+    if (b > 0u) {
+        pos = blob_u32(ends + 4u * (b - 1u));
+    }
+    let first = b * 16384u;
+    let len = min(16384u, jobs[d + 1u] - first);
+    return RBlock(jobs[d] * 4096u, jobs[d + 4u] + 128u * b, jobs[d + 5u], pos, blob_u32(ends + 4u * b),
+                  jobs[d + 6u], first, len, (len + 31u) / 32u, jobs[d + 7u]);
+}
+
 @compute @workgroup_size(32)
 fn decode_blocks(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                  @builtin(local_invocation_index) j: u32) {
@@ -295,25 +325,17 @@ fn decode_blocks(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) 
     if (g >= jobs[H_RBLOCKS]) {
         return;
     }
-    let prefix = jobs[H_RBLOCK_PREFIX];
-    let r = find(prefix, jobs[H_RBLOCK_RECS], g);
-    let d = jobs[H_RBLOCK_AT] + r * RBLOCK_REC;
-    let table = jobs[d] * 4096u;
-    let n = jobs[d + 1u];
-    let b = g - jobs[prefix + r];
-    let ends = jobs[d + 3u];
-    let words = jobs[d + 5u];
-    let out_at = jobs[d + 6u];
-    let chunk = jobs[d + 7u];
-    var x = blob_u32(jobs[d + 4u] + 4u * (32u * b + j));
-    var pos = 0u;
-    if (b > 0u) {
-        pos = blob_u32(ends + 4u * (b - 1u));
-    }
-    let end = blob_u32(ends + 4u * b);
-    let first = b * 16384u;
-    let len = min(16384u, n - first);
-    let steps = (len + 31u) / 32u;
+    let k = rblock(g);
+    let table = k.table;
+    let words = k.words;
+    let out_at = k.out_at;
+    let chunk = k.chunk;
+    var x = blob_u32(k.states + 4u * j);
+    var pos = k.pos;
+    let end = k.end;
+    let first = k.first;
+    let len = k.len;
+    let steps = k.steps;
     var ok = true;
     if (j == 0u) {
         atomicStore(&rb_need, 0u);

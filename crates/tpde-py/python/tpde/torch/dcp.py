@@ -504,11 +504,7 @@ class TpdeStorageReader(StorageReader):
                 part = _dtypes.to_framework(flat, dtype, shape, "pt")
             else:
                 part = _read_box(f, name, req.storage_offsets, req.lengths)
-            if target.size() != part.size():
-                raise error(
-                    "malformed", f"{file}: {name} gives a {list(part.size())} part where {list(target.size())} is asked"
-                )
-            target.copy_(part)
+            _copy_part(file, name, target, part)
             planner.commit_tensor(req, target)
         for f in files.values():
             stats = f.object_stats()
@@ -572,9 +568,12 @@ def _read_to_device(f: Any, file: str, device: Any, items: List[Tuple[Any, str, 
     _staging.stream_into(f, requests, _staging.copier_for(device), stages=stages)
     for req, name, target, part in landed:
         if part is not None:
-            if target.size() != part.size():
-                raise error(
-                    "malformed", f"{file}: {name} gives a {list(part.size())} part where {list(target.size())} is asked"
-                )
-            target.copy_(part)
+            _copy_part(file, name, target, part)
         planner.commit_tensor(req, target)
+
+
+def _copy_part(file: str, name: str, target: torch.Tensor, part: torch.Tensor) -> None:
+    """The part read of stored tensor ``name`` into the planner's ``target``, which must be its size."""
+    if target.size() != part.size():
+        raise error("malformed", f"{file}: {name} gives a {list(part.size())} part where {list(target.size())} is asked")
+    target.copy_(part)
