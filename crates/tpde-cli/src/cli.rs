@@ -404,13 +404,10 @@ fn run(command: Command) -> Result<(), CliError> {
             let options = codec.options()?;
             let base_ck = base.as_ref().map(open::open_base).transpose()?;
             let job = PackJob {
-                options,
                 base: base_ck.as_deref().zip(base.as_ref()).map(|(b, at)| (b, output.hint_to(at))),
                 max_abs_error: codec.max_abs_error,
                 max_rel_error: codec.max_rel_error,
-                exact: Default::default(),
-                keep_reconstruction: false,
-                predictions: Default::default(),
+                ..PackJob::keyframe(options)
             };
             let bar = progress_bar(0, "packing");
             let r = tpde::pack(PackSource::Path(&input), &output, job, &bar)?.report;

@@ -34,11 +34,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use futures::TryStreamExt;
-use object_store::aws::AmazonS3Builder;
-use object_store::{BackoffConfig, ObjectStore, ObjectStoreExt, RetryConfig};
+use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::{BackoffConfig, ClientOptions, ObjectStore, ObjectStoreExt, RetryConfig};
 
 pub use source::{ObjectSource, Stats};
-pub use upload::{ObjectWriter, UploadOptions};
+pub use upload::{Expect, ObjectWriter, UploadOptions};
 pub use url::ObjectUrl;
 
 /// The runtime every request of this process runs on, started on first use.
@@ -117,24 +117,61 @@ pub fn configured() -> bool {
 
 /// The client for `bucket`, built once per bucket and process from the environment, so that
 /// its connections are reused.
-fn store(url: &ObjectUrl) -> io::Result<Arc<dyn ObjectStore>> {
-    static STORES: OnceLock<Mutex<HashMap<String, Arc<dyn ObjectStore>>>> = OnceLock::new();
+fn store(url: &ObjectUrl) -> io::Result<Arc<AmazonS3>> {
+    static STORES: OnceLock<Mutex<HashMap<String, Arc<AmazonS3>>>> = OnceLock::new();
     let stores = STORES.get_or_init(Default::default);
     let mut stores = stores.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(s) = stores.get(url.bucket()) {
         return Ok(s.clone());
     }
+    let s3 = Arc::new(build(url, ClientOptions::new())?);
+    stores.insert(url.bucket().to_owned(), s3.clone());
+    Ok(s3)
+}
+
+/// A client for `url`'s bucket configured by the environment (as `AmazonS3Builder::from_env`
+/// reads it), on top of `options`: `from_env`'s own client options would be replaced whole by
+/// `with_client_options`, so the variables are applied after them.
+fn build(url: &ObjectUrl, options: ClientOptions) -> io::Result<AmazonS3> {
+    let mut builder = AmazonS3Builder::new().with_client_options(options);
+    for (key, value) in std::env::vars() {
+        if let (true, Ok(key)) = (key.starts_with("AWS_"), key.to_ascii_lowercase().parse::<AmazonS3ConfigKey>()) {
+            builder = builder.with_config(key, value);
+        }
+    }
     // Conditional PUTs (If-None-Match, If-Match) as S3, MinIO and R2 answer them: what
-    // `put_new`'s writer lease needs.
-    let s3 = AmazonS3Builder::from_env()
+    // `put_new`'s writer lease and [`Expect`] need.
+    builder
         .with_bucket_name(url.bucket())
         .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch)
         .with_retry(retry_config())
         .build()
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{url}: {e}")))?;
-    let s3: Arc<dyn ObjectStore> = Arc::new(s3);
-    stores.insert(url.bucket().to_owned(), s3.clone());
-    Ok(s3)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{url}: {e}")))
+}
+
+/// A client whose every request carries `header`: `object_store` sends no precondition with a
+/// multipart upload's completion, so [`ObjectWriter`] completes a conditional one through a
+/// client of its own that adds it (S3, MinIO and s3s answer `If-Match` and `If-None-Match` on
+/// `CompleteMultipartUpload`).
+fn store_with_header(url: &ObjectUrl, name: http::HeaderName, value: &str) -> io::Result<AmazonS3> {
+    let value = http::HeaderValue::from_str(value)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("{url}: ETag {value:?} is not a header value")))?;
+    build(url, ClientOptions::new().with_default_headers(http::HeaderMap::from_iter([(name, value)])))
+}
+
+/// The version of the object at `url` that a writer means to replace: its ETag, or
+/// [`Expect::Absent`] if there is none. Taken *before* the writer checks that it still may write
+/// there (its lease), and given to [`ObjectWriter::create_expecting`], it makes the write complete
+/// only if no other writer replaced the object in between: a writer stopped past its lease can
+/// then never replace what the writer that took over wrote.
+pub fn version(url: &ObjectUrl) -> io::Result<Expect> {
+    let store = store(url)?;
+    let path = url.path()?;
+    match block_on(again(|| store.head(&path))) {
+        Ok(meta) => Ok(meta.e_tag.map_or(Expect::Anything, Expect::ETag)),
+        Err(object_store::Error::NotFound { .. }) => Ok(Expect::Absent),
+        Err(e) => Err(io_error(url, e)),
+    }
 }
 
 /// An `object_store` error as an I/O error that names the object.

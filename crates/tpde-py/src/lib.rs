@@ -364,7 +364,7 @@ fn base_of(at: &Location, snapshot: Option<&Snapshot>) -> Result<Arc<dyn tpde::B
 /// named in `exact`. Returns a dict of what was written, with the written checkpoint as a
 /// `Snapshot` under "snapshot" if `keep`.
 #[pyfunction]
-#[pyo3(signature = (path, tensors, metadata=None, base=None, codec="auto", max_abs_error=None, exact=None, keep=false, base_snapshot=None, max_rel_error=None, predictions=None, progress=None))]
+#[pyo3(signature = (path, tensors, metadata=None, base=None, codec="auto", max_abs_error=None, exact=None, keep=false, base_snapshot=None, max_rel_error=None, predictions=None, progress=None, expect=None))]
 #[allow(clippy::too_many_arguments)]
 fn save<'py>(
     py: Python<'py>,
@@ -380,6 +380,7 @@ fn save<'py>(
     max_rel_error: Option<f64>,
     predictions: Option<Vec<PredictionArg>>,
     progress: Option<Bound<'py, PyAny>>,
+    expect: Option<String>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let encoder = encoder(codec)?;
     let predictions = prediction_candidates(predictions.unwrap_or_default())?;
@@ -414,6 +415,7 @@ fn save<'py>(
             exact: exact.unwrap_or_default(),
             keep_reconstruction: keep,
             predictions,
+            expect: expected(expect.as_deref()),
         };
         let source = PackSource::Tensors { tensors: &list, metadata: &metadata, format: "python" };
         tpde::pack(source, &path, job, cancel)
@@ -434,7 +436,7 @@ fn save<'py>(
 /// (the file's they came from, so that the bytes are those written from the file); by name if
 /// not given. `predictions` are `save`'s.
 #[pyfunction]
-#[pyo3(signature = (path, snapshot, metadata=None, base=None, base_snapshot=None, codec="auto", order=None, predictions=None))]
+#[pyo3(signature = (path, snapshot, metadata=None, base=None, base_snapshot=None, codec="auto", order=None, predictions=None, expect=None))]
 #[allow(clippy::too_many_arguments)]
 fn save_snapshot<'py>(
     py: Python<'py>,
@@ -446,6 +448,7 @@ fn save_snapshot<'py>(
     codec: &str,
     order: Option<Vec<String>>,
     predictions: Option<Vec<PredictionArg>>,
+    expect: Option<String>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let encoder = encoder(codec)?;
     let predictions = prediction_candidates(predictions.unwrap_or_default())?;
@@ -465,6 +468,7 @@ fn save_snapshot<'py>(
         let job = PackJob {
             base: base_ck.as_deref().zip(base.as_ref()).map(|(b, at)| (b, path.hint_to(at))),
             predictions,
+            expect: expected(expect.as_deref()),
             ..PackJob::keyframe(WriteOptions { encoder, ..WriteOptions::default() })
         };
         let source = PackSource::Tensors { tensors: &list, metadata: &metadata, format: "python" };
@@ -521,13 +525,10 @@ fn pack<'py>(
     let report = interrupt::interruptible(py, progress.as_ref(), |cancel| {
         let base_ck = base.as_ref().map(open_base).transpose()?;
         let job = PackJob {
-            options: WriteOptions { encoder, ..WriteOptions::default() },
             base: base_ck.as_deref().zip(base.as_ref()).map(|(b, at)| (b, output.hint_to(at))),
             max_abs_error,
             max_rel_error,
-            exact: Default::default(),
-            keep_reconstruction: false,
-            predictions: Default::default(),
+            ..PackJob::keyframe(WriteOptions { encoder, ..WriteOptions::default() })
         };
         tpde::pack(PackSource::Path(&input), &output, job, cancel).map(|p| p.report)
     })?
@@ -621,6 +622,31 @@ fn object_create_new(py: Python<'_>, url: &str, data: Vec<u8>) -> PyResult<bool>
     py.detach(|| tpde::object::put_new(&url, data)).map_err(|e| py_err(e.into()))
 }
 
+/// The version of the object at URL `url` a writer means to replace, for `save`'s `expect`:
+/// its ETag, `""` if there is none, `None` if the store gives no ETag (no condition). Taken
+/// before the writer checks its lease, it makes the save complete only if no other writer
+/// replaced the object in between.
+#[pyfunction]
+fn object_version(py: Python<'_>, url: &str) -> PyResult<Option<String>> {
+    use tpde::object::Expect;
+    let url = tpde::object::ObjectUrl::parse(url).map_err(|e| invalid(e.to_string()))?;
+    match py.detach(|| tpde::object::version(&url)).map_err(|e| py_err(e.into()))? {
+        Expect::Anything => Ok(None),
+        Expect::Absent => Ok(Some(String::new())),
+        Expect::ETag(e) => Ok(Some(e)),
+    }
+}
+
+/// `save`'s `expect`: `object_version`'s answer.
+fn expected(version: Option<&str>) -> tpde::object::Expect {
+    use tpde::object::Expect;
+    match version {
+        None => Expect::Anything,
+        Some("") => Expect::Absent,
+        Some(e) => Expect::ETag(e.to_owned()),
+    }
+}
+
 /// Writes `data` as the object at URL `url` in one PUT, replacing any.
 #[pyfunction]
 fn object_write(py: Python<'_>, url: &str, data: Vec<u8>) -> PyResult<()> {
@@ -672,5 +698,6 @@ fn _tpde(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(object_create_new, m)?)?;
     m.add_function(wrap_pyfunction!(object_read, m)?)?;
     m.add_function(wrap_pyfunction!(object_write, m)?)?;
+    m.add_function(wrap_pyfunction!(object_version, m)?)?;
     Ok(())
 }

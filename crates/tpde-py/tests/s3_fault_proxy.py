@@ -40,6 +40,11 @@ class FaultProxy:
         self.random = random.Random(seed)
         self.lock = threading.Lock()
         self.fail_when: Optional[Callable[[str, str], bool]] = None
+        # Requests matching ``hold_when`` wait, unsent, until ``release`` (an upload held in
+        # flight while its writer is stopped); ``held`` counts them.
+        self.hold_when: Optional[Callable[[str, str], bool]] = None
+        self.held = 0
+        self._released = threading.Event()
         self.counts: Dict[str, int] = {"requests": 0, **{k: 0 for k in self.KINDS}}
         # Multipart uploads the server started whose answer never reached the client: no client
         # can abort those (only a listing of the bucket's uploads, or a lifecycle rule, finds them).
@@ -63,7 +68,11 @@ class FaultProxy:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
+    def release(self) -> None:
+        self._released.set()
+
     def close(self) -> None:
+        self._released.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -85,6 +94,10 @@ class FaultProxy:
         if self.fail_when is not None and self.fail_when(h.command, h.path):
             self._reply(h, 500, INTERNAL)
             return
+        if self.hold_when is not None and self.hold_when(h.command, h.path):
+            with self.lock:
+                self.held += 1
+            self._released.wait()
         kind = self._fault(h.command)
         if kind == "slow-down":
             self._reply(h, 503, SLOW_DOWN)

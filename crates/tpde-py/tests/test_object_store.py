@@ -265,6 +265,74 @@ def big_state(step: int):
     return {"big": big, **state(step)}
 
 
+STOPPED_MID_UPLOAD = """
+import sys, torch
+from tpde.torch import Checkpointer, _writer_lock
+_writer_lock.LEASE_SECONDS = float(sys.argv[2])
+ck = Checkpointer(sys.argv[1])
+big = torch.zeros(5 << 20)  # 20 MiB: uploaded in parts
+for step in range(4):
+    ck.save(step, {"big": big + step})
+print("saved", flush=True)
+sys.stdin.readline()
+try:
+    ck.save(4, {"big": big - 1})
+    print("saved 4", flush=True)
+except Exception as e:
+    print("refused 4", getattr(e, "kind", type(e).__name__), "replaced" in str(e), flush=True)
+"""
+
+
+def test_a_writer_stopped_mid_upload_past_its_lease_never_replaces_the_next_writers_step(s3):
+    """Issue 67: writer A saves steps 0-3, starts step 4, and is stopped (SIGSTOP) with its parts
+    in flight (held by a proxy) until its lease expires; B takes the prefix over and saves 4-7
+    (rewriting 3 against its 4). A then runs again: its upload of step 4 completes no object
+    (it expected none there), its save raises, and every step B saved loads as B saved it (it
+    replaced B's step 4, and step 3 no longer loaded)."""
+    import sys, warnings
+    from s3_fault_proxy import FaultProxy
+
+    upstream = int(os.environ["AWS_ENDPOINT_URL"].rsplit(":", 1)[1])
+    proxy = FaultProxy(upstream, 0.0)
+    prefix, lease = url("stopped-mid-upload/"), 2.0
+    env = {**os.environ, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}"}
+    a = subprocess.Popen([sys.executable, "-c", STOPPED_MID_UPLOAD, prefix, str(lease)],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert a.stdout.readline().strip() == "saved"
+        proxy.hold_when = lambda method, path: method == "PUT" and "partNumber" in path
+        a.stdin.write("go\n")
+        a.stdin.flush()
+        deadline = time.time() + 60
+        while proxy.held == 0:
+            assert time.time() < deadline and a.poll() is None, "A's upload never started"
+            time.sleep(0.02)
+        a.send_signal(signal.SIGSTOP)
+        time.sleep(lease + 0.5)
+        b = Checkpointer(prefix)
+        states = {s: {"big": torch.full((5 << 20,), float(10 + s))} for s in range(4, 8)}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "replacing the expired lease"
+            for s, st in states.items():
+                b.save(s, st)
+            b.wait()
+        proxy.release()
+        a.send_signal(signal.SIGCONT)
+        assert a.stdout.readline().split() == ["refused", "4", "io", "True"]
+        assert a.wait(timeout=60) == 0
+        assert b.steps()[-5:] == [3, 4, 5, 6, 7]
+        assert torch.equal(b.load(3)["big"], torch.full((5 << 20,), 3.0))
+        for s, st in states.items():
+            same(b.load(s), st)
+        b.close()
+    finally:
+        if a.poll() is None:
+            a.send_signal(signal.SIGCONT)
+            a.kill()
+            a.wait()
+        proxy.close()
+
+
 @pytest.mark.parametrize("flaky", [(0.25, 1)], indirect=True)
 def test_no_save_is_lost_when_a_quarter_of_requests_fail(flaky, s3):
     proxy, bucket = flaky

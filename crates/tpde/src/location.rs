@@ -150,6 +150,19 @@ impl Location {
         }
     }
 
+    /// [`Location::create`] of a file that appears only if the object here is still what
+    /// `expect` says when it is committed (a local file: no condition, its writers are fenced
+    /// by the folder's lock).
+    #[cfg(feature = "object")]
+    pub fn create_expecting(&self, expect: &tpde_object::Expect) -> Result<Sink, Error> {
+        match self {
+            Location::Object(u) => {
+                ObjectWriter::create_expecting(u, expect.clone()).map(Sink::Object).map_err(io_err)
+            }
+            Location::Local(_) => self.create(),
+        }
+    }
+
     /// Makes the folder this location names, if local (buckets have no folders).
     pub fn create_dir_all(&self) -> Result<(), Error> {
         match self {

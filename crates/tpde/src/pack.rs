@@ -72,6 +72,11 @@ pub struct PackJob<'a> {
     /// first: for each delta tensor the first that predicts a sample of its elements well is
     /// tried on every chunk ([`choose_prediction`]). Ignored in a lossy pack.
     pub predictions: HashMap<String, Vec<Prediction>>,
+    /// For a destination in object storage: what the object there must still be when the file
+    /// is committed (the version a writer saw before it checked its lease), else nothing is
+    /// written. A local file's writers are fenced by the folder's lock instead.
+    #[cfg(feature = "object")]
+    pub expect: crate::object::Expect,
 }
 
 impl PackJob<'_> {
@@ -91,6 +96,8 @@ impl PackJob<'_> {
             exact: HashSet::new(),
             keep_reconstruction: false,
             predictions: HashMap::new(),
+            #[cfg(feature = "object")]
+            expect: crate::object::Expect::Anything,
         }
     }
 }
@@ -262,7 +269,11 @@ pub(crate) fn pack_tensors(
         ErrorKind::Io if !e.is_located() => e.context(output).located(),
         _ => e,
     };
-    let mut w = Writer::new(output.create().map_err(writing)?, options).map_err(|e| writing(e.into()))?;
+    #[cfg(feature = "object")]
+    let sink = output.create_expecting(&job.expect);
+    #[cfg(not(feature = "object"))]
+    let sink = output.create();
+    let mut w = Writer::new(sink.map_err(writing)?, options).map_err(|e| writing(e.into()))?;
     w.add_metadata(KEY_PRODUCER, MetadataValue::String(format!("tpde {}", env!("CARGO_PKG_VERSION"))))?;
     w.add_metadata(KEY_SOURCE_FORMAT, MetadataValue::String(source_format.into()))?;
     if let Some(tau) = job.max_abs_error {

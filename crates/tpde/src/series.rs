@@ -78,6 +78,8 @@ pub fn pack_series(
             keep_reconstruction: max_abs_error.is_some() || max_rel_error.is_some(),
             predictions: HashMap::new(),
             base,
+            #[cfg(feature = "object")]
+            expect: crate::object::Expect::Anything,
         };
         let Packed { report, reconstruction: recon } = pack_file(&src, input, &output, job, bar)?;
         done.push(SeriesEntry { input: input.clone(), output: output.clone(), keyframe, report });

@@ -47,13 +47,8 @@ fn checkpoint(step: u32, elements: usize) -> Tensors {
 fn write(out: &Location, tensors: &Tensors, base: Option<&Location>) -> Result<PackReport, tpde::Error> {
     let base_ck = base.map(open_base).transpose()?;
     let job = PackJob {
-        options: WriteOptions { encoder: tpde::Encoder::Auto, ..WriteOptions::default() },
         base: base_ck.as_deref().zip(base).map(|(b, at)| (b, out.hint_to(at))),
-        max_abs_error: None,
-        max_rel_error: None,
-        exact: Default::default(),
-        keep_reconstruction: false,
-        predictions: Default::default(),
+        ..PackJob::keyframe(WriteOptions { encoder: tpde::Encoder::Auto, ..WriteOptions::default() })
     };
     let refs: Vec<TensorRef<'_>> =
         tensors.iter().map(|(n, d, s, b)| (n.as_str(), *d, s.as_slice(), b.as_slice())).collect();
@@ -285,4 +280,44 @@ fn folders_of_objects_list_and_remove() {
     at("listing/step-1.tpde").remove().unwrap(); // a missing object is no error
     assert_eq!(folder.list().unwrap(), ["step-0.tpde", "step-2.tpde"]);
     assert!(at("listing/nothing-here").list().unwrap().is_empty());
+}
+
+/// Issue 67: a writer stopped past its lease in the middle of an upload finishes that upload when
+/// it runs again. Its write expects the object it saw before it checked its lease: when another
+/// writer replaced (or created) the object in between, the commit writes nothing, whether the
+/// file is one PUT or a multipart upload, and what the other writer wrote stays.
+#[test]
+fn a_write_expecting_a_version_never_replaces_what_another_writer_wrote_since() {
+    use std::io::Write;
+    use tpde::object::{version, Expect, ObjectUrl};
+    for (key, len) in [("fence/small.tpde", 1 << 20), ("fence/parts.tpde", 40 << 20)] {
+        let url = ObjectUrl::parse(&s3().url(key)).unwrap();
+        let saw = version(&url).unwrap();
+        assert_eq!(saw, Expect::Absent, "{key}");
+        // The stale writer starts (all but its last part uploaded), then another writer saves.
+        let mut stale = at(key).create_expecting(&saw).unwrap();
+        stale.write_all(&vec![1u8; len]).unwrap();
+        let live = checkpoint(7, 1 << 10);
+        write(&at(key), &live, None).unwrap();
+        let e = stale.commit().unwrap_err();
+        assert!(e.message().contains("another writer replaced this object"), "{key}: {e}");
+        assert_same(&at(key), &live);
+
+        // Expecting the version it saw, a writer replaces it; the version that then lies there
+        // refuses a writer still expecting the old one.
+        let saw = version(&url).unwrap();
+        assert!(matches!(saw, Expect::ETag(_)), "{key}: {saw:?}");
+        let mut first = at(key).create_expecting(&saw).unwrap();
+        let mut second = at(key).create_expecting(&saw).unwrap();
+        first.write_all(&vec![2u8; len]).unwrap();
+        second.write_all(&vec![3u8; len]).unwrap();
+        assert_eq!(first.commit().unwrap(), len as u64, "{key}");
+        let e = second.commit().unwrap_err();
+        assert!(e.message().contains("another writer replaced this object"), "{key}: {e}");
+        assert_eq!(tpde::object::get_all(&url).unwrap().as_ref(), vec![2u8; len].as_slice(), "{key}");
+    }
+    // No upload is left behind by the refused ones.
+    let log = s3().requests("fence/parts.tpde");
+    let aborted = log.iter().filter(|l| l.method == "DELETE" && l.target.contains("uploadId")).count();
+    assert_eq!(aborted, 2, "{log:?}");
 }

@@ -28,6 +28,7 @@ def rewrite(
     content: Any = None,
     base_snapshot: Any = None,
     predictions: Optional[List[Tuple]] = None,
+    expect: Optional[str] = None,
 ) -> None:
     """Writes the file ``path`` again with ``codec``: as a delta against the file ``base_path``,
     or a keyframe if None (a newest checkpoint stored raw, compressed once a newer one exists; a
@@ -36,7 +37,8 @@ def rewrite(
     ``tpde.torch.Series``). The tensors come from ``content`` (a ``Snapshot`` of the file, used
     only if its digest is the file's) or else are decoded from the file; ``base_snapshot`` is the
     base as it decodes, if held. ``predictions`` (``_adam.reverse``'s, with a newer base) are
-    offered to the writer, which codes a tensor against one only where that is smaller."""
+    offered to the writer, which codes a tensor against one only where that is smaller. ``expect``
+    (object storage): the version of ``path`` the file must still be, else nothing is written."""
     f = _tpde.File(path, None)
     metadata = {k: v for k, v in f.metadata().items() if k not in _SHED}  # tpde.* left out
     metadata.update(recorded)
@@ -44,8 +46,8 @@ def rewrite(
     if content is not None and content.content_digest() == f.content_digest():
         # In the file's tensor order, so that the bytes are those written from the file.
         _tpde.save_snapshot(path, content, metadata=metadata, base=base_path, base_snapshot=base_snapshot, codec=codec,
-                            order=names, predictions=predictions)
+                            order=names, predictions=predictions, expect=expect)
         return
     items = [(name, *f.info(name), flat) for name, flat in zip(names, f.read_many(names))]
     _tpde.save(path, items, metadata=metadata, base=base_path, base_snapshot=base_snapshot, codec=codec,
-               predictions=predictions)
+               predictions=predictions, expect=expect)
