@@ -67,6 +67,10 @@ enum Command {
         /// The base of a delta (default: found through the path hint the file records).
         #[arg(long, value_parser = location)]
         base: Option<Location>,
+        /// A model folder that has files is replaced whole, in one step (refused without it:
+        /// never a mix of two versions, nor a stale file beside the new ones).
+        #[arg(long)]
+        replace: bool,
         /// Decode on the GPU (tpde-gpu): the file and its bases are decoded into device
         /// memory, read back and checked against their digests.
         #[arg(long)]
@@ -425,7 +429,7 @@ fn run(command: Command) -> Result<(), CliError> {
             }
             Ok(())
         }
-        Command::Unpack { input, output, base, gpu, read } => {
+        Command::Unpack { input, output, base, replace, gpu, read } => {
             if let Some(why) = framework_unpack(&input, &output) {
                 return Err(CliError::usage(why));
             }
@@ -438,7 +442,7 @@ fn run(command: Command) -> Result<(), CliError> {
                 true => crate::gpu_unpack::unpack_gpu(&input, base.as_ref(), &output, &opts, &bar)?,
                 #[cfg(not(feature = "gpu"))]
                 true => return Err(no_gpu()),
-                false => unpack::unpack_with(&input, base.as_ref(), &output, &opts, &bar)
+                false => unpack::unpack_with(&input, base.as_ref(), &output, &opts, replace, &bar)
                     .map_err(|e| CliError::from(e).about(&input))?,
             };
             eprintln!(

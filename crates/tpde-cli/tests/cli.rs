@@ -813,28 +813,6 @@ fn inspect_counts_shared_chunks_once_and_cuts_long_metadata() {
     assert!(String::from_utf8(full).unwrap().contains(&long));
 }
 
-/// Every file under `dir` (links to files read through, links to folders left out), by path:
-/// what a folder holds, byte for byte.
-fn folder_files(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
-    let mut out = std::collections::BTreeMap::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(p) = pending.pop() {
-        for e in std::fs::read_dir(&p).unwrap() {
-            let path = e.unwrap().path();
-            let link = std::fs::symlink_metadata(&path).unwrap().file_type().is_symlink();
-            if path.is_dir() && !link {
-                pending.push(path);
-            } else if path.is_file() {
-                out.insert(
-                    path.strip_prefix(dir).unwrap().to_string_lossy().into_owned(),
-                    std::fs::read(&path).unwrap(),
-                );
-            }
-        }
-    }
-    out
-}
-
 /// A model folder as the Hub has one: sharded weights, their index and the files beside them
 /// (nested, hidden, a link to a file as a Hugging Face cache snapshot has), with what a pack
 /// leaves out (weights in another format, a hidden folder, a link to a folder).
@@ -884,7 +862,7 @@ fn model_folders_carry_their_files_and_are_bases_of_their_fine_tunes() {
 
     // Unpacked through the hint (a folder), or against the base's .tpde: the folder again, byte
     // for byte, but for what was left out.
-    let mut want = folder_files(&tuned);
+    let mut want = tpde_testkit::folder::files(&tuned);
     want.retain(|p, _| !p.starts_with(".cache") && p != "pytorch_model.bin");
     for (out, base_arg) in [("out-hint", None), ("out-tpde", Some(d.join("base.tpde")))] {
         let mut cmd = tpde();
@@ -893,7 +871,7 @@ fn model_folders_carry_their_files_and_are_bases_of_their_fine_tunes() {
             cmd.arg("--base").arg(b);
         }
         cmd.assert().success();
-        let got = folder_files(&d.join(out));
+        let got = tpde_testkit::folder::files(&d.join(out));
         assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>(), "{out}");
         for (p, bytes) in &want {
             if p.ends_with(".index.json") {
@@ -945,7 +923,7 @@ fn a_one_file_model_folder_unpacks_to_the_same_folder() {
     std::fs::write(folder.join("vocab.txt"), b"[PAD]\n[UNK]\n").unwrap();
     tpde().arg("pack").arg(&folder).arg("-o").arg(d.join("m.tpde")).assert().success();
     tpde().arg("unpack").arg(d.join("m.tpde")).arg("-o").arg(d.join("out")).assert().success();
-    let (got, want) = (folder_files(&d.join("out")), folder_files(&folder));
+    let (got, want) = (tpde_testkit::folder::files(&d.join("out")), tpde_testkit::folder::files(&folder));
     assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>());
     assert_eq!(got["config.json"], want["config.json"]);
     assert_eq!(got["vocab.txt"], want["vocab.txt"]);

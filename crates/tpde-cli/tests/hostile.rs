@@ -400,3 +400,79 @@ fn a_folder_or_a_cut_file_is_named_for_what_it_is() {
         predicates::str::contains("no trailer where the file ends").and(predicates::str::contains("needs").not()),
     );
 }
+
+/// Issue 67: `tpde unpack -o DIR` over a folder holding version 1 of a model moved version 2's
+/// files in one by one, so a kill (or an entry in the way) left a mix that `from_pretrained`
+/// loads. Now a folder with files is refused unless `--replace`, and then replaced whole in one
+/// step: after a kill at any moment DIR holds version 1 or version 2 exactly, never a stale file
+/// beside the other's, and nothing else is left beside it once the next unpack has run.
+#[test]
+fn an_unpack_over_a_folder_leaves_the_old_version_or_the_new_never_a_mix() {
+    use tpde_testkit::folder::{files, sharded};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (v1, v2) = (sharded(d, 1.0), sharded(d, 2.0));
+    std::fs::write(v1.join("config.json"), b"{\"v\": 1}").unwrap();
+    std::fs::write(v2.join("config.json"), b"{\"v\": 2}").unwrap();
+    std::fs::write(v2.join("tokenizer.json"), b"{}").unwrap();
+    for (v, name) in [(&v1, "v1.tpde"), (&v2, "v2.tpde")] {
+        tpde().arg("pack").arg(v).arg("-o").arg(d.join(name)).assert().success();
+    }
+    let out = d.join("out");
+    tpde().arg("unpack").arg(d.join("v1.tpde")).arg("-o").arg(&out).assert().success();
+    // The single-file weights of an older layout, which transformers would prefer.
+    std::fs::write(out.join("model.safetensors"), b"stale").unwrap();
+    let mut old = files(&out);
+    tpde().arg("unpack").arg(d.join("v2.tpde")).arg("-o").arg(d.join("fresh")).assert().success();
+    let new = files(&d.join("fresh"));
+    assert_eq!(new["config.json"], b"{\"v\": 2}");
+
+    // Refused without --replace, naming it; the folder as it was, with a folder in the way too.
+    std::fs::create_dir(out.join("tokenizer.json")).unwrap();
+    tpde()
+        .arg("unpack")
+        .arg(d.join("v2.tpde"))
+        .arg("-o")
+        .arg(&out)
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("--replace"));
+    assert_eq!(files(&out), old);
+    std::fs::remove_dir(out.join("tokenizer.json")).unwrap();
+
+    // Killed at moments spread over a whole unpack, each time from version 1 (or 2) again.
+    let started = std::time::Instant::now();
+    tpde().arg("unpack").arg(d.join("v1.tpde")).arg("-o").arg(&out).arg("--replace").assert().success();
+    std::fs::write(out.join("model.safetensors"), b"stale").unwrap();
+    let took = started.elapsed();
+    let (mut saw_old, mut saw_new) = (0, 0);
+    for k in 0..40u32 {
+        let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("tpde"))
+            .arg("unpack")
+            .arg(d.join("v2.tpde"))
+            .arg("-o")
+            .arg(&out)
+            .arg("--replace")
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(took * k / 30);
+        let _ = child.kill();
+        child.wait().unwrap();
+        let now = files(&out);
+        assert!(now == old || now == new, "kill {k}: a mix: {:?}", now.keys().collect::<Vec<_>>());
+        if now == new {
+            saw_new += 1;
+            tpde().arg("unpack").arg(d.join("v1.tpde")).arg("-o").arg(&out).arg("--replace").assert().success();
+            std::fs::write(out.join("model.safetensors"), b"stale").unwrap();
+            old = files(&out);
+        } else {
+            saw_old += 1;
+        }
+    }
+    eprintln!("{saw_old} kills left version 1, {saw_new} version 2");
+    tpde().arg("unpack").arg(d.join("v2.tpde")).arg("-o").arg(&out).arg("--replace").assert().success();
+    assert_eq!(files(&out), new, "replaced whole: no stale model.safetensors");
+    let left: Vec<_> = std::fs::read_dir(d).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left.len(), 6, "v1, v2, their files, fresh and out; no partial folder: {left:?}");
+}

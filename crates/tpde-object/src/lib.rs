@@ -154,8 +154,9 @@ fn build(url: &ObjectUrl, options: ClientOptions) -> io::Result<AmazonS3> {
 /// client of its own that adds it (S3, MinIO and s3s answer `If-Match` and `If-None-Match` on
 /// `CompleteMultipartUpload`).
 fn store_with_header(url: &ObjectUrl, name: http::HeaderName, value: &str) -> io::Result<AmazonS3> {
-    let value = http::HeaderValue::from_str(value)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("{url}: ETag {value:?} is not a header value")))?;
+    let value = http::HeaderValue::from_str(value).map_err(|_| {
+        io::Error::new(io::ErrorKind::InvalidData, format!("{url}: ETag {value:?} is not a header value"))
+    })?;
     build(url, ClientOptions::new().with_default_headers(http::HeaderMap::from_iter([(name, value)])))
 }
 

@@ -540,7 +540,8 @@ fn pack<'py>(
 /// model folder and `output` does not end in `.safetensors`, into that folder again.
 /// Ctrl-C stops it, leaving no file; `progress(done, total)` is called as it goes.
 #[pyfunction]
-#[pyo3(signature = (input, output, base=None, follow_hints=true, hint_roots=None, progress=None))]
+#[pyo3(signature = (input, output, base=None, follow_hints=true, hint_roots=None, progress=None, replace=false))]
+#[allow(clippy::too_many_arguments)]
 fn unpack<'py>(
     py: Python<'py>,
     input: &str,
@@ -549,11 +550,12 @@ fn unpack<'py>(
     follow_hints: bool,
     hint_roots: Option<Vec<PathBuf>>,
     progress: Option<Bound<'py, PyAny>>,
+    replace: bool,
 ) -> PyResult<(u64, u64)> {
     let (input, base) = (location(input)?, base.map(location).transpose()?);
     let opts = open::OpenOptions { hints: hint_policy(follow_hints, hint_roots), ..Default::default() };
     let r = interrupt::interruptible(py, progress.as_ref(), |cancel| {
-        tpde::unpack::unpack_with(&input, base.as_ref(), &output, &opts, cancel)
+        tpde::unpack::unpack_with(&input, base.as_ref(), &output, &opts, replace, cancel)
     })?
     .map_err(py_err)?;
     Ok((r.tensors, r.logical_bytes))

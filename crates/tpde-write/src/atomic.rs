@@ -163,40 +163,60 @@ impl AtomicFolder {
         self.partial.as_deref().expect("a folder not yet committed")
     }
 
-    /// Puts the folder in place: renamed to its path where nothing is there (or an empty
-    /// folder), else each entry moved into the folder there, replacing a file of the same name
-    /// (never through a link). Syncs the parent.
-    pub fn commit(mut self) -> io::Result<()> {
+    /// Puts the folder in place, whole: renamed to its path where nothing is there (or an empty
+    /// folder). A folder with entries there is never merged with (a mix of two versions, or a
+    /// stale file beside the new ones, would load as the model): it is refused
+    /// ([`io::ErrorKind::AlreadyExists`]) unless `replace`, and then exchanged with the new one
+    /// in one step (`renameat2(RENAME_EXCHANGE)`) and removed, so a kill at any moment leaves the
+    /// old folder or the new one (a kill before the old one is removed leaves it under a
+    /// partial name, which the next writer in that folder removes). Syncs the parent.
+    pub fn commit(mut self, replace: bool) -> io::Result<()> {
         let partial = self.partial.take().expect("a folder not yet committed");
-        let moved = match fs::rename(&partial, &self.path) {
-            Ok(()) => Ok(()),
-            Err(_) if fs::symlink_metadata(&self.path).is_ok_and(|m| m.is_dir()) => move_into(&partial, &self.path),
+        let placed = match fs::rename(&partial, &self.path) {
+            Ok(()) => Ok(None),
+            Err(_) if fs::symlink_metadata(&self.path).is_ok_and(|m| m.is_dir()) && !replace => Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "a folder with files is there: it is replaced only whole, when asked to",
+            )),
+            Err(_) if fs::symlink_metadata(&self.path).is_ok_and(|m| m.is_dir()) => {
+                exchange(&partial, &self.path).map(Some)
+            }
             Err(e) => Err(e),
         };
-        if moved.is_err() {
-            let _ = fs::remove_dir_all(&partial);
-        } else {
-            let _ = fs::remove_dir(&partial);
+        match placed {
+            Err(e) => {
+                let _ = fs::remove_dir_all(&partial);
+                Err(e)
+            }
+            Ok(old) => {
+                sync_folder(folder_of(&self.path))?;
+                if let Some(old) = old {
+                    fs::remove_dir_all(old)?;
+                }
+                Ok(())
+            }
         }
-        moved?;
-        sync_folder(folder_of(&self.path))
     }
 }
 
-/// Moves every entry of `from` into the existing folder `to`, folders merged.
-fn move_into(from: &Path, to: &Path) -> io::Result<()> {
-    for entry in fs::read_dir(from)? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        match fs::symlink_metadata(&target) {
-            Ok(m) if m.is_dir() && entry.file_type()?.is_dir() => move_into(&entry.path(), &target)?,
-            Ok(m) if m.is_dir() || (m.is_symlink() && entry.file_type()?.is_dir()) => {
-                return Err(io::Error::other(format!("{}: a folder or link is in the way", target.display())))
-            }
-            _ => fs::rename(entry.path(), &target)?,
-        }
-    }
-    sync_folder(to)
+/// Puts the folder `new` where the folder `at` is in one step, and returns where the old one
+/// went (`new`'s partial name).
+#[cfg(target_os = "linux")]
+fn exchange(new: &Path, at: &Path) -> io::Result<PathBuf> {
+    use rustix::fs::{renameat_with, RenameFlags, CWD};
+    renameat_with(CWD, new, CWD, at, RenameFlags::EXCHANGE)?;
+    Ok(new.to_path_buf())
+}
+
+/// Without an exchange: the old folder moves aside to a partial name, then the new one into
+/// place (a kill between the two leaves no folder there, and both under partial names).
+#[cfg(not(target_os = "linux"))]
+fn exchange(new: &Path, at: &Path) -> io::Result<PathBuf> {
+    let ((), aside) = new_partial(folder_of(at), at, |p| fs::create_dir(p))?;
+    fs::remove_dir(&aside)?;
+    fs::rename(at, &aside)?;
+    fs::rename(new, at)?;
+    Ok(aside)
 }
 
 impl Drop for AtomicFolder {
@@ -369,6 +389,35 @@ mod tests {
         let mut want = vec![alive, other_host, unrelated];
         want.sort();
         assert_eq!(names(d.path()), want);
+    }
+
+    #[test]
+    fn a_folder_replaces_a_folder_with_files_whole_and_only_when_asked() {
+        let d = tempfile::tempdir().unwrap();
+        let at = d.path().join("model");
+        fs::create_dir_all(at.join("sub")).unwrap();
+        fs::write(at.join("model.safetensors"), b"old weights").unwrap();
+        fs::write(at.join("sub/config.json"), b"old").unwrap();
+        let new = |text: &[u8]| {
+            let f = AtomicFolder::create(&at).unwrap();
+            fs::create_dir(f.staging().join("sub")).unwrap();
+            fs::write(f.staging().join("sub/config.json"), text).unwrap();
+            fs::write(f.staging().join("model-00001-of-00001.safetensors"), text).unwrap();
+            f
+        };
+        let e = new(b"new").commit(false).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists, "{e}");
+        assert_eq!(fs::read(at.join("sub/config.json")).unwrap(), b"old", "refused: the old folder as it was");
+        assert_eq!(names(d.path()), ["model"], "nothing beside it");
+        new(b"new").commit(true).unwrap();
+        assert_eq!(names(&at), ["model-00001-of-00001.safetensors", "sub"], "no stale file of the old folder");
+        assert_eq!(fs::read(at.join("sub/config.json")).unwrap(), b"new");
+        assert_eq!(names(d.path()), ["model"], "the old folder is gone");
+        // A missing or empty folder is not "with files": no need to ask.
+        fs::remove_dir_all(&at).unwrap();
+        fs::create_dir(&at).unwrap();
+        new(b"again").commit(false).unwrap();
+        assert_eq!(fs::read(at.join("sub/config.json")).unwrap(), b"again");
     }
 
     #[test]

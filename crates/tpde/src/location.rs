@@ -156,9 +156,7 @@ impl Location {
     #[cfg(feature = "object")]
     pub fn create_expecting(&self, expect: &tpde_object::Expect) -> Result<Sink, Error> {
         match self {
-            Location::Object(u) => {
-                ObjectWriter::create_expecting(u, expect.clone()).map(Sink::Object).map_err(io_err)
-            }
+            Location::Object(u) => ObjectWriter::create_expecting(u, expect.clone()).map(Sink::Object).map_err(io_err),
             Location::Local(_) => self.create(),
         }
     }

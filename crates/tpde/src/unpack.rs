@@ -70,15 +70,17 @@ pub fn unpack(
     target: &Path,
     bar: &dyn Progress,
 ) -> Result<UnpackReport, Error> {
-    unpack_with(source, base, target, &OpenOptions::default(), bar)
+    unpack_with(source, base, target, &OpenOptions::default(), false, bar)
 }
 
-/// [`unpack`], opening `source` and its bases with `opts` (which hints to follow).
+/// [`unpack`], opening `source` and its bases with `opts` (which hints to follow); a folder
+/// `target` that has files is replaced whole if `replace`, else refused.
 pub fn unpack_with(
     source: &Location,
     base: Option<&Location>,
     target: &Path,
     opts: &OpenOptions,
+    replace: bool,
     bar: &dyn Progress,
 ) -> Result<UnpackReport, Error> {
     let start = Instant::now();
@@ -88,7 +90,7 @@ pub fn unpack_with(
         false => None,
     };
     match layout {
-        Some(layout) => write_folder(&r, &layout, target, bar)?,
+        Some(layout) => write_folder(&r, &layout, target, replace, bar)?,
         None => unpack_open(&r, target, bar)?,
     }
     Ok(unpack_report(&r, start))
@@ -203,12 +205,31 @@ pub fn unpack_report(r: &FileReader, start: Instant) -> UnpackReport {
     }
 }
 
+/// The refusal of an unpack into a folder that has files, naming the way to ask for it.
+fn refuse_folder(output: &Path) -> Error {
+    Error::usage(format!(
+        "{}: a folder with files is there; an unpack replaces a folder whole, never mixing two versions: \
+         pass --replace (Python: replace=True) to replace it, or unpack into a new folder",
+        output.display()
+    ))
+}
+
 /// Writes the folder `layout` records from the open file `r` into `output`: the files beside
 /// the weights (`tpde.files`), every shard, and the index, written from the layout (spec §5.5: a
 /// file table never carries it). The whole table is checked before anything is written, and the
-/// folder is written beside its place and moved there only when whole, so a refused or failed
-/// unpack leaves nothing (see [`AtomicFolder`]).
-fn write_folder(r: &FileReader, layout: &Layout, output: &Path, bar: &dyn Progress) -> Result<(), Error> {
+/// folder is written beside its place and put there only when whole, replacing a folder with
+/// files only if `replace` (in one exchange), so a refused, failed or killed unpack leaves the
+/// old folder or the new one, never a mix (see [`AtomicFolder`]).
+fn write_folder(
+    r: &FileReader,
+    layout: &Layout,
+    output: &Path,
+    replace: bool,
+    bar: &dyn Progress,
+) -> Result<(), Error> {
+    if !replace && std::fs::read_dir(output).is_ok_and(|mut d| d.next().is_some()) {
+        return Err(refuse_folder(output));
+    }
     let files = r.files()?;
     // Shards and the index have plain names (checked by `Layout::of`): only the table's paths
     // have folders.
@@ -230,7 +251,10 @@ fn write_folder(r: &FileReader, layout: &Layout, output: &Path, bar: &dyn Progre
         std::io::Write::write_all(&mut f, layout.index_text()?.as_bytes()).map_err(io)?;
         f.commit().map_err(io)?;
     }
-    folder.commit().map_err(|e| Error::from(e).context(output.display()))?;
+    folder.commit(replace).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AlreadyExists => refuse_folder(output),
+        _ => Error::from(e).context(output.display()),
+    })?;
     bar.finish();
     Ok(())
 }

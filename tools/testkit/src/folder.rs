@@ -29,3 +29,25 @@ pub fn sharded(dir: &Path, scale: f32) -> PathBuf {
     std::fs::write(folder.join("model.safetensors.index.json"), index.to_string()).unwrap();
     folder
 }
+
+/// Every file under `dir` (links to files read through, links to folders left out), by path:
+/// what a folder holds, byte for byte.
+pub fn files(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(p) = pending.pop() {
+        for e in std::fs::read_dir(&p).unwrap() {
+            let path = e.unwrap().path();
+            let link = std::fs::symlink_metadata(&path).unwrap().file_type().is_symlink();
+            if path.is_dir() && !link {
+                pending.push(path);
+            } else if path.is_file() {
+                out.insert(
+                    path.strip_prefix(dir).unwrap().to_string_lossy().into_owned(),
+                    std::fs::read(&path).unwrap(),
+                );
+            }
+        }
+    }
+    out
+}

@@ -58,20 +58,26 @@ def pack(
 
 
 def unpack(
-    input: PathLike, output: PathLike, base: Optional[PathLike] = None, hints: Any = "folder", progress: Any = None
+    input: PathLike,
+    output: PathLike,
+    base: Optional[PathLike] = None,
+    hints: Any = "folder",
+    progress: Any = None,
+    replace: bool = False,
 ) -> None:
     """As ``tpde unpack``: a ``.tpde`` file into a ``.safetensors`` file; a file packed from a
     model folder into that folder again (its files and its weights byte for byte what was
     packed, and the index written from the tensors' layout: loadable by ``from_pretrained``),
-    unless ``output`` ends in ``.safetensors``. The folder is written beside ``output`` and moved
-    there only when whole: a refused or failed unpack leaves nothing. ``progress`` as for
-    ``pack``; ``hints`` as for ``safe_open``."""
+    unless ``output`` ends in ``.safetensors``. The folder is written beside ``output`` and put
+    there only when whole: a refused or failed unpack leaves nothing. A folder ``output`` that
+    has files is refused, or with ``replace=True`` replaced whole in one step (never a mix of two
+    versions). ``progress`` as for ``pack``; ``hints`` as for ``safe_open``."""
     from ._progress import resolve
     from ._tpde import unpack as _unpack
 
     bar = resolve(progress, f"unpacking {os.fspath(input)}")
     base = None if base is None else os.fspath(base)
-    _unpack(os.fspath(input), os.fspath(output), base, progress=bar, **_hint_args(input, hints))
+    _unpack(os.fspath(input), os.fspath(output), base, progress=bar, replace=replace, **_hint_args(input, hints))
 
 
 def copy(source: PathLike, dest: PathLike) -> int:
