@@ -476,3 +476,33 @@ fn an_unpack_over_a_folder_leaves_the_old_version_or_the_new_never_a_mix() {
     let left: Vec<_> = std::fs::read_dir(d).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(left.len(), 6, "v1, v2, their files, fresh and out; no partial folder: {left:?}");
 }
+
+/// Issue 67: `tpde unpack --gpu` of a 3.7 KB file declaring three f32 tensors of 1 GiB (the
+/// chunks of `bomb-2gib.tpde` reused), under a 4 GiB address-space cap: the device cannot hold
+/// them, and the decoder panicked in wgpu ("Out of Memory", exit 101). Memory the device cannot
+/// give is `limit-exceeded`, as host memory is.
+#[test]
+#[cfg(feature = "gpu")]
+#[cfg_attr(feature = "skip-gpu-tests", ignore = "built with --features skip-gpu-tests: no GPU adapter")]
+fn device_memory_that_cannot_be_had_is_an_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let bomb = std::fs::read(fixture("bomb-2gib.tpde")).unwrap();
+    let bomb = tpde_format::surgery::with_directory(&bomb, |d| {
+        let mut w = d.tensors.remove(0);
+        w.shape = vec![w.shape[0] / 2];
+        w.byte_length /= 2;
+        w.chunks.truncate(w.chunks.len() / 2);
+        for name in ["a", "b", "c"] {
+            d.tensors.push(tpde_format::TensorEntry { name: name.into(), ..w.clone() });
+        }
+    })
+    .unwrap();
+    let (file, out) = (dir.path().join("three-gib.tpde"), dir.path().join("out.safetensors"));
+    std::fs::write(&file, bomb).unwrap();
+    let (file, out) = (file.to_str().unwrap(), out.to_str().unwrap());
+    tpde_within(4 << 20, &["unpack", "--gpu", file, "-o", out])
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains("could not allocate").or(predicates::str::contains("out of memory")));
+    assert!(!Path::new(out).exists());
+}

@@ -91,6 +91,13 @@ pub enum CodecError {
         /// The chunk's decoded length.
         expected: u64,
     },
+    /// The decoder could not allocate what a chunk declares (the system's memory, not the
+    /// file, is short): `limit-exceeded`, never an abort.
+    #[error("could not allocate {bytes} bytes to decode the chunk")]
+    OutOfMemory {
+        /// The bytes asked for.
+        bytes: u64,
+    },
     /// The encoder itself failed (not a property of any file).
     #[error("{codec} encoder failed: {detail}")]
     Encode {
@@ -108,6 +115,7 @@ impl CodecError {
             CodecError::Encode { .. } => ErrorKind::InvalidArgument,
             CodecError::MissingBase { .. } => ErrorKind::BaseMissing,
             CodecError::BaseLength { .. } => ErrorKind::BaseMismatch,
+            CodecError::OutOfMemory { .. } => ErrorKind::LimitExceeded,
             _ => ErrorKind::Malformed,
         }
     }

@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
 use tpde_format::TensorEntry;
@@ -75,6 +75,9 @@ pub struct Gpu {
     uploaded: AtomicU64,
     /// Kernel times, when opened with [`Gpu::with_kernel_timing`].
     timing: Option<Mutex<KernelTimes>>,
+    /// The first error wgpu reported outside an error scope (its default handler panics): given
+    /// back by the next [`Gpu::scoped`] or wait.
+    uncaptured: Arc<Mutex<Option<wgpu::Error>>>,
 }
 
 impl Gpu {
@@ -241,6 +244,11 @@ impl Gpu {
             mapped_at_creation: false,
         });
         let max_buffer = device.limits().max_buffer_size;
+        let uncaptured: Arc<Mutex<Option<wgpu::Error>>> = Arc::default();
+        let slot = uncaptured.clone();
+        device.on_uncaptured_error(Arc::new(move |e| {
+            slot.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+        }));
         Ok(Gpu {
             device,
             queue,
@@ -254,6 +262,7 @@ impl Gpu {
             subgroups,
             uploaded: AtomicU64::new(0),
             timing: timing.then(|| Mutex::new(KernelTimes::default())),
+            uncaptured,
         })
     }
 
@@ -394,10 +403,10 @@ impl Gpu {
                 }
                 let name = &tensors[ids[work.index].0].name;
                 let full = batcher.push(work).map_err(|detail| GpuError::TooLarge { name: name.clone(), detail })?;
-                batches.extend(full.map(|b| self.scoped(|| self.run(&b, out, base))).transpose()?);
+                batches.extend(full.map(|b| self.scoped(|| self.run(&b, out, base)).and_then(|r| r)).transpose()?);
             }
         }
-        batches.extend(batcher.flush().map(|b| self.scoped(|| self.run(&b, out, base))).transpose()?);
+        batches.extend(batcher.flush().map(|b| self.scoped(|| self.run(&b, out, base)).and_then(|r| r)).transpose()?);
         Ok(batches)
     }
 
@@ -431,7 +440,7 @@ impl Gpu {
     }
 
     /// Uploads a batch and submits its kernels.
-    fn run(&self, batch: &Batch, out: &wgpu::Buffer, base: Option<&wgpu::Buffer>) -> Submitted {
+    fn run(&self, batch: &Batch, out: &wgpu::Buffer, base: Option<&wgpu::Buffer>) -> Result<Submitted, GpuError> {
         let d = &self.device;
         let init = |label: &str, contents: &[u8]| {
             d.create_buffer_init(&wgpu::util::BufferInitDescriptor {
@@ -440,7 +449,7 @@ impl Gpu {
                 usage: wgpu::BufferUsages::STORAGE,
             })
         };
-        let blob = self.filled("blob", &batch.blob, wgpu::BufferUsages::STORAGE);
+        let blob = self.filled("blob", &batch.blob, wgpu::BufferUsages::STORAGE)?;
         let meta = init("meta", bytemuck::cast_slice(&batch.meta));
         self.count_upload(batch.blob.len() + std::mem::size_of_val(batch.meta.as_slice()));
         let scratch_like = |label: &str, bytes: u64, usage: wgpu::BufferUsages| {
@@ -507,7 +516,7 @@ impl Gpu {
             let _ = q.add_to(d, self.queue.get_timestamp_period(), &mut times);
             times.decode_threads += u64::from(batch.lanes) + 32 * u64::from(batch.rans_blocks);
         }
-        Submitted { chunks: batch.chunks.clone(), errors: err_read, index }
+        Ok(Submitted { chunks: batch.chunks.clone(), errors: err_read, index })
     }
 
     /// A bind group of `resources` at bindings 0, 1, ... in order.
@@ -533,19 +542,29 @@ impl Gpu {
         let value = f();
         let invalid = pollster::block_on(invalid.pop());
         let oom = pollster::block_on(oom.pop());
-        match invalid.or(oom) {
-            Some(e) => Err(GpuError::Device(e.to_string())),
-            None => Ok(value),
+        match oom.or(invalid) {
+            Some(e) => Err(device_error(e)),
+            None => self.uncaptured().map(|()| value),
+        }
+    }
+
+    /// The error wgpu reported outside a scope since the last call, if any.
+    fn uncaptured(&self) -> Result<(), GpuError> {
+        match self.uncaptured.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(e) => Err(device_error(e)),
+            None => Ok(()),
         }
     }
 
     pub(crate) fn wait(&self) -> Result<(), GpuError> {
-        self.device.poll(wgpu::PollType::wait_indefinitely()).map(|_| ()).map_err(|e| GpuError::Device(e.to_string()))
+        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| GpuError::Device(e.to_string()))?;
+        self.uncaptured()
     }
 
     pub(crate) fn wait_for(&self, index: wgpu::SubmissionIndex) -> Result<(), GpuError> {
         let poll = wgpu::PollType::Wait { submission_index: Some(index), timeout: None };
-        self.device.poll(poll).map(|_| ()).map_err(|e| GpuError::Device(e.to_string()))
+        self.device.poll(poll).map_err(|e| GpuError::Device(e.to_string()))?;
+        self.uncaptured()
     }
 
     /// Flushes pending uploads and waits until everything submitted so far has run (for
@@ -553,6 +572,14 @@ impl Gpu {
     pub fn synchronize(&self) -> Result<(), GpuError> {
         self.queue.submit([]);
         self.wait()
+    }
+}
+
+/// A wgpu error as the decoder's: memory the device cannot give is [`GpuError::OutOfMemory`].
+fn device_error(e: wgpu::Error) -> GpuError {
+    match e {
+        wgpu::Error::OutOfMemory { .. } => GpuError::OutOfMemory(e.to_string()),
+        e => GpuError::Device(e.to_string()),
     }
 }
 

@@ -17,6 +17,10 @@ pub enum GpuError {
     /// The device failed or lost a mapping.
     #[error("GPU device error: {0}")]
     Device(String),
+    /// The device could not allocate what a file declares (its memory, or a readback's host
+    /// memory): as host memory that cannot be had, `limit-exceeded`.
+    #[error("GPU out of memory: {0}")]
+    OutOfMemory(String),
     /// A tensor or chunk is too large for this device's buffers.
     #[error("tensor {name:?} does not fit the device: {detail}")]
     TooLarge {
@@ -32,7 +36,7 @@ impl GpuError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             GpuError::Read(e) => e.kind(),
-            GpuError::TooLarge { .. } => ErrorKind::LimitExceeded,
+            GpuError::TooLarge { .. } | GpuError::OutOfMemory(_) => ErrorKind::LimitExceeded,
             GpuError::NoAdapter(_) | GpuError::Device(_) => ErrorKind::Io,
         }
     }

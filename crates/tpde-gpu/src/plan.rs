@@ -172,13 +172,12 @@ impl ChunkWork {
         self.out = self.out.start + by..self.out.end + by;
     }
 
-    fn append_blob(&mut self, bytes: &[u8]) -> u64 {
-        while !self.blob.len().is_multiple_of(4) {
-            self.blob.push(0);
-        }
-        let at = self.blob.len() as u64;
+    fn append_blob(&mut self, bytes: &[u8]) -> Result<u64, CodecError> {
+        let at = self.blob.len().next_multiple_of(4);
+        self.blob.try_reserve(at - self.blob.len() + bytes.len()).map_err(|_| out_of_memory(bytes.len()))?;
+        self.blob.resize(at, 0);
         self.blob.extend_from_slice(bytes);
-        at
+        Ok(at as u64)
     }
 
     fn alloc_scratch(&mut self, words: u64) -> u64 {
@@ -205,19 +204,19 @@ impl ChunkWork {
             src[j] = match record {
                 PlaneRecord::Stored(at) => Src::Blob(stored_at + at as u64),
                 PlaneRecord::Serial(table, stream) => {
-                    let mut plane = vec![0u8; n];
+                    let mut plane = zeros(n)?;
                     rans::decode(&table, &stored[stream], &mut plane).map_err(rans::corrupt(tag))?;
-                    Src::Blob(self.append_blob(&plane))
+                    Src::Blob(self.append_blob(&plane)?)
                 }
                 PlaneRecord::Lanes(table, layout) => self.lane_job(&[table], None, false, &layout, stored_at, n),
                 PlaneRecord::Blocks(table, layout) => self.rans_block_job(&table, &layout, stored_at, n),
                 PlaneRecord::Sparse(sparse) => self.sparse_plane(tag, stored, &sparse, n)?,
                 PlaneRecord::Contexts(model, layout) => {
-                    let map = self.append_blob(model.map());
+                    let map = self.append_blob(model.map())?;
                     self.lane_job(model.tables(), Some(map), false, &layout, stored_at, n)
                 }
                 PlaneRecord::BaseContexts(model, layout) => {
-                    let map = self.append_blob(model.map());
+                    let map = self.append_blob(model.map())?;
                     self.lane_job(model.tables(), Some(map), true, &layout, stored_at, n)
                 }
             };
@@ -240,8 +239,8 @@ impl ChunkWork {
         let job = SparsePlaneJob {
             fill: sparse.fill,
             count: sparse.count as u32,
-            positions: self.append_blob(&words),
-            values: self.append_blob(&values),
+            positions: self.append_blob(&words)?,
+            values: self.append_blob(&values)?,
         };
         self.sparse_planes.push(job);
         Ok(Src::SparsePlane(self.sparse_planes.len() - 1))
@@ -352,12 +351,12 @@ pub fn plan_chunk(
                     expected: c.decoded_length,
                 });
             }
-            work.planes[0] = Src::Blob(work.append_blob(stored));
+            work.planes[0] = Src::Blob(work.append_blob(stored)?);
         }
         CodecTag::Zstd => {
-            let mut out = vec![0u8; c.decoded_length as usize];
+            let mut out = zeros(c.decoded_length as usize)?;
             tpde_codec::decode(tag, ChunkContext::keyframe(dtype), &c.params, stored, &mut out)?;
-            work.planes[0] = Src::Blob(work.append_blob(&out));
+            work.planes[0] = Src::Blob(work.append_blob(&out)?);
         }
         CodecTag::Planes
         | CodecTag::PlanesLanes
@@ -369,7 +368,7 @@ pub fn plan_chunk(
         | CodecTag::DeltaXorContext
         | CodecTag::DeltaSubContext
         | CodecTag::DeltaPredicted => {
-            let at = work.append_blob(stored);
+            let at = work.append_blob(stored)?;
             work.planes = work.planes(tag, at, stored, 0, n)?;
             work.mode = match tag {
                 CodecTag::Planes | CodecTag::PlanesLanes | CodecTag::PlanesContext => M_MERGE,
@@ -381,7 +380,7 @@ pub fn plan_chunk(
             let coder = PositionCoder::of(tag)
                 .ok_or_else(|| CodecError::Corrupt { codec: tag, detail: "this codec has no GPU plan".into() })?;
             let layout = SparseLayout::read(tag, stored, n)?;
-            let at = work.append_blob(stored);
+            let at = work.append_blob(stored)?;
             let count = layout.count;
             let positions = if coder == PositionCoder::Packed {
                 let blocks = count.div_ceil(PACKED_BLOCK);
@@ -406,7 +405,7 @@ pub fn plan_chunk(
                 let mut p = Vec::new();
                 coder.decode(&stored[layout.positions.clone()], count, n as u64, &mut p).map_err(rans::corrupt(tag))?;
                 let bytes: Vec<u8> = p.iter().flat_map(|x| x.to_le_bytes()).collect();
-                Src::Blob(work.append_blob(&bytes))
+                Src::Blob(work.append_blob(&bytes)?)
             };
             let values = work.planes(tag, at, stored, layout.values, count)?;
             work.mode = M_COPY_BASE;
@@ -652,6 +651,19 @@ fn assemble(limits: &Limits, chunks: &[ChunkWork]) -> Batch {
     put(m, 21, &rans_block_prefix);
     m[22] = b.rans_blocks;
     b
+}
+
+/// `n` zero bytes, the allocation fallible: a chunk's declared length the system cannot give
+/// is an error, never an abort.
+fn zeros(n: usize) -> Result<Vec<u8>, CodecError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| out_of_memory(n))?;
+    v.resize(n, 0);
+    Ok(v)
+}
+
+fn out_of_memory(bytes: usize) -> CodecError {
+    CodecError::OutOfMemory { bytes: bytes as u64 }
 }
 
 #[cfg(test)]

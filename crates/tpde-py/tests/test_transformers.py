@@ -150,6 +150,27 @@ def test_a_kill_mid_rewrite_never_lets_the_rotation_delete_a_kept_base(tmp_path)
         tpde.transformers.resume(out / c)  # each loads: its base is kept
 
 
+def test_a_stored_folder_left_newer_than_the_next_is_never_the_one_kept_without_its_base(tmp_path):
+    """Issue 67: a kill after a folder was stored (a keyframe) and before its time was put back
+    left it newer than the native folder after it. The resumed run wrote it again as a delta
+    against that folder, keeping its later time, and the Trainer's rotation (oldest time first)
+    then deleted the base. Every folder made a delta is now made older than its base before the
+    Trainer can rotate: each folder kept loads."""
+    out = tmp_path / "tpde"
+    p = run(out, 12, "--tpde", "--kill-after", 8, check=False)
+    assert p.returncode == -9, p.stderr[-3000:]
+    assert not tpde._tpde.File(str(out / "checkpoint-6" / "checkpoint.tpde"), None).is_delta()
+    t0 = int(datetime.datetime.now().timestamp()) - 1000
+    os.utime(out / "checkpoint-4", (t0 - 1, t0 - 1))
+    os.utime(out / "checkpoint-8", (t0, t0))
+    os.utime(out / "checkpoint-6", (t0 + 2, t0 + 2))  # the kill's state: stored, touched after checkpoint-8
+    run(out, 14, "--tpde", "--resume", out / "checkpoint-8")
+    kept = sorted(os.listdir(out))
+    assert kept == ["checkpoint-10", "checkpoint-12", "checkpoint-14"], kept
+    for c in kept:
+        tpde.transformers.resume(out / c)  # each loads: its base is kept
+
+
 def test_a_failed_rewrite_keeps_its_folder_s_time(tmp_path):
     from tpde.torch.series import _times_kept
 

@@ -113,6 +113,11 @@ class TpdeCallback(TrainerCallback):
             self._pack(args, folder)
         if targets:
             self._keep_best_a_keyframe(best, targets[-1])
+            # Every folder made a delta here (the one before, written again against the one just
+            # stored, whatever time a kill left on it) older than its base, before the Trainer
+            # can rotate: the next step's end waits for this job.
+            self.series.wait()
+            protect_bases(output_dir)
         shutil.rmtree(os.path.join(output_dir, RESUME_DIR), ignore_errors=True)
 
     def _pack(self, args: Any, folder: str) -> None:
