@@ -157,16 +157,19 @@ def test_a_stored_folder_left_newer_than_the_next_is_never_the_one_kept_without_
     then deleted the base. Every folder made a delta is now made older than its base before the
     Trainer can rotate: each folder kept loads."""
     out = tmp_path / "tpde"
-    p = run(out, 12, "--tpde", "--kill-after", 8, check=False)
+    p = run(out, 12, "--tpde", "--kill-after", 6, check=False)
     assert p.returncode == -9, p.stderr[-3000:]
-    assert not tpde._tpde.File(str(out / "checkpoint-6" / "checkpoint.tpde"), None).is_delta()
+    assert sorted(os.listdir(out)) == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
+    assert not tpde._tpde.File(str(out / "checkpoint-4" / "checkpoint.tpde"), None).is_delta()
     t0 = int(datetime.datetime.now().timestamp()) - 1000
-    os.utime(out / "checkpoint-4", (t0 - 1, t0 - 1))
-    os.utime(out / "checkpoint-8", (t0, t0))
-    os.utime(out / "checkpoint-6", (t0 + 2, t0 + 2))  # the kill's state: stored, touched after checkpoint-8
-    run(out, 14, "--tpde", "--resume", out / "checkpoint-8")
+    os.utime(out / "checkpoint-2", (t0 - 1, t0 - 1))
+    os.utime(out / "checkpoint-6", (t0, t0))
+    os.utime(out / "checkpoint-4", (t0 + 2, t0 + 2))  # the kill's state: stored, touched after checkpoint-6
+    # Resumed: checkpoint-4 is written again against checkpoint-6 when that is stored (at step 8),
+    # and the rotation at step 10 deletes the oldest by time.
+    run(out, 10, "--tpde", "--resume", out / "checkpoint-6")
     kept = sorted(os.listdir(out))
-    assert kept == ["checkpoint-10", "checkpoint-12", "checkpoint-14"], kept
+    assert kept == ["checkpoint-10", "checkpoint-6", "checkpoint-8"], kept
     for c in kept:
         tpde.transformers.resume(out / c)  # each loads: its base is kept
 
