@@ -341,3 +341,59 @@ def test_errors_name_each_path_once_and_are_tpde_errors(tmp_path):
         ro.chmod(0o555)
         with pytest.raises(tpde.TpdeError, match="cannot take the folder's writer lock"):
             Checkpointer(ro).save(1, {"a": torch.ones(1)})
+
+
+def _rehint(path: Path, old: str, new: str) -> None:
+    """Rewrites the path hint ``old`` of the file ``path`` to ``new``, in place (byte surgery on
+    the directory, as a hostile file would carry it)."""
+    import zlib
+
+    data = bytearray(path.read_bytes())
+    dir_at, dir_len = int.from_bytes(data[-32:-24], "little"), int.from_bytes(data[-24:-16], "little")
+    directory = bytes(data[dir_at : dir_at + dir_len])
+    at = directory.index(len(old).to_bytes(2, "little") + old.encode())
+    directory = directory[:at] + len(new).to_bytes(2, "little") + new.encode() + directory[at + 2 + len(old) :]
+    trailer = bytearray(data[-32:])
+    trailer[8:16] = len(directory).to_bytes(8, "little")
+    trailer[16:20] = zlib.crc32(directory).to_bytes(4, "little")
+    trailer[20:24] = zlib.crc32(bytes(trailer[:20])).to_bytes(4, "little")
+    path.write_bytes(bytes(data[:dir_at]) + directory + bytes(trailer))
+
+
+def test_the_pip_command_confines_hints_as_the_rust_one_does(tmp_path):
+    """Issue 67: the ``tpde`` that pip installs unpacks a framework checkpoint in Python, which
+    followed a state file's base hint anywhere (``../outside/…``, ``/etc/passwd`` opened, then
+    refused). It confines hints to the checkpoint's folder, as the Rust command does, and takes the
+    same ``--hint-root``, ``--follow-hints`` and ``--no-hints``."""
+    import shutil
+    import subprocess
+    import sys
+
+    import torch
+    from tpde.torch import Series
+
+    exe = shutil.which("tpde", path=os.path.dirname(sys.executable))
+    run, series = tmp_path / "run", Series()
+    states = [{"w": torch.arange(1000, dtype=torch.float32) + s, "step": s} for s in range(2)]
+    for s, st in enumerate(states):
+        series.save(run / f"step={s}.ckpt", st)
+    series.close()
+    (tmp_path / "outside").mkdir()
+    shutil.move(run / "step=1.ckpt", tmp_path / "outside" / "step=1.ckpt")
+    _rehint(run / "step=0.ckpt", "step=1.ckpt", "../outside/step=1.ckpt")
+    out = tmp_path / "out.pt"
+    unpack = lambda *flags: subprocess.run([exe, "unpack", str(run / "step=0.ckpt"), "-o", str(out), *flags],  # noqa: E731
+                                           capture_output=True, text=True, timeout=300)
+    for flags in [(), ("--no-hints",), ("--hint-root", str(run))]:
+        r = unpack(*flags)
+        assert r.returncode == 1 and ("not followed" in r.stderr or "needs its base" in r.stderr), (flags, r)
+        assert not out.exists()
+    for flags in [("--follow-hints",), ("--hint-root", str(tmp_path))]:
+        r = unpack(*flags)
+        assert r.returncode == 0, (flags, r)
+        back = torch.load(out, weights_only=True)
+        assert torch.equal(back["w"], states[0]["w"]) and back["step"] == 0
+        out.unlink()
+    _rehint(run / "step=0.ckpt", "../outside/step=1.ckpt", "/etc/passwd")
+    r = unpack()
+    assert r.returncode == 1 and "not followed" in r.stderr, r

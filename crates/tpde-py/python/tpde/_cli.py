@@ -20,6 +20,10 @@ def _unpack_framework(argv: List[str]) -> Optional[int]:
     p = argparse.ArgumentParser(prog="tpde unpack", add_help=False)
     p.add_argument("input")
     p.add_argument("-o", "--output")
+    # The Rust command's hint options, with its meaning: one confinement rule for every front end.
+    p.add_argument("--hint-root", action="append", default=[])
+    p.add_argument("--follow-hints", action="store_true")
+    p.add_argument("--no-hints", action="store_true")
     try:
         a, rest = p.parse_known_args(argv[1:])
     except SystemExit:
@@ -31,8 +35,10 @@ def _unpack_framework(argv: List[str]) -> Optional[int]:
     kind = _export.kind(a.input)
     if kind is None:
         return None
+    hints = "none" if a.no_hints else "follow" if a.follow_hints else a.hint_root or None
     try:
-        dest = _export.state(a.input, a.output) if kind == "state" else _export.folder(a.input, a.output)
+        export = _export.state if kind == "state" else _export.folder
+        dest = export(a.input, a.output, hints)
     except _tpde.TpdeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

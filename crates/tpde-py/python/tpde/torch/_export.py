@@ -8,7 +8,10 @@ these to it).
 - A checkpoint folder (a ``checkpoint.tpde`` holding ``tpde-folder/1``: the HF Trainer's
   ``checkpoint-N``, Accelerate's ``save_state`` folder) becomes the folder the framework wrote.
 
-Either is written whole or not at all, and never over an existing file or folder.
+Either is written whole or not at all, and never over an existing file or folder. The file may
+come from elsewhere, so its base hints are confined as every front end confines them (``hints``
+as for ``safe_open``): by default to the folder the checkpoint lies in (a state file's folder; a
+checkpoint folder's run folder, where the folders it is a delta against lie).
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ def kind(path: str) -> Optional[str]:
     try:
         if not _tpde.is_tpde(path):
             return None
-        meta = _tpde.File(path).metadata()
+        meta = _tpde.File(path, None, follow_hints=False).metadata()
     except (_tpde.TpdeError, OSError):
         return None
     if meta.get("checkpoint.folder") == _folder.FORMAT:
@@ -59,14 +62,15 @@ def _new(dest: Any, what: str) -> str:
     return dest
 
 
-def state(path: Any, dest: Any) -> str:
+def state(path: Any, dest: Any, hints: Any = None) -> str:
     """The state file ``path`` as a ``torch.save`` file ``dest``; returns ``dest``."""
     dest = _new(dest, "file")
-    torch_save(Series().load(os.fspath(path)), dest)
+    path = os.path.abspath(os.fspath(path))
+    torch_save(Series().load(path, hints=[os.path.dirname(path)] if hints is None else hints), dest)
     return dest
 
 
-def folder(checkpoint: Any, dest: Any) -> str:
+def folder(checkpoint: Any, dest: Any, hints: Any = None) -> str:
     """The checkpoint folder ``checkpoint`` (or its ``checkpoint.tpde``) as the framework wrote
     it, in the new folder ``dest``; a folder the framework wrote is copied. Returns ``dest``."""
     checkpoint = os.path.abspath(os.fspath(checkpoint))
@@ -79,7 +83,7 @@ def folder(checkpoint: Any, dest: Any) -> str:
     tmp = dest + ".tpde-partial"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        _folder.expand(checkpoint, tmp, Series())
+        _folder.expand(checkpoint, tmp, Series(), [os.path.dirname(checkpoint)] if hints is None else hints)
         os.replace(tmp, dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

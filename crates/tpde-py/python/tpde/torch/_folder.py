@@ -127,13 +127,14 @@ def pack(folder: str, series: Any, metadata: Dict[str, str]) -> List[str]:
     return list(files)
 
 
-def expand(folder: str, dest: str, series: Any) -> List[str]:
+def expand(folder: str, dest: str, series: Any, hints: Any = "follow") -> List[str]:
     """Writes the files ``folder/checkpoint.tpde`` holds into ``dest`` (created), beside copies
-    of ``folder``'s other files; returns the names written from the ``.tpde`` file."""
+    of ``folder``'s other files; returns the names written from the ``.tpde`` file. ``hints`` as
+    for ``safe_open``."""
     from safetensors.torch import save_file
 
     stored = os.path.join(folder, STORED)
-    state = series.load(stored)
+    state = series.load(stored, hints=hints)
     files = state.get("files") if isinstance(state, dict) else None
     if not isinstance(files, dict):
         raise error("malformed", f"{stored}: not a folder's checkpoint (no files in its state)")

@@ -155,14 +155,15 @@ def _devices(node: Any, map_location: Any, out: Dict[str, Any]) -> None:
             _devices(x, map_location, out)
 
 
-def load_state(path: str, map_location: Any = "cpu") -> Any:
+def load_state(path: str, map_location: Any = "cpu", hints: Any = "follow") -> Any:
     """The state saved in the file ``path`` (``tpde-state/1``), tensors bit-exact, on
     ``map_location`` (None: the device each was saved from); a file that is not a state file is
-    a ``malformed`` TpdeError naming it. Hints are followed wherever they lead: these are the
-    files of the user's own run (a framework's checkpoint folders are siblings)."""
+    a ``malformed`` TpdeError naming it. ``hints`` as for ``safe_open``: by default followed
+    wherever they lead, for the files of the user's own run (a framework's checkpoint folders
+    are siblings); an export of a file from elsewhere confines them (``_export``)."""
     if isinstance(map_location, (str, torch.device)):
         map_location = _staging.device_of(map_location)
-    with safe_open(path, "pt", hints="follow") as f:
+    with safe_open(path, "pt", hints=hints) as f:
         meta = f.metadata()
         if meta.get("checkpoint.format") != SCHEMA:
             raise error("malformed", f"{path}: not a Checkpointer file (no {SCHEMA} state in its metadata)")

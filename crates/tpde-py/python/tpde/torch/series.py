@@ -116,13 +116,14 @@ class Series:
             if rewriting is not None:
                 rewriting.result()
 
-    def load(self, path: Any, map_location: Any = "cpu") -> Any:
+    def load(self, path: Any, map_location: Any = "cpu", hints: Any = "follow") -> Any:
         """The state saved at ``path``, tensors bit-exact, on ``map_location`` (None: where each
-        was saved from). The next save continues the series from this file."""
+        was saved from); ``hints`` as for ``safe_open``. The next save continues the series from
+        this file."""
         path = os.path.abspath(os.fspath(path))
         with self._lock:
             self.wait()
-            state = load_state(path, map_location)
+            state = load_state(path, map_location, hints)
             if self._newest is None or self._newest[0] != path:
                 self._newest = (path, None)
             return state
