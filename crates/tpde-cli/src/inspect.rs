@@ -352,12 +352,16 @@ pub fn render_chains(links: &[tpde::verify::ChainLink]) -> String {
             (Ok(Some(_)), Some(b)) => format!("needs {}", b.display()),
             (Ok(Some(h)), None) => format!("needs {h:?}, which is not a TPDE file of this folder"),
         };
+        // A long chain's first files are needed by thousands: the nearest few are named.
+        const NAMED: usize = 8;
         let by = match l.needed_by.len() {
             0 => "needed by none".to_owned(),
-            n => format!(
-                "needed by {n}: {}",
-                l.needed_by.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
-            ),
+            n => {
+                let named: Vec<String> =
+                    l.needed_by.iter().take(NAMED).map(|&i| links[i].path.display().to_string()).collect();
+                let more = if n > NAMED { format!(" and {} more", n - NAMED) } else { String::new() };
+                format!("needed by {n}: {}{more}", named.join(", "))
+            }
         };
         let _ = writeln!(w, "{}  {needs}; {by}", l.path.display());
     }
@@ -380,7 +384,7 @@ pub fn chains_json(folder: &std::path::Path, links: &[tpde::verify::ChainLink]) 
                 "base_hint": l.base.as_ref().ok().cloned().flatten(),
                 "base_file": l.base_file.as_ref().map(|b| b.display().to_string()),
                 "error": l.base.as_ref().err().map(|e| e.to_string()),
-                "needed_by": l.needed_by.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+                "needed_by": l.needed_by.iter().map(|&i| links[i].path.display().to_string()).collect::<Vec<_>>(),
             })
         })
         .collect();

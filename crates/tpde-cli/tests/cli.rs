@@ -399,6 +399,28 @@ fn pack_series_chains_with_keyframes() {
     assert!(out.contains("FAILED  step4.tpde  (needs step3.tpde): base-missing"), "{out}");
     assert!(out.contains("ok      step2.tpde"), "{out}");
     assert!(err.contains("packed: 1 of 4 files do not load"), "{err}");
+    // A damaged delta in the middle of a chain: it and the file after it fail (each file is
+    // checked once, against its base held decoded, which a damaged file never is).
+    let step1 = d.join("packed/step1.tpde");
+    let mut bytes = std::fs::read(&step1).unwrap();
+    let middle = bytes.len() / 2; // inside a chunk's stored bytes
+    bytes[middle] ^= 0x40;
+    std::fs::write(&step1, bytes).unwrap();
+    let (out, err) = verify(1);
+    assert!(out.contains("ok      step0.tpde") && out.contains("FAILED  step1.tpde"), "{out}");
+    assert!(out.contains("FAILED  step2.tpde  (needs step1.tpde)"), "{out}");
+    assert!(err.contains("packed: 3 of 4 files do not load"), "{err}");
+    // A subfolder that cannot be read is a failed check of its own, not the end of the command
+    // (as root, which reads it anyway, there is nothing to see).
+    let locked = d.join("packed/locked");
+    std::fs::create_dir(&locked).unwrap();
+    std::fs::set_permissions(&locked, std::os::unix::fs::PermissionsExt::from_mode(0)).unwrap();
+    if std::fs::read_dir(&locked).is_err() {
+        let (out, _) = verify(1);
+        assert!(out.contains("FAILED  locked") && out.contains("ok      step0.tpde"), "{out}");
+        assert!(inspect().contains("locked  unreadable"));
+    }
+    std::fs::set_permissions(&locked, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
 }
 
 #[test]

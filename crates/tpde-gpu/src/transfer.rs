@@ -46,7 +46,12 @@ impl Gpu {
     /// A buffer holding `bytes` (zero-padded to a multiple of 4): mapped at creation and filled
     /// by every core, a piece each (`create_buffer_init` and `write_buffer` copy on the calling
     /// thread alone, which bounded the host path of a whole decode).
-    pub(crate) fn filled(&self, label: &str, bytes: &[u8], usage: wgpu::BufferUsages) -> Result<wgpu::Buffer, GpuError> {
+    pub(crate) fn filled(
+        &self,
+        label: &str,
+        bytes: &[u8],
+        usage: wgpu::BufferUsages,
+    ) -> Result<wgpu::Buffer, GpuError> {
         const PIECE: usize = 4 << 20; // a multiple of wgpu's MAP_ALIGNMENT
         let size = (bytes.len() as u64).next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT).max(wgpu::COPY_BUFFER_ALIGNMENT);
         let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
