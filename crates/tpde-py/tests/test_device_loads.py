@@ -243,6 +243,40 @@ def test_a_tensor_over_the_size_limit_is_refused_before_its_destination_is_made(
         assert e.value.kind == "limit-exceeded", e.value
 
 
+def test_memory_the_device_or_the_host_cannot_give_is_limit_exceeded(tmp_path, staged, monkeypatch):
+    """Issue 67: a staged load turned torch's out-of-memory error (a 16 GiB declared tensor, a
+    pinned ring the host cannot give) into torch's RuntimeError, where a load onto the CPU says
+    ``limit-exceeded``. And a file of large chunks gets fewer slots, never a larger ring."""
+    path = tmp_path / "a.tpde"
+    tpde.torch.save_file({"w": torch.ones(4096), "b": torch.zeros(10)}, path)
+    empty = torch.empty
+
+    def no_destination(*args, **kwargs):
+        if kwargs.get("dtype") != torch.uint8:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 GiB")
+        return empty(*args, **kwargs)
+
+    class NoPinnedMemory(SlowCopier):
+        def buffer(self, nbytes):
+            raise RuntimeError(f"CUDA error: out of memory (cudaHostAlloc of {nbytes} bytes)")
+
+    def refused(why):
+        with pytest.raises(tpde.TpdeError) as e:
+            tpde.torch.load_file(path)
+        assert e.value.kind == "limit-exceeded" and "cannot be had" in str(e.value), (why, e.value)
+
+    monkeypatch.setattr(torch, "empty", no_destination)
+    refused("the destination")
+    monkeypatch.setattr(torch, "empty", empty)
+    monkeypatch.setattr(_staging, "copier_for", lambda device: NoPinnedMemory())
+    refused("the ring")
+    monkeypatch.setattr(_staging, "copier_for", lambda device: SlowCopier())
+    # A ring bounded below one slot's size: one slot, reused, and the bytes still right.
+    monkeypatch.setattr(_staging, "RING_BYTES", 1)
+    same(tpde.torch.load_file(path)["w"], torch.ones(4096))
+    assert len(SlowCopier.made[-1].buffers) == 1
+
+
 def test_a_device_torch_does_not_know_is_a_tpde_error(tmp_path):
     tpde.torch.save_file({"w": torch.ones(3)}, tmp_path / "a.tpde")
     for device in ("gpu", "cuda:x", 7.5):

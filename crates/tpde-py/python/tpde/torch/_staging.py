@@ -19,6 +19,9 @@ from .._errors import error
 
 SLOT_BYTES = 64 << 20
 SLOTS = 3
+# The ring's bound, whatever a file's chunks: a stage holds whole chunks, so a file of larger
+# chunks (up to 1 GiB each, spec §8) gets fewer slots, down to one, rather than more memory.
+RING_BYTES = 192 << 20
 
 # (tensor name, first byte, end byte, destination: a flat uint8 tensor of end - first bytes)
 Request = Tuple[str, int, int, torch.Tensor]
@@ -99,7 +102,7 @@ def stream_into(
     ring is dropped; what was copied stays."""
     if stages is None:
         stages = plan(f, [(name, start, end) for name, start, end, _ in requests])
-    slots = max(SLOTS, 1)
+    slots = max(1, min(SLOTS, RING_BYTES // max(stages.slot, 1)))
     total, done = sum(end - start for _, start, end, _ in requests), 0
     ring: List[torch.Tensor] = []
     marks: List[Any] = []
@@ -107,7 +110,7 @@ def stream_into(
         for k in range(len(stages)):
             i = k % slots
             if i == len(ring):
-                ring.append(copier.buffer(stages.slot))
+                ring.append(allocate(f"a pinned buffer of {stages.slot} bytes", lambda: copier.buffer(stages.slot)))
                 marks.append(None)
             elif marks[i] is not None:
                 copier.wait(marks[i])  # the copies out of this buffer are done: refill it
@@ -122,6 +125,19 @@ def stream_into(
                 progress(done, total)
     finally:
         copier.finish()  # copies still reading the ring end before it is freed, error or not
+
+
+def allocate(what: str, make: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """``make()``, memory the host or the device cannot give being a ``limit-exceeded``
+    TpdeError naming ``what`` (torch raises its own ``OutOfMemoryError`` or ``RuntimeError``), as
+    a load onto the CPU says it."""
+    try:
+        return make()
+    except RuntimeError as e:  # torch.OutOfMemoryError is one
+        text = str(e)
+        if isinstance(e, getattr(torch, "OutOfMemoryError", ())) or "out of memory" in text or "alloc" in text.lower():
+            raise error("limit-exceeded", f"{what}: the memory cannot be had: {text.splitlines()[0] if text else e}") from None
+        raise
 
 
 def flat_bytes(t: torch.Tensor) -> torch.Tensor:
@@ -143,7 +159,8 @@ def load(
     out: Dict[str, torch.Tensor] = {}
     requests: List[Request] = []
     for (name, dtype, shape), (_, _, nbytes) in zip(infos, sized):
-        t = torch.empty(tuple(shape), dtype=dtypes[dtype], device=device)
+        t = allocate(f"tensor {name!r} ({nbytes} bytes on {device})",
+                     lambda: torch.empty(tuple(shape), dtype=dtypes[dtype], device=device))
         out[name] = t
         if nbytes:
             requests.append((name, 0, nbytes, flat_bytes(t)))
@@ -155,7 +172,8 @@ def load_range(f: Any, name: str, start: int, end: int, shape: Sequence[int], de
     """Bytes ``start..end`` of tensor ``name`` as a new tensor of ``shape`` on ``device`` (rows
     of a slice), decoding only the chunks that hold them."""
     stages = plan(f, [(name, start, end)] if end > start else [])
-    t = torch.empty(tuple(shape), dtype=_dtypes.torch_dtypes()[f.info(name)[0]], device=device)
+    dtype = _dtypes.torch_dtypes()[f.info(name)[0]]
+    t = allocate(f"tensor {name!r} (rows of it on {device})", lambda: torch.empty(tuple(shape), dtype=dtype, device=device))
     if t.numel():
         stream_into(f, [(name, start, end, flat_bytes(t))], copier_for(device), stages=stages)
     return t
