@@ -397,3 +397,37 @@ def test_the_pip_command_confines_hints_as_the_rust_one_does(tmp_path):
     _rehint(run / "step=0.ckpt", "../outside/step=1.ckpt", "/etc/passwd")
     r = unpack()
     assert r.returncode == 1 and "not followed" in r.stderr, r
+
+
+class _Runs:
+    """An object whose unpickling would run code (what a weights-only load refuses)."""
+
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+def test_exports_never_hand_on_what_only_a_pickle_reads(tmp_path):
+    """Issue 67: an export wrote what ``torch.load(weights_only=True)`` refuses (a user's next
+    step is to turn that safety off), and copied a stored folder's other files unchecked (a
+    code-running ``rng_state.pth`` passed through, which the Trainer loads on resume). Both are
+    refused now, naming the file, and nothing is left."""
+    from tpde.torch import Series, _export, _folder
+
+    Series().save(tmp_path / "state.ckpt", {"w": torch.ones(3), "extra": np.zeros(3, dtype=np.float64)})
+    with pytest.raises(tpde.TpdeError) as e:
+        _export.state(tmp_path / "state.ckpt", tmp_path / "out.pt")
+    assert e.value.kind == "malformed" and "only a pickle reads" in str(e.value), e.value
+    assert not (tmp_path / "out.pt").exists() and not (tmp_path / "out.pt.tpde-partial").exists()
+
+    folder = tmp_path / "run" / "checkpoint-2"
+    folder.mkdir(parents=True)
+    torch.save({"w": torch.ones(2)}, folder / "optimizer.pt")
+    _folder.pack(str(folder), Series(), {})
+    torch.save({"cpu_rng_state": _Runs()}, folder / "rng_state.pth")  # put there by someone else
+    with pytest.raises(tpde.TpdeError) as e:
+        _export.folder(folder, tmp_path / "exported")
+    assert "rng_state.pth" in str(e.value), e.value
+    assert not (tmp_path / "exported").exists()
+    os.remove(folder / "rng_state.pth")
+    _export.folder(folder, tmp_path / "exported")
+    assert torch.equal(torch.load(tmp_path / "exported" / "optimizer.pt", weights_only=True)["w"], torch.ones(2))

@@ -202,3 +202,26 @@ def test_a_series_continues_from_a_file_another_process_wrote(tmp_path):
     f = tpde._tpde.File(str(a), None)
     assert f.is_delta() and f.metadata()["checkpoint.base"] == "b.tpde"
     assert torch.equal(Series().load(a)["w"], w)
+
+
+def test_best_files_that_cannot_be_given_back_are_a_warning_not_a_failed_run(tmp_path, monkeypatch):
+    """Issue 67: a full disk while the callback gives a stored best folder its files back (just
+    before the Trainer loads the best model) failed ``train()`` at its very end; the Trainer itself
+    only warns of a best folder without weights. It is a warning now, and nothing is left."""
+    from types import SimpleNamespace
+
+    best = tmp_path / "checkpoint-2"
+    best.mkdir()
+    torch.save({"w": torch.ones(2)}, best / "optimizer.pt")
+    callback = tpde.transformers.TpdeCallback(background=False)
+    _folder.pack(str(best), callback.series, {})
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(_folder, "expand", full_disk)
+    args = SimpleNamespace(load_best_model_at_end=True, output_dir=str(tmp_path))
+    state = SimpleNamespace(best_model_checkpoint=str(best))
+    with pytest.warns(UserWarning, match="No space left on device"):
+        callback.on_log(args, state, None, logs={"train_runtime": 1.0})
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-2"]

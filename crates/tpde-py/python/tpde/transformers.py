@@ -160,6 +160,9 @@ class TpdeCallback(TrainerCallback):
             for name in _folder.expand(best, tmp, self.series):
                 os.replace(os.path.join(tmp, name), os.path.join(best, name))
                 self._best_files.append(os.path.join(best, name))
+        except Exception as e:  # a full disk: the Trainer only warns of a best folder without weights
+            warnings.warn(f"{best}: its files were not given back for the Trainer's load of the best model, which "
+                          f"keeps the last weights: {e}")
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 

@@ -66,7 +66,7 @@ def state(path: Any, dest: Any, hints: Any = None) -> str:
     """The state file ``path`` as a ``torch.save`` file ``dest``; returns ``dest``."""
     dest = _new(dest, "file")
     path = os.path.abspath(os.fspath(path))
-    torch_save(Series().load(path, hints=[os.path.dirname(path)] if hints is None else hints), dest)
+    _folder.save_checked(Series().load(path, hints=[os.path.dirname(path)] if hints is None else hints), dest)
     return dest
 
 

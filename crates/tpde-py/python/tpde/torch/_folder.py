@@ -82,6 +82,24 @@ class Storer:
             storing.result()
 
 
+def save_checked(state: Any, path: str) -> None:
+    """``torch.save`` of ``state`` to ``path``, whole or not at all, refused (nothing left) if
+    ``torch.load(weights_only=True)`` would not read it back: a file given back never asks its
+    reader to turn that safety off (a crafted ``.tpde`` file can hold what only a pickle reads)."""
+    from .._tpde import TpdeError
+
+    tmp = f"{path}.tpde-partial"
+    try:
+        torch.save(state, tmp)
+        _read_torch(tmp)
+        os.replace(tmp, path)
+    except TpdeError as e:
+        raise error("malformed", f"{path}: not written: its state holds what only a pickle reads: {e}") from None
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
 def holds_states(folder: str) -> bool:
     """Whether ``folder`` holds weight or state files as a framework writes them."""
     names = os.listdir(folder) if os.path.isdir(folder) else []
@@ -142,6 +160,8 @@ def expand(folder: str, dest: str, series: Any, hints: Any = "follow") -> List[s
     for name in sorted(os.listdir(folder)):
         path = os.path.join(folder, name)
         if name != STORED and os.path.isfile(path) and not os.path.islink(path):
+            if name.endswith(TORCH_FILES) and name not in files:
+                _read_torch(path)  # a pickle beside the stored files is given back only if it is safe to load
             shutil.copy2(path, os.path.join(dest, name))
     for name, content in files.items():
         # a name from the file: one plain file name, never a path
@@ -152,7 +172,7 @@ def expand(folder: str, dest: str, series: Any, hints: Any = "follow") -> List[s
             st = content["safetensors"]
             save_file({k: v.contiguous() for k, v in st["tensors"].items()}, out, metadata=st["metadata"])
         elif "torch" in content:
-            torch.save(content["torch"], out)
+            save_checked(content["torch"], out)
         else:
             raise error("malformed", f"{stored}: {name}: neither safetensors nor torch content")
     return list(files)
