@@ -431,3 +431,28 @@ def test_exports_never_hand_on_what_only_a_pickle_reads(tmp_path):
     os.remove(folder / "rng_state.pth")
     _export.folder(folder, tmp_path / "exported")
     assert torch.equal(torch.load(tmp_path / "exported" / "optimizer.pt", weights_only=True)["w"], torch.ones(2))
+
+
+def test_a_damaged_newest_file_never_lengthens_a_chain_past_keyframe_every(tmp_path):
+    """Issue 67: with the newest file (step 8) cut in half, the next save found step 7, the
+    keyframe that ends the run 4-7, as the newest, and wrote it again as a delta against step 9:
+    a chain of 5 files with ``keyframe_every=4``. A keyframe not written as the newest stays one."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(10000, generator=g)
+    ck = Checkpointer(tmp_path, keyframe_every=4)
+    for s in range(9):
+        w = w + 0.001 * torch.randn(10000, generator=g)
+        ck.save(s, {"w": w})
+    ck.close()
+    data = Path(ck.path(8)).read_bytes()
+    Path(ck.path(8)).write_bytes(data[: len(data) // 2])
+    ck = Checkpointer(tmp_path, keyframe_every=4)
+    with pytest.warns(UserWarning, match="step-0000000008.tpde"):
+        ck.save(9, {"w": w + 1})
+    ck.close()
+    for s in (4, 5, 6, 7, 9):
+        chain, at = 1, s
+        while (base := tpde._tpde.File(ck.path(at), None, follow_hints=False).metadata().get("checkpoint.base_step")):
+            chain, at = chain + 1, int(base)
+        assert chain <= 4, f"step {s}: a chain of {chain} files"
+    assert torch.equal(ck.load(7)["w"], tpde.torch.load_file(ck.path(7))["w"])

@@ -681,7 +681,11 @@ class Checkpointer:
         previous, meta = newest
         if "checkpoint.base_step" in meta:
             return None, None, 0  # a forward delta (a folder written with layout='forward'): left as it is
-        run = meta.get("checkpoint.reverse_run", "0")
+        run = meta.get("checkpoint.reverse_run")
+        if run is None:
+            # Not written as the newest (a keyframe that ended a run, found newest only because a
+            # newer file is damaged): it ends its run already, and stays a keyframe.
+            return None, None, 0
         if not re.fullmatch(r"\d{1,10}", run):
             warnings.warn(f"{self.path(previous)}: checkpoint.reverse_run {run[:40]!r} is not a count; it stays a keyframe", stacklevel=3)
             return None, None, 0
