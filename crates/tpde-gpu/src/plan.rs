@@ -174,7 +174,8 @@ impl ChunkWork {
 
     fn append_blob(&mut self, bytes: &[u8]) -> Result<u64, CodecError> {
         let at = self.blob.len().next_multiple_of(4);
-        self.blob.try_reserve(at - self.blob.len() + bytes.len()).map_err(|_| out_of_memory(bytes.len()))?;
+        let grow = at - self.blob.len() + bytes.len();
+        self.blob.try_reserve(grow).map_err(|_| CodecError::OutOfMemory { bytes: bytes.len() as u64 })?;
         self.blob.resize(at, 0);
         self.blob.extend_from_slice(bytes);
         Ok(at as u64)
@@ -657,13 +658,9 @@ fn assemble(limits: &Limits, chunks: &[ChunkWork]) -> Batch {
 /// is an error, never an abort.
 fn zeros(n: usize) -> Result<Vec<u8>, CodecError> {
     let mut v = Vec::new();
-    v.try_reserve_exact(n).map_err(|_| out_of_memory(n))?;
+    v.try_reserve_exact(n).map_err(|_| CodecError::OutOfMemory { bytes: n as u64 })?;
     v.resize(n, 0);
     Ok(v)
-}
-
-fn out_of_memory(bytes: usize) -> CodecError {
-    CodecError::OutOfMemory { bytes: bytes as u64 }
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 //! arrays; the Python modules give them their dtype and shape (numpy, ml_dtypes, torch).
 
 mod interrupt;
+mod object;
 mod predictions;
 mod staging;
 
@@ -415,7 +416,7 @@ fn save<'py>(
             exact: exact.unwrap_or_default(),
             keep_reconstruction: keep,
             predictions,
-            expect: expected(expect.as_deref()),
+            expect: object::expected(expect.as_deref()),
         };
         let source = PackSource::Tensors { tensors: &list, metadata: &metadata, format: "python" };
         tpde::pack(source, &path, job, cancel)
@@ -468,7 +469,7 @@ fn save_snapshot<'py>(
         let job = PackJob {
             base: base_ck.as_deref().zip(base.as_ref()).map(|(b, at)| (b, path.hint_to(at))),
             predictions,
-            expect: expected(expect.as_deref()),
+            expect: object::expected(expect.as_deref()),
             ..PackJob::keyframe(WriteOptions { encoder, ..WriteOptions::default() })
         };
         let source = PackSource::Tensors { tensors: &list, metadata: &metadata, format: "python" };
@@ -616,57 +617,6 @@ fn dtypes(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyTuple>>> {
         .collect()
 }
 
-/// Writes `data` as a new object at URL `url` only if none is there (a conditional PUT):
-/// whether this call created it. For the `Checkpointer`'s writer lease.
-#[pyfunction]
-fn object_create_new(py: Python<'_>, url: &str, data: Vec<u8>) -> PyResult<bool> {
-    let url = tpde::object::ObjectUrl::parse(url).map_err(|e| invalid(e.to_string()))?;
-    py.detach(|| tpde::object::put_new(&url, data)).map_err(|e| py_err(e.into()))
-}
-
-/// The version of the object at URL `url` a writer means to replace, for `save`'s `expect`:
-/// its ETag, `""` if there is none, `None` if the store gives no ETag (no condition). Taken
-/// before the writer checks its lease, it makes the save complete only if no other writer
-/// replaced the object in between.
-#[pyfunction]
-fn object_version(py: Python<'_>, url: &str) -> PyResult<Option<String>> {
-    use tpde::object::Expect;
-    let url = tpde::object::ObjectUrl::parse(url).map_err(|e| invalid(e.to_string()))?;
-    match py.detach(|| tpde::object::version(&url)).map_err(|e| py_err(e.into()))? {
-        Expect::Anything => Ok(None),
-        Expect::Absent => Ok(Some(String::new())),
-        Expect::ETag(e) => Ok(Some(e)),
-    }
-}
-
-/// `save`'s `expect`: `object_version`'s answer.
-fn expected(version: Option<&str>) -> tpde::object::Expect {
-    use tpde::object::Expect;
-    match version {
-        None => Expect::Anything,
-        Some("") => Expect::Absent,
-        Some(e) => Expect::ETag(e.to_owned()),
-    }
-}
-
-/// Writes `data` as the object at URL `url` in one PUT, replacing any.
-#[pyfunction]
-fn object_write(py: Python<'_>, url: &str, data: Vec<u8>) -> PyResult<()> {
-    let url = tpde::object::ObjectUrl::parse(url).map_err(|e| invalid(e.to_string()))?;
-    py.detach(|| tpde::object::put(&url, data)).map_err(|e| py_err(e.into()))
-}
-
-/// The whole object at URL `url`, or `None` if there is none.
-#[pyfunction]
-fn object_read(py: Python<'_>, url: &str) -> PyResult<Option<Vec<u8>>> {
-    let url = tpde::object::ObjectUrl::parse(url).map_err(|e| invalid(e.to_string()))?;
-    match py.detach(|| tpde::object::get_all(&url)) {
-        Ok(b) => Ok(Some(b.to_vec())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(py_err(e.into())),
-    }
-}
-
 /// Runs the `tpde` (or, with `inspect`, `tpde-inspect`) command line on `argv` (the program's
 /// name first) and returns its exit status: the console scripts `pip install` puts on `PATH`.
 #[pyfunction]
@@ -697,9 +647,9 @@ fn _tpde(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(remove, m)?)?;
     m.add_function(wrap_pyfunction!(cli, m)?)?;
     m.add_function(wrap_pyfunction!(copy, m)?)?;
-    m.add_function(wrap_pyfunction!(object_create_new, m)?)?;
-    m.add_function(wrap_pyfunction!(object_read, m)?)?;
-    m.add_function(wrap_pyfunction!(object_write, m)?)?;
-    m.add_function(wrap_pyfunction!(object_version, m)?)?;
+    m.add_function(wrap_pyfunction!(object::object_create_new, m)?)?;
+    m.add_function(wrap_pyfunction!(object::object_read, m)?)?;
+    m.add_function(wrap_pyfunction!(object::object_write, m)?)?;
+    m.add_function(wrap_pyfunction!(object::object_version, m)?)?;
     Ok(())
 }
