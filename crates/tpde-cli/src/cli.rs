@@ -413,9 +413,13 @@ fn run(command: Command) -> Result<(), CliError> {
                 max_rel_error: codec.max_rel_error,
                 ..PackJob::keyframe(options)
             };
+            let hint = job.base.as_ref().map(|(_, hint)| hint.clone());
             let bar = progress_bar(0, "packing");
             let r = tpde::pack(PackSource::Path(&input), &output, job, &bar)?.report;
             eprintln!("{}", pack_line(&r));
+            if let Some(note) = hint.and_then(|h| open::hint_note(&output, &h)) {
+                eprintln!("note: {note}");
+            }
             Ok(())
         }
         Command::PackSeries { dir, output, keyframe_every, codec } => {

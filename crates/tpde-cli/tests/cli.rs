@@ -414,7 +414,7 @@ fn pack_series_chains_with_keyframes() {
     // (as root, which reads it anyway, there is nothing to see).
     let locked = d.join("packed/locked");
     std::fs::create_dir(&locked).unwrap();
-    std::fs::set_permissions(&locked, std::os::unix::fs::PermissionsExt::from_mode(0)).unwrap();
+    std::fs::set_permissions(&locked, std::os::unix::fs::PermissionsExt::from_mode(0o000)).unwrap();
     if std::fs::read_dir(&locked).is_err() {
         let (out, _) = verify(1);
         assert!(out.contains("FAILED  locked") && out.contains("ok      step0.tpde"), "{out}");
@@ -909,10 +909,13 @@ fn model_folders_carry_their_files_and_are_bases_of_their_fine_tunes() {
     }
     inspect().arg(d.join("ft.tpde")).assert().success().stdout(predicates::str::contains("1_Pooling/config.json"));
 
-    // Unpacking never writes through a link it finds in the output folder.
+    // Unpacking over a folder with files is refused without --replace (issue 67); with it the
+    // folder is replaced whole, never written through a link it holds, and what a link leads to
+    // is neither written nor removed.
     let (out, elsewhere) = (d.join("out-link"), d.join("elsewhere"));
     std::fs::create_dir_all(&out).unwrap();
     std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::write(elsewhere.join("keep.txt"), b"keep me").unwrap();
     std::os::unix::fs::symlink(&elsewhere, out.join("1_Pooling")).unwrap();
     tpde()
         .arg("unpack")
@@ -921,15 +924,17 @@ fn model_folders_carry_their_files_and_are_bases_of_their_fine_tunes() {
         .arg(&out)
         .assert()
         .code(2)
-        .stderr(predicates::str::contains("not a folder (a link or a file)"));
-    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0, "nothing written through the link");
-    // A file that links out is replaced, not written through.
+        .stderr(predicates::str::contains("--replace"));
+    tpde().arg("unpack").arg(d.join("ft.tpde")).arg("-o").arg(&out).arg("--replace").assert().success();
+    assert_eq!(tpde_testkit::folder::files(&elsewhere).len(), 1, "nothing written through the link, nothing removed");
+    assert!(std::fs::symlink_metadata(out.join("1_Pooling")).unwrap().is_dir());
+    // A file that links out is replaced with its folder, not written through.
     let victim = d.join("victim.txt");
     std::fs::write(&victim, b"keep me").unwrap();
     let out = d.join("out-file-link");
     std::fs::create_dir_all(&out).unwrap();
     std::os::unix::fs::symlink(&victim, out.join("config.json")).unwrap();
-    tpde().arg("unpack").arg(d.join("ft.tpde")).arg("-o").arg(&out).assert().success();
+    tpde().arg("unpack").arg(d.join("ft.tpde")).arg("-o").arg(&out).arg("--replace").assert().success();
     assert_eq!(std::fs::read(&victim).unwrap(), b"keep me");
     assert!(!std::fs::symlink_metadata(out.join("config.json")).unwrap().file_type().is_symlink());
 }

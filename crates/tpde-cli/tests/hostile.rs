@@ -506,3 +506,45 @@ fn device_memory_that_cannot_be_had_is_an_error_not_a_panic() {
         .stderr(predicates::str::contains("could not allocate").or(predicates::str::contains("out of memory")));
     assert!(!Path::new(out).exists());
 }
+
+/// Issue 70: `tpde pack ft/ --base ../base/ -o x.tpde` recorded a hint that a default unpack, which
+/// follows hints only inside the file's folder, refuses; pack said nothing and unpack did not say
+/// what to do. Pack now says what unpack will need, the refusal names the fix, and the fix works.
+#[test]
+fn pack_says_what_unpack_will_need_for_a_base_outside_the_file_s_folder() {
+    use tpde_testkit::folder::{files, sharded};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (base, tuned) = (sharded(d, 1.0), sharded(d, 1.5));
+    std::fs::write(tuned.join("config.json"), b"{}").unwrap();
+    let work = d.join("work");
+    std::fs::create_dir(&work).unwrap();
+    let rel = |p: &Path| format!("../{}", p.file_name().unwrap().to_str().unwrap());
+    tpde()
+        .args(["pack", &rel(&tuned), "--base", &rel(&base), "-o", "x.tpde"])
+        .current_dir(&work)
+        .assert()
+        .success()
+        .stderr(predicates::str::contains("note:").and(predicates::str::contains(format!("--base {}", rel(&base)))));
+    tpde()
+        .args(["unpack", "x.tpde", "-o", "ft"])
+        .current_dir(&work)
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains("not followed").and(predicates::str::contains("--base")));
+    tpde().args(["unpack", "x.tpde", "-o", "ft", "--base", &rel(&base)]).current_dir(&work).assert().success();
+    tpde().args(["unpack", "x.tpde", "-o", "ft2", "--hint-root", ".."]).current_dir(&work).assert().success();
+    assert_eq!(files(&work.join("ft"))["config.json"], b"{}");
+    assert_eq!(files(&work.join("ft")), files(&work.join("ft2")));
+    // A base in the file's own folder needs nothing: no note.
+    tpde().args(["pack", &rel(&base), "-o", "base.tpde"]).current_dir(&work).assert().success();
+    let out = tpde()
+        .args(["pack", &rel(&tuned), "--base", "base.tpde", "-o", "y.tpde"])
+        .current_dir(&work)
+        .assert()
+        .success()
+        .get_output()
+        .stderr
+        .clone();
+    assert!(!String::from_utf8(out).unwrap().contains("note:"));
+}

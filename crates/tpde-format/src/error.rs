@@ -123,7 +123,7 @@ impl fmt::Display for Position {
 #[non_exhaustive]
 pub enum FormatError {
     /// Rule R1: the magic.
-    #[error("not a TPDE file: the first 8 bytes are {found:02x?}, expected {expected:02x?}")]
+    #[error("not a TPDE file{}: the first 8 bytes are {found:02x?}, expected {expected:02x?}", other_format(found))]
     NotTpde {
         /// The bytes found.
         found: Vec<u8>,
@@ -261,5 +261,16 @@ fn truncated(what: &str, start: u64, end: u64, file_len: u64) -> String {
     match end > file_len {
         true => format!("{what} needs bytes {start}..{end} but the file is {file_len} bytes long"),
         false => format!("{what}, at bytes {start}..{end} of {file_len}"),
+    }
+}
+
+/// What a file that is not TPDE seems to be, from its first bytes, for [`FormatError::NotTpde`]:
+/// the formats a checkpoint folder holds.
+fn other_format(first: &[u8]) -> &'static str {
+    match first {
+        [b'P', b'K', 3, 4, ..] => " (a zip file: torch.save's format?)",
+        [0x80, 2..=5, ..] => " (a pickle: torch.save's legacy format?)",
+        [_, _, _, _, _, _, 0, 0, ..] if first.len() == 8 => " (a safetensors file?)",
+        _ => "",
     }
 }

@@ -523,6 +523,7 @@ fn pack<'py>(
     let encoder = encoder(codec)?;
     let (output, base) = (location(output)?, base.map(location).transpose()?);
     check_bounds(max_abs_error, max_rel_error)?;
+    let hint = base.as_ref().map(|b| output.hint_to(b));
     let report = interrupt::interruptible(py, progress.as_ref(), |cancel| {
         let base_ck = base.as_ref().map(open_base).transpose()?;
         let job = PackJob {
@@ -534,7 +535,9 @@ fn pack<'py>(
         tpde::pack(PackSource::Path(&input), &output, job, cancel).map(|p| p.report)
     })?
     .map_err(py_err)?;
-    pack_report(py, &report)
+    let d = pack_report(py, &report)?;
+    d.set_item("hint_note", hint.and_then(|h| open::hint_note(&output, &h)))?;
+    Ok(d)
 }
 
 /// `tpde unpack`: a `.tpde` file into a `.safetensors` file, or, if it was packed from a

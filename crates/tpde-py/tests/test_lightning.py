@@ -51,10 +51,10 @@ def test_a_killed_run_resumes_bit_for_bit(tmp_path, io, uninterrupted):
         assert torch.equal(resumed[k], uninterrupted[k]), k
 
 
-def test_newest_native_opens_lightning_s_way_and_export_gives_any_back(tmp_path, uninterrupted):
-    """newest="native": the newest file is torch.save's, so torch.load, load_from_checkpoint and
-    fit(ckpt_path=...) without the plug-in open it (issue 58); the ones before it are TPDE, and
-    export() writes any of them back as Lightning writes it."""
+def test_the_newest_opens_lightning_s_way_by_default_and_export_gives_any_back(tmp_path, uninterrupted):
+    """The default (newest="native", issue 70): the newest file is torch.save's, so torch.load,
+    load_from_checkpoint and fit(ckpt_path=...) without the plug-in open it; the ones before it
+    are TPDE, and export() writes any of them back as Lightning writes it."""
     from frameworks.lightning_run import Regressor
 
     import tpde.lightning

@@ -65,7 +65,11 @@ pub enum ReadError {
         bytes: u64,
     },
     /// The file is a delta and no base was attached.
-    #[error("this file is a delta: decoding it needs its base (content digest {digest}{})", hint_note(hint))]
+    #[error(
+        "this file is a delta: decoding it needs its base (content digest {digest}{}); give it with --base \
+         (Python: base=), or let its hint be followed (--hint-root DIR, Python: hints=[DIR])",
+        hint_note(hint)
+    )]
     BaseMissing {
         /// The base's content digest, hex.
         digest: String,
@@ -93,7 +97,11 @@ pub enum ReadError {
     NotADelta,
     /// A base's path hint that the reader's [`PathHints`](crate::PathHints) (or, for a URL,
     /// the caller's settings) do not let it follow.
-    #[error("base path hint {hint:?} not followed: {why}")]
+    #[error(
+        "base path hint {hint:?} not followed: {why}; give the base with --base (Python: base=), allow its \
+         folder with --hint-root DIR (hints=[DIR]), or follow every hint of your own files with --follow-hints \
+         (hints=\"follow\")"
+    )]
     HintRefused {
         /// The hint.
         hint: String,

@@ -22,6 +22,22 @@ pub fn is_tpde(path: &Path) -> Result<bool, Error> {
     Ok(n == 8 && magic == tpde_format::header::MAGIC)
 }
 
+/// What a delta written at `output` with the base hint `hint` will need to be read, when a
+/// reader with the default, confined hints (`tpde unpack`, Python's loads) would not follow the
+/// hint (a base outside the file's folder); `None` when it would. Said by `tpde pack` and
+/// Python's `pack`, so that pack and unpack agree.
+pub fn hint_note(output: &Location, hint: &str) -> Option<String> {
+    let confined = OpenOptions { hints: HintPolicy::confined(), ..Default::default() };
+    if confined.hints.follow(output, hint).is_ok() {
+        return None;
+    }
+    Some(format!(
+        "the base is recorded as {hint:?}, outside the folder of {output}; a default unpack follows hints only \
+         inside it: unpack with `--base {hint}` (Python: base=), or allow the base's folder with `--hint-root DIR` \
+         (hints=[DIR])"
+    ))
+}
+
 /// How the readers here open a file: which base hints they follow, and the reader's settings
 /// (checksums, the largest tensor decoded), for the file and every base behind it.
 #[derive(Clone, Debug, Default)]

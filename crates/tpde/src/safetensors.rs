@@ -87,10 +87,20 @@ struct Digests {
 impl SafetensorsFile {
     /// Maps and parses the file.
     pub fn open(path: &Path) -> Result<Self, Error> {
-        let st_err = |e: safetensors::SafeTensorError| {
-            Error::malformed(format!("{}: not a valid safetensors file: {e}", path.display()))
-        };
         let map = tpde_read::map_file(path).map_err(|e| Error::from(e).context(path.display()))?;
+        let st_err = |e: safetensors::SafeTensorError| match &map[..map.len().min(8)] {
+            m if m == tpde_format::header::MAGIC => Error::usage(format!(
+                "{}: already a TPDE file, not a safetensors file: `tpde unpack` writes it back as safetensors, \
+                 `tpde cp` copies it",
+                path.display()
+            )),
+            [b'P', b'K', 3, 4, ..] => Error::usage(format!(
+                "{}: a zip file (torch.save's format?), not a safetensors file: TPDE packs safetensors files and \
+                 model folders; save torch tensors with tpde.torch.save_file or a Checkpointer",
+                path.display()
+            )),
+            _ => Error::malformed(format!("{}: not a valid safetensors file: {e}", path.display())),
+        };
         let (header_len, header) = SafeTensors::read_metadata(&map).map_err(st_err)?;
         let st = SafeTensors::deserialize(&map).map_err(st_err)?;
         let data_start = 8 + header_len;

@@ -233,7 +233,7 @@ fn write_folder(
     let files = r.files()?;
     // Shards and the index have plain names (checked by `Layout::of`): only the table's paths
     // have folders.
-    crate::files::check_destination(output, files.iter().map(|f| f.path.as_str()), layout)?;
+    crate::files::check_destination(files.iter().map(|f| f.path.as_str()), layout)?;
     let folder = AtomicFolder::create(output).map_err(|e| Error::from(e).context(output.display()))?;
     let staging = folder.staging();
     crate::files::write(staging, &files)?;

@@ -222,7 +222,7 @@ struct Links {
     /// The index of the file each one's hint names, when it is one of `files`.
     bases: Vec<Option<usize>>,
     /// The subfolders that could not be read, and why.
-    unreadable: Vec<(PathBuf, Error)>,
+    unreadable: Unreadable,
 }
 
 /// The TPDE files under `folder` with their bases: from the files' directories alone.
@@ -273,9 +273,12 @@ impl Links {
     }
 }
 
+/// Subfolders that could not be read, and why.
+type Unreadable = Vec<(PathBuf, Error)>;
+
 /// The TPDE files under `folder`, whatever their names, in path order, and the subfolders that
 /// could not be read (a failure of the folder itself is an error); links are not followed.
-fn tpde_files(folder: &Path) -> Result<(Vec<PathBuf>, Vec<(PathBuf, Error)>), Error> {
+fn tpde_files(folder: &Path) -> Result<(Vec<PathBuf>, Unreadable), Error> {
     let (mut files, mut unreadable) = (Vec::new(), Vec::new());
     let mut pending = vec![folder.to_path_buf()];
     while let Some(dir) = pending.pop() {

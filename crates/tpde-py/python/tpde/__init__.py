@@ -17,6 +17,7 @@ Everything is done by the Rust crates; this package converts types.
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any, Dict, List, Optional, Union
 
 from . import _dtypes
@@ -48,13 +49,18 @@ def pack(
     out: weights and their indexes, hidden folders; ``links``, the ``(path, target)`` of each
     carried file that is a link). Links are read through only inside the folder or into a
     Hugging Face cache's blobs, and a FIFO or device is refused. ``progress``: None draws a bar on an
-    interactive terminal, False none, or a callable gets ``(done, total)`` bytes as it goes."""
+    interactive terminal, False none, or a callable gets ``(done, total)`` bytes as it goes. A base
+    outside ``output``'s folder is a warning saying what the unpack will need (``hint_note``)."""
     from ._progress import resolve
     from ._tpde import pack as _pack
 
     base = None if base is None else os.fspath(base)
     bar = resolve(progress, f"packing {os.fspath(input)}")
-    return _pack(os.fspath(input), os.fspath(output), base, codec, max_abs_error, max_rel_error, progress=bar)
+    report = _pack(os.fspath(input), os.fspath(output), base, codec, max_abs_error, max_rel_error, progress=bar)
+    if report.get("hint_note"):
+        # pack and unpack agree: what a default unpack of this delta will need
+        warnings.warn(report["hint_note"], stacklevel=2)
+    return report
 
 
 def unpack(

@@ -1,9 +1,11 @@
 """PyTorch Lightning checkpoints in TPDE files: ``Trainer(plugins=[TpdeCheckpointIO()])``.
 
 Lightning's checkpoint dict (weights, optimizer and scheduler states, loops, callbacks,
-hyperparameters) is stored at the path Lightning chooses, through ``tpde.torch.Series``: the
-newest checkpoint a keyframe that decodes alone, the one before it written again as a delta
-against it, every ``keyframe_every``-th a keyframe. Tensors are stored by their path in the
+hyperparameters) is stored at the path Lightning chooses, through ``tpde.torch.Series``. The
+newest checkpoint is the file Lightning itself writes (``torch.save``'s), so
+``LightningModule.load_from_checkpoint``, ``torch.load``, an eval script or a hub upload open
+it as they always did; once a newer one is saved it is stored as TPDE, a keyframe, and the one
+before it written again as a delta against it, every ``keyframe_every``-th a keyframe. Tensors are stored by their path in the
 dict; everything else is JSON, never pickle: a value JSON cannot carry is a ``TpdeError`` naming
 its key and type. ``Trainer.fit(ckpt_path=...)`` resumes from such a file, and from a file
 ``torch.save`` wrote (a run taken over: its files are Lightning's own until they are saved
@@ -12,12 +14,13 @@ Works under Lightning's ``AsyncCheckpointIO(TpdeCheckpointIO())``: saves run on 
 deletions on the trainer's, so a deletion can arrive before the save it deletes has run; the
 save is then skipped (with the stock ``TorchCheckpointIO`` that file would stay on disk for good).
 
-A TPDE file is not a pickle, so ``torch.load``, ``LightningModule.load_from_checkpoint`` and a
-script without the plug-in cannot open it: ``export(path, dest)`` writes it back as Lightning
-writes it. ``newest="native"`` keeps the newest checkpoint as ``torch.save`` writes it (a
-pickle, which Lightning's own loaders open), and stores it as TPDE once a newer one is saved.
-The default stays ``"tpde"``: a Lightning checkpoint is a pickle that ``torch.load`` runs, and
-keeping pickles out of the checkpoint folder is one reason to use TPDE at all.
+An older (stored) checkpoint is a TPDE file under its ``.ckpt`` name, not a pickle:
+``torch.load`` and ``load_from_checkpoint`` fail on it with torch's "Weights only load failed
+... Unsupported operand 84" (or, with ``weights_only=False``, "pickle data was truncated"):
+``tpde unpack FILE.ckpt -o OUT.ckpt`` or ``export(path, dest)`` writes it back as Lightning
+writes it, and ``Trainer.fit(ckpt_path=...)`` with the plug-in resumes from it directly.
+``newest="tpde"`` stores every checkpoint as TPDE, the newest too (nothing pickled in the
+folder, and less space; only the plug-in and ``export`` open the files).
 """
 from __future__ import annotations
 
@@ -43,10 +46,10 @@ _is_tpde = _tpde.is_tpde  # the facade's test of the magic: a torch.save file is
 class TpdeCheckpointIO(CheckpointIO):
     """A Lightning ``CheckpointIO`` that writes ``.tpde`` files (under Lightning's own names,
     such as ``epoch=0-step=100.ckpt``). ``keyframe_every`` and ``codec`` as for
-    ``tpde.torch.Series``; ``newest``: ``"tpde"`` (every file TPDE, nothing pickled) or
-    ``"native"`` (the newest as ``torch.save`` writes it, see the module's docstring)."""
+    ``tpde.torch.Series``; ``newest``: ``"native"`` (the default: the newest as Lightning writes
+    it, see the module's docstring) or ``"tpde"`` (every file TPDE, nothing pickled)."""
 
-    def __init__(self, keyframe_every: int = _rewrite.KEYFRAME_EVERY, codec: str = "auto", newest: str = "tpde"):
+    def __init__(self, keyframe_every: int = _rewrite.KEYFRAME_EVERY, codec: str = "auto", newest: str = "native"):
         super().__init__()
         if newest not in ("tpde", "native"):
             raise error("invalid-argument", f"TpdeCheckpointIO: newest is 'tpde' or 'native', not {newest!r}")

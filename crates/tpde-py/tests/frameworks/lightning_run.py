@@ -63,9 +63,9 @@ def main():
 
     from tpde.lightning import TpdeCheckpointIO
 
-    io = {"tpde": lambda: TpdeCheckpointIO(keyframe_every=3),
-          "native": lambda: TpdeCheckpointIO(keyframe_every=3, newest="native"),
-          "async": lambda: AsyncCheckpointIO(TpdeCheckpointIO(keyframe_every=3)),
+    io = {"tpde": lambda: TpdeCheckpointIO(keyframe_every=3, newest="tpde"),
+          "native": lambda: TpdeCheckpointIO(keyframe_every=3),  # the default
+          "async": lambda: AsyncCheckpointIO(TpdeCheckpointIO(keyframe_every=3, newest="tpde")),
           "torch": lambda: None}[a.io]()
     torch.manual_seed(0)
     model = Regressor()
