@@ -26,7 +26,9 @@ def test_a_killed_loop_resumes_bit_for_bit_and_the_newest_opens_accelerate_s_way
     checkpoints = project / "checkpoints"
     assert sorted(os.listdir(checkpoints)) == ["checkpoint_1", "checkpoint_2", "checkpoint_3"]  # total_limit=3
     for c in ("checkpoint_1", "checkpoint_2"):
-        assert os.listdir(checkpoints / c) == ["checkpoint.tpde"]  # no pickle beside it
+        # no pickle beside it, and a note saying what it is and how to export it (issue 70)
+        assert sorted(os.listdir(checkpoints / c)) == ["TPDE-README.txt", "checkpoint.tpde"]
+        assert f"tpde unpack {c} -o {c}-exported" in (checkpoints / c / "TPDE-README.txt").read_text()
     # the newest as Accelerate wrote it (issue 58)
     assert {"model.safetensors", "optimizer.bin", "random_states_0.pkl"} <= set(os.listdir(checkpoints / "checkpoint_3"))
     assert tpde._tpde.File(str(checkpoints / "checkpoint_1" / "checkpoint.tpde"), None).is_delta()  # against _2
@@ -45,7 +47,7 @@ def test_a_killed_loop_resumes_bit_for_bit_and_the_newest_opens_accelerate_s_way
             assert torch.equal(plain[k], resumed[k]), (name, k)
     # the resumed run stored checkpoint_3 (an earlier process's newest) at its first save
     assert sorted(os.listdir(checkpoints)) == ["checkpoint_3", "checkpoint_4", "checkpoint_5"]
-    assert os.listdir(checkpoints / "checkpoint_3") == ["checkpoint.tpde"]
+    assert sorted(os.listdir(checkpoints / "checkpoint_3")) == ["TPDE-README.txt", "checkpoint.tpde"]
     with pytest.raises(tpde.TpdeError, match="newest is 'native' or 'tpde'"):
         tpde.accelerate.save_state(object(), str(tmp_path), newest="pickle")
 

@@ -23,7 +23,7 @@ def run(*args, check=True):
 
 STATES = ["config.json", "model.safetensors", "optimizer.pt", "rng_state.pth", "scheduler.pt", "trainer_state.json",
           "training_args.bin"]
-STORED = ["checkpoint.tpde", "config.json", "trainer_state.json", "training_args.json"]
+STORED = ["TPDE-README.txt", "checkpoint.tpde", "config.json", "trainer_state.json", "training_args.json"]
 
 
 def test_the_newest_folder_opens_the_trainer_s_way_and_a_killed_run_resumes_bit_for_bit(tmp_path):

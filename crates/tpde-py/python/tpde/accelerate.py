@@ -130,7 +130,10 @@ def _pack_all(folders: List[str], series: Any, metadata: Dict[str, str]) -> None
 def load_state(accelerator: Any, input_dir: Optional[str] = None, **kwargs: Any) -> None:
     """``accelerator.load_state(input_dir, **kwargs)`` from a folder ``save_state`` stored (or one
     Accelerate wrote); ``input_dir`` None: the newest under automatic checkpoint naming. Every
-    process calls it; each gives the folder back to Accelerate in a temporary folder of its own."""
+    process calls it; each gives the folder back to Accelerate in a temporary folder of its own.
+    Under automatic naming the next ``save_state`` goes after the folder loaded (``checkpoint_K``:
+    ``project_configuration.iteration`` set to K + 1), where Accelerate's own would start again
+    from ``checkpoint_0``."""
     _check(accelerator)
     store = _store(accelerator)
     wait(accelerator)
@@ -142,9 +145,14 @@ def load_state(accelerator: Any, input_dir: Optional[str] = None, **kwargs: Any)
     input_dir = os.path.abspath(os.path.expanduser(input_dir))
     if not os.path.exists(os.path.join(input_dir, _folder.STORED)):
         accelerator.load_state(input_dir, **kwargs)
-        return
-    with tempfile.TemporaryDirectory(prefix="tpde-load-state-") as tmp:
-        # the folder's own name, which Accelerate reads an iteration from
-        dest = os.path.join(tmp, os.path.basename(input_dir))
-        _folder.expand(input_dir, dest, store.series)
-        accelerator.load_state(dest, **kwargs)
+    else:
+        with tempfile.TemporaryDirectory(prefix="tpde-load-state-") as tmp:
+            # the folder's own name, which Accelerate reads an iteration from
+            dest = os.path.join(tmp, os.path.basename(input_dir))
+            _folder.expand(input_dir, dest, store.series)
+            accelerator.load_state(dest, **kwargs)
+    # Accelerate's automatic naming would start again from checkpoint_0 (and its total_limit then
+    # delete the new folders first): the next save goes after the folder loaded.
+    config = accelerator.project_configuration
+    if config.automatic_checkpoint_naming and _iteration(input_dir) >= 0:
+        config.iteration = max(config.iteration, _iteration(input_dir) + 1)

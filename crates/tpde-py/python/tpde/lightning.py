@@ -36,6 +36,7 @@ from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
 from . import _tpde
 from ._errors import error
 from .torch import _export, _rewrite
+from .torch._state import _Flattener
 from .torch.series import Series
 
 __all__ = ["TpdeCheckpointIO", "export"]
@@ -72,6 +73,9 @@ class TpdeCheckpointIO(CheckpointIO):
             if self.newest == "tpde":
                 self.series.save(path, checkpoint)
                 return
+            # What TPDE cannot store is said at this save, naming its key, not at the next (when
+            # this one is stored) and before anything is written.
+            _Flattener().flatten(checkpoint)
             if os.path.isfile(key) and _is_tpde(key):
                 self.series.remove(key)  # written over: the files that are deltas against it first
             os.makedirs(os.path.dirname(key), exist_ok=True)
@@ -87,7 +91,12 @@ class TpdeCheckpointIO(CheckpointIO):
         except pickle.UnpicklingError as e:
             warnings.warn(f"{path}: left as torch.save wrote it: torch.load(weights_only=True) refused it ({e})", stacklevel=3)
             return
-        self.series.save(path, state)
+        try:
+            self.series.save(path, state)
+        except _tpde.TpdeError as e:  # a file of a run taken over that holds what TPDE cannot store
+            if e.kind != "invalid-argument":
+                raise
+            warnings.warn(f"{path}: left as torch.save wrote it: {e}", stacklevel=3)
 
     def load_checkpoint(self, path: Any, map_location: Optional[Any] = None, weights_only: Optional[bool] = None) -> Dict[str, Any]:
         if not _is_tpde(os.fspath(path)):

@@ -39,9 +39,12 @@ def main():
     save = (lambda: tpde.accelerate.save_state(accelerator)) if a.tpde else accelerator.save_state
     start = 0
     if a.resume:
-        (lambda: tpde.accelerate.load_state(accelerator))() if a.tpde else accelerator.load_state()
         newest = max(int(n.split("_")[-1]) for n in os.listdir(os.path.join(a.project, "checkpoints")))
-        accelerator.project_configuration.iteration = newest + 1  # Accelerate leaves this to the loop
+        if a.tpde:
+            tpde.accelerate.load_state(accelerator)  # which also sets the next iteration (issue 70)
+        else:
+            accelerator.load_state()
+            accelerator.project_configuration.iteration = newest + 1  # Accelerate leaves this to the loop
         start = (newest + 1) * 2
     for step in range(start + 1, a.max_steps + 1):
         x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))

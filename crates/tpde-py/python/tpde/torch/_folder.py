@@ -29,6 +29,23 @@ from . import _rewrite
 from .series import Series
 
 STORED = "checkpoint.tpde"
+# A stored folder explains itself to whoever finds it (``from_pretrained`` on it fails with
+# "no file named model.safetensors"): what it is and the one command that gives it back.
+NOTE = "TPDE-README.txt"
+NOTE_TEXT = """This checkpoint folder was stored by TPDE: its weight and state files are in checkpoint.tpde
+(bit for bit; a keyframe, or a delta against the checkpoint folder beside it that it names), so
+from_pretrained, torch.load and the framework's own resume cannot open the folder as it is.
+
+The folder as the framework wrote it, in a new folder (the `tpde` command of `pip install tpde`):
+
+    tpde unpack {name} -o {name}-exported
+
+or in Python: tpde.transformers.export("{name}", "DEST") (HF Trainer),
+tpde.transformers.resume("{name}") for Trainer.train(resume_from_checkpoint=...),
+tpde.accelerate.load_state(accelerator, "{name}") (Accelerate).
+
+`tpde inspect ..` lists which folders need which: keep the ones this one is a delta against.
+"""
 FORMAT = "tpde-folder/1"  # checkpoint.folder: the state is a folder's files
 TORCH_FILES = (".pt", ".bin", ".pth", ".pkl")  # torch.save files, read with weights_only
 
@@ -142,6 +159,8 @@ def pack(folder: str, series: Any, metadata: Dict[str, str]) -> List[str]:
     series.save(os.path.join(folder, STORED), {"files": files}, metadata={**metadata, "checkpoint.folder": FORMAT})
     for name in files:
         os.remove(os.path.join(folder, name))
+    with open(os.path.join(folder, NOTE), "w") as f:
+        f.write(NOTE_TEXT.format(name=os.path.basename(os.path.abspath(folder))))
     return list(files)
 
 
@@ -159,7 +178,7 @@ def expand(folder: str, dest: str, series: Any, hints: Any = "follow") -> List[s
     os.makedirs(dest, exist_ok=True)
     for name in sorted(os.listdir(folder)):
         path = os.path.join(folder, name)
-        if name != STORED and os.path.isfile(path) and not os.path.islink(path):
+        if name not in (STORED, NOTE) and os.path.isfile(path) and not os.path.islink(path):
             if name.endswith(TORCH_FILES) and name not in files:
                 _read_torch(path)  # a pickle beside the stored files is given back only if it is safe to load
             shutil.copy2(path, os.path.join(dest, name))

@@ -191,6 +191,24 @@ class Checkpointer:
         layout: Optional[str] = None,
         raw_newest: bool = True,
     ):
+        """A checkpointer saving into ``directory`` (a folder, or an ``s3://bucket/prefix/``).
+
+        - ``keyframe_every``: a keyframe every this many checkpoints (default: 3 in the reverse
+          layout, 10 in the forward one); a restore decodes at most this many files.
+        - ``keep_last``: how many checkpoints to keep, with the files they need (default None:
+          every one).
+        - ``async_save`` (default False): ``save`` returns once the tensors are copied; the file
+          is written on a thread. ``max_pending`` (default 2) such saves wait at most.
+        - ``max_abs_error`` / ``max_rel_error`` (default None: lossless): the lossy bounds τ, ρ.
+        - ``codec`` (default ``"auto"``): how chunks are coded (``tpde.torch.save_file``'s).
+        - ``process_group`` (default None): save and load under ``torch.distributed`` (DCP).
+        - ``base_in_memory`` (default True): keep the last checkpoint decoded, for the next delta.
+        - ``predict`` (default True): code Adam's state against what its step predicts.
+        - ``layout``: ``"reverse"`` (default, lossless) or ``"forward"`` (default when lossy).
+        - ``raw_newest`` (default True): store the newest checkpoint uncompressed (a resume reads
+          it at memory speed) until the next save compresses it.
+
+        The class's docstring says more of each."""
         if keyframe_every is not None and keyframe_every < 1:
             raise _tpde.TpdeError("keyframe_every must be at least 1")
         if max_pending < 1:
