@@ -52,6 +52,9 @@ rm -rf target/debug
 
 step "conformance corpus, as another implementation would run it"
 cargo run --release --locked --bin tpde -- conformance conformance --quiet
+# ... and on the narrower loops this CPU has (TPDE_ISA caps them: what a CPU without AVX-512, or
+# without AVX2, runs), which must read every file alike.
+for isa in avx2 scalar; do TPDE_ISA=$isa target/release/tpde conformance conformance --quiet; done
 # The GPU check a machine with an NVIDIA GPU runs (tools/gpu-check.sh), here on lavapipe, so that
 # it never rots: conformance on the GPU decoder, the GPU crate's tests, bench-gpu on the demo.
 tools/gpu-check.sh --prepare >/dev/null
@@ -93,7 +96,7 @@ fi
 # The wheel a user installs (abi3: one for every CPython >= 3.9), installed as a user installs it,
 # console scripts included.
 rm -rf target/wheels
-"$venv/bin/maturin" build --release --locked -q -m crates/tpde-py/Cargo.toml -o target/wheels
+"$venv/bin/maturin" build --locked -q -m crates/tpde-py/Cargo.toml -o target/wheels  # pyproject's profile
 "$venv/bin/pip" install -q --force-reinstall --no-deps target/wheels/tpde-*.whl
 ls -l target/wheels
 # pytest's temporary folders go under target/ and are emptied on the next run (its default keeps

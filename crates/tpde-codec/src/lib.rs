@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 mod float;
+pub mod isa;
 pub mod planes;
 pub mod positions;
 pub mod predicted;

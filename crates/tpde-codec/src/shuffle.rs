@@ -88,7 +88,7 @@ const SPLIT_BLOCK: usize = 64;
 
 fn split_fixed<const W: usize>(elements: &[u8], planes: &mut [u8]) {
     #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") {
+    if crate::isa::avx2() {
         // SAFETY: the CPU has AVX2.
         #[allow(unsafe_code)]
         unsafe {
@@ -117,7 +117,7 @@ unsafe fn split_avx2<const W: usize>(elements: &[u8], planes: &mut [u8]) {
 /// 256-entry lookup scalar, and that loop was 8% of a one-core bf16 delta decode.
 pub(crate) fn map_bytes(map: &[u8; 256], bytes: &mut [u8]) {
     #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") {
+    if crate::isa::avx2() {
         // SAFETY: the CPU has AVX2.
         #[allow(unsafe_code)]
         unsafe {

@@ -133,6 +133,9 @@ fn store(url: &ObjectUrl) -> io::Result<Arc<AmazonS3>> {
 /// reads it), on top of `options`: `from_env`'s own client options would be replaced whole by
 /// `with_client_options`, so the variables are applied after them.
 fn build(url: &ObjectUrl, options: ClientOptions) -> io::Result<AmazonS3> {
+    // HTTPS through rustls with ring (see Cargo.toml); a provider the process installed first
+    // (another library's) is kept.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let mut builder = AmazonS3Builder::new().with_client_options(options);
     for (key, value) in std::env::vars() {
         if let (true, Ok(key)) = (key.starts_with("AWS_"), key.to_ascii_lowercase().parse::<AmazonS3ConfigKey>()) {

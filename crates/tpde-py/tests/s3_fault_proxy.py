@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 SLOW_DOWN = (
     b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
@@ -29,12 +29,12 @@ INTERNAL = (
 
 class FaultProxy:
     """``FaultProxy(upstream_port, rate, seed)``: a proxy on 127.0.0.1:``port`` that faults each
-    request with probability ``rate``. ``fail_when`` (method, path with query) -> bool makes
+    request with probability ``rate`` (over HTTPS with ``tls``, a certificate and its key). ``fail_when`` (method, path with query) -> bool makes
     every matching request fail with a 500, for tests of what a failed upload leaves."""
 
     KINDS = ("slow-down", "reset-before", "error-after", "truncate-after", "delay")
 
-    def __init__(self, upstream_port: int, rate: float, seed: int = 0):
+    def __init__(self, upstream_port: int, rate: float, seed: int = 0, tls: Optional[Tuple[str, str]] = None):
         self.upstream_port = upstream_port
         self.rate = rate
         self.random = random.Random(seed)
@@ -63,6 +63,12 @@ class FaultProxy:
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        if tls is not None:  # (certificate, key): an HTTPS endpoint, as a cloud store is
+            import ssl
+
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)

@@ -193,8 +193,8 @@ impl BlockLoop {
         #[cfg(target_arch = "x86_64")]
         return match self {
             BlockLoop::Scalar => true,
-            BlockLoop::Avx2 => is_x86_feature_detected!("avx2"),
-            BlockLoop::Avx512 => is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw"),
+            BlockLoop::Avx2 => crate::isa::avx2(),
+            BlockLoop::Avx512 => crate::isa::avx512(false, false),
         };
         #[cfg(not(target_arch = "x86_64"))]
         return self == BlockLoop::Scalar;

@@ -25,7 +25,7 @@ fn swap_low_pair() -> __m256i {
 
 /// Whether this CPU runs [`rounds`].
 pub(in crate::rans) fn available() -> bool {
-    is_x86_feature_detected!("avx2")
+    crate::isa::avx2()
 }
 
 /// Decodes whole words for the `REG·REGS` lanes `group` (or, with one register, for its 1 to 8

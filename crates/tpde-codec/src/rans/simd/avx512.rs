@@ -23,9 +23,7 @@ pub(in crate::rans) const WIDTH: usize = REG * REGS;
 
 /// Whether this CPU runs [`rounds`].
 pub(in crate::rans) fn available() -> bool {
-    is_x86_feature_detected!("avx512f")
-        && is_x86_feature_detected!("avx512bw")
-        && is_x86_feature_detected!("avx512vbmi")
+    crate::isa::avx512(false, true)
 }
 
 /// [`rounds_of`] as a safe function: the CPU's features are checked (callers choose this loop

@@ -205,7 +205,7 @@ unsafe fn steps256<const G: usize>(slots: &[u32], words: &[u8], group: &mut [Blo
 
 /// Whether this CPU runs [`encode_steps`].
 pub(in crate::rans) fn encode_available() -> bool {
-    is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vl")
+    crate::isa::avx512(true, false)
 }
 
 /// Encodes the whole steps `steps` (32 symbols each, the block's first ones) last step first,
