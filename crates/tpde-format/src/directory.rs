@@ -101,7 +101,14 @@ impl ChunkEntry {
 }
 
 fn read_shape<R: Read + Seek>(reader: &mut R, endian: Endian, rank: u8) -> binrw::BinResult<Vec<u64>> {
-    // rank is at most 255, so this allocates at most 2 KiB whatever the file says.
+    // P5: a rank over its limit (R15) is reported before the bytes its shape would need (R12).
+    if u64::from(rank) > crate::limits::MAX_RANK {
+        let pos = reader.stream_position()?.saturating_sub(1);
+        let location = crate::error::Position::at(pos);
+        let found = rank.into();
+        return Err(crate::binio::custom(pos, FormatError::LimitExceeded { what: "rank", found, limit: crate::limits::MAX_RANK, location }));
+    }
+    // rank is at most 32 here, so this allocates at most 256 bytes whatever the file says.
     let mut shape = Vec::with_capacity(rank.into());
     for _ in 0..rank {
         shape.push(u64::read_options(reader, endian, ())?);

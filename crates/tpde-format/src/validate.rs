@@ -89,6 +89,15 @@ pub fn validate(header: &Header, dir: &Directory, payload_end: u64) -> Result<()
                 ));
             };
             next = end;
+            // P5: the limit (R15) before R20, which is a rule about the same value.
+            if c.decoded_length > MAX_CHUNK_DECODED_LEN {
+                return Err(FormatError::LimitExceeded {
+                    what: "decoded chunk length",
+                    found: c.decoded_length,
+                    limit: MAX_CHUNK_DECODED_LEN,
+                    location: at(),
+                });
+            }
             if c.decoded_length != c.element_count * size {
                 return Err(FormatError::malformed(
                     "chunk entry",
@@ -101,14 +110,6 @@ pub fn validate(header: &Header, dir: &Directory, payload_end: u64) -> Result<()
                         c.element_count * size
                     ),
                 ));
-            }
-            if c.decoded_length > MAX_CHUNK_DECODED_LEN {
-                return Err(FormatError::LimitExceeded {
-                    what: "decoded chunk length",
-                    found: c.decoded_length,
-                    limit: MAX_CHUNK_DECODED_LEN,
-                    location: at(),
-                });
             }
             if c.stored_length > MAX_CHUNK_STORED_LEN {
                 return Err(FormatError::LimitExceeded {

@@ -119,6 +119,17 @@ fn envelope(g: &mut Gen) {
     );
     bad(g, "r05-truncated-in-header", "R5", "the first 40 bytes of a file", small[..40].to_vec(), Truncated);
     bad(g, "r05-no-room-for-trailer", "R5", "a header and 16 more bytes", small[..80].to_vec(), Truncated);
+    // P3: a file of 64 to 95 bytes is judged by its header first (issue 69).
+    let mut short = small[..80].to_vec();
+    short[60] ^= 1;
+    bad(
+        g,
+        "r03-header-crc-in-80-bytes",
+        "R3",
+        "a header and 16 more bytes, header_crc32 flipped: R3 before R5's 96 bytes (P3)",
+        short,
+        ChecksumMismatch,
+    );
     let at = dir_offset(&small);
     bad(g, "r06-truncated-in-trailer", "R6", "the last byte missing", small[..small.len() - 1].to_vec(), Truncated);
     bad(
@@ -303,6 +314,20 @@ fn directory(g: &mut Gen) {
     for (path, description, case) in limits {
         bad(g, path, "R15", description, edit_dir(&small, |d| case.apply(d)), LimitExceeded);
     }
+    // P5: a rank over its limit before the bytes its dims would need (issue 69: a reader that
+    // reads the dims first says `malformed`).
+    let rank_at = dtype_at + 1;
+    bad(
+        g,
+        "r15-rank-40-past-the-end",
+        "R15",
+        "a rank of 40 with 60 directory bytes after it: the limit before the bytes (P5)",
+        edit_dir_bytes(&small, |d| {
+            d[rank_at] = 40;
+            d.truncate(rank_at + 1 + 60);
+        }),
+        LimitExceeded,
+    );
     let delta = g.get(DELTA_XOR).bytes.clone();
     bad_delta(
         g,
