@@ -83,6 +83,34 @@ fn kernels(c: &mut Criterion) {
     g.bench_function("crc32 (chunk CRC)", |b| b.iter(|| crc32fast::hash(black_box(&f32_now))));
     g.bench_function("blake3 (tensor digest)", |b| b.iter(|| tpde_format::digest::tensor_digest(black_box(&f32_now))));
     g.finish();
+
+    // A `delta-predicted` chunk's prediction (spec §6.8), before its residual is decoded: the
+    // reverse predictors a Checkpointer's older steps use, on Adam-like moments.
+    let m = f32_bytes(&normal(CHUNK / 4, 1e-4, 13));
+    let v = f32_bytes(&normal(CHUNK / 4, 1e-4, 17).iter().map(|x| x * x).collect::<Vec<_>>());
+    let inputs = tpde_codec::predicted::Inputs { base: &f32_now, exp_avg: &m, other: &v };
+    let mut out = vec![0u8; f32_now.len()];
+    let mut g = c.benchmark_group("prediction");
+    g.throughput(Throughput::Bytes(f32_now.len() as u64));
+    let w = tpde_format::prediction::Prediction::AdamParameterReverse {
+        decay: 0.9999,
+        bias2_sqrt: 0.0447,
+        eps: 1e-8,
+        neg_step: -1e-3,
+        exp_avg: "m".into(),
+        exp_avg_sq: "v".into(),
+    };
+    g.bench_function("predictor 4 (weights)", |b| b.iter(|| tpde_codec::predicted::predict(&w, inputs, &mut out)));
+    let v_rev = tpde_format::prediction::Prediction::AdamSecondMomentReverse {
+        one_minus_beta1: 0.1,
+        beta2: 0.999,
+        one_minus_beta2: 0.001,
+        exp_avg: "m".into(),
+    };
+    g.bench_function("predictor 3 (second moment)", |b| {
+        b.iter(|| tpde_codec::predicted::predict(&v_rev, inputs, &mut out))
+    });
+    g.finish();
 }
 
 criterion_group!(benches, kernels);

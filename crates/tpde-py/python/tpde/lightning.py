@@ -28,6 +28,7 @@ import os
 import pickle
 import threading
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Dict, Optional, Set
 
 import torch
@@ -58,9 +59,18 @@ class TpdeCheckpointIO(CheckpointIO):
         self.series = Series(keyframe_every=keyframe_every, codec=codec)
         # Paths deleted before they were written (under AsyncCheckpointIO): their saves are skipped.
         self._deleted_early: Set[str] = set()
-        # newest="native": the file written last by torch.save, stored as TPDE at the next save.
+        # newest="native": the file written last by torch.save, stored as TPDE at the next save,
+        # on a thread of its own while training goes on; what touches the files waits for it.
         self._native: Optional[str] = None
+        self._storing: Optional[Future] = None
+        self._storer: Optional[ThreadPoolExecutor] = None
         self._lock = threading.Lock()
+
+    def _wait_store(self) -> None:
+        """Waits for the storing of the checkpoint before the newest; raises its error, if any."""
+        storing, self._storing = self._storing, None
+        if storing is not None:
+            storing.result()
 
     def save_checkpoint(self, checkpoint: Dict[str, Any], path: Any, storage_options: Optional[Any] = None) -> None:
         if storage_options is not None:
@@ -70,6 +80,7 @@ class TpdeCheckpointIO(CheckpointIO):
             if key in self._deleted_early:
                 self._deleted_early.discard(key)
                 return
+            self._wait_store()
             if self.newest == "tpde":
                 self.series.save(path, checkpoint)
                 return
@@ -82,7 +93,12 @@ class TpdeCheckpointIO(CheckpointIO):
             _export.torch_save(checkpoint, key)
             previous, self._native = self._native, key
             if previous is not None and previous != key and os.path.isfile(previous) and not _is_tpde(previous):
-                self._store(previous)
+                # The save stalls the loop only for torch.save's own time: the one before is
+                # stored on a thread (measured: storing it here made the stall 1.4 s against
+                # torch.save's 1.0 s on a 2-core machine, every step).
+                if self._storer is None:
+                    self._storer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tpde-lightning")
+                self._storing = self._storer.submit(self._store, previous)
 
     def _store(self, path: str) -> None:
         """Writes the ``torch.save`` file ``path`` again as TPDE, read back without running a pickle."""
@@ -99,6 +115,8 @@ class TpdeCheckpointIO(CheckpointIO):
             warnings.warn(f"{path}: left as torch.save wrote it: {e}", stacklevel=3)
 
     def load_checkpoint(self, path: Any, map_location: Optional[Any] = None, weights_only: Optional[bool] = None) -> Dict[str, Any]:
+        with self._lock:
+            self._wait_store()
         if not _is_tpde(os.fspath(path)):
             # torch.save's file (a run taken over, or the newest under newest="native"): Lightning's own reader
             from lightning.fabric.utilities.cloud_io import _load
@@ -112,6 +130,7 @@ class TpdeCheckpointIO(CheckpointIO):
 
     def remove_checkpoint(self, path: Any) -> None:
         with self._lock:
+            self._wait_store()
             if not os.path.lexists(path):
                 self._deleted_early.add(os.path.abspath(os.fspath(path)))
                 return
@@ -126,6 +145,7 @@ class TpdeCheckpointIO(CheckpointIO):
     def teardown(self) -> None:
         with self._lock:
             self._deleted_early.clear()
+            self._wait_store()
         self.series.wait()
 
 
