@@ -106,7 +106,10 @@ fn read_shape<R: Read + Seek>(reader: &mut R, endian: Endian, rank: u8) -> binrw
         let pos = reader.stream_position()?.saturating_sub(1);
         let location = crate::error::Position::at(pos);
         let found = rank.into();
-        return Err(crate::binio::custom(pos, FormatError::LimitExceeded { what: "rank", found, limit: crate::limits::MAX_RANK, location }));
+        return Err(crate::binio::custom(
+            pos,
+            FormatError::LimitExceeded { what: "rank", found, limit: crate::limits::MAX_RANK, location },
+        ));
     }
     // rank is at most 32 here, so this allocates at most 256 bytes whatever the file says.
     let mut shape = Vec::with_capacity(rank.into());
