@@ -137,6 +137,27 @@ const RANKS: [u64; 256] = {
     ranks
 };
 
+/// For each 8-bit mask m of c set bits, the lanes of its set bits in order in the top c of
+/// eight (zeros below): the permutation that packs the states that spill against the top, for
+/// the AVX2 encoder, which stores eight words a register ending where its own end.
+const PACKS: [u64; 256] = {
+    let mut packs = [0u64; 256];
+    let mut m = 0;
+    while m < 256 {
+        let mut k = 8 - (m as u32).count_ones() as u64;
+        let mut j = 0;
+        while j < 8 {
+            if m & (1 << j) != 0 {
+                packs[m] |= (j as u64) << (8 * k);
+                k += 1;
+            }
+            j += 1;
+        }
+        m += 1;
+    }
+    packs
+};
+
 /// [`steps512`] on AVX2: eight states a register, four a block.
 ///
 /// # Safety
@@ -203,9 +224,92 @@ unsafe fn steps256<const G: usize>(slots: &[u32], words: &[u8], group: &mut [Blo
     }
 }
 
-/// Whether this CPU runs [`encode_steps`].
+/// Whether this CPU runs [`encode_steps`] on AVX-512.
 pub(in crate::rans) fn encode_available() -> bool {
     crate::isa::avx512(true, false)
+}
+
+/// [`encode_steps`] on AVX2, for the CPUs without AVX-512 (many cloud CPUs): four registers of
+/// eight states, the spills compacted by a scalar walk of each register's mask. Written by hand
+/// for the same reason: the scalar loop made an AVX2 machine's keyframes encode slower than the
+/// lane form's vector encoder did (issue 68).
+pub(in crate::rans) fn encode_steps_avx2(
+    info: &[u32; 256],
+    steps: &[u8],
+    x: &mut [u32; BLOCK_STATES],
+    spill: &mut [u16],
+    at: &mut usize,
+) {
+    assert!(crate::isa::avx2() && steps.len().is_multiple_of(BLOCK_STATES));
+    // Each symbol spills at most one word; the eight more below are the stores' slack.
+    assert!(*at >= steps.len() + 8 && *at <= spill.len());
+    // SAFETY: the CPU has AVX2 (asserted above).
+    unsafe { encode_steps256(info, steps, x, spill, at) }
+}
+
+/// # Safety
+/// The CPU must have AVX2; `*at ≥ steps.len() + 8` and `*at ≤ spill.len()`.
+#[target_feature(enable = "avx2")]
+unsafe fn encode_steps256(
+    info: &[u32; 256],
+    steps: &[u8],
+    x: &mut [u32; BLOCK_STATES],
+    spill: &mut [u16],
+    at: &mut usize,
+) {
+    let mask12 = _mm256_set1_epi32((1 << SCALE_BITS) - 1);
+    let (low16, two16, one) = (_mm256_set1_epi32(0xFFFF), _mm256_set1_ps(65_536.0), _mm256_set1_epi32(1));
+    // SAFETY: loads of 32 bytes from eight of the 32 states.
+    let mut xs: [__m256i; 4] = std::array::from_fn(|r| unsafe { _mm256_loadu_si256(x[8 * r..].as_ptr().cast()) });
+    // The low 16 bits of each 32-bit lane, packed into a register's low 8 u16 (within each
+    // 128-bit half, then the halves' low quadwords together).
+    let low_halves = _mm256_setr_epi8(
+        0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1,
+        -1,
+    );
+    for step in steps.chunks_exact(BLOCK_STATES).rev() {
+        // The step's words below *at in state order, as the scalar encoder writes them: the last
+        // register's first, each stored as eight words ending at its own end (the words below
+        // them are the next register's to overwrite, or below the step: not yet written).
+        for r in (0..4).rev() {
+            // SAFETY: a load of 8 bytes from a step of 32.
+            let s = _mm256_cvtepu8_epi32(unsafe { _mm_loadl_epi64(step[8 * r..].as_ptr().cast()) });
+            // SAFETY: symbols are below 256, the table's length.
+            let e = unsafe { _mm256_i32gather_epi32::<4>(info.as_ptr().cast(), s) };
+            let f = _mm256_and_si256(e, mask12);
+            let start = _mm256_srli_epi32::<12>(e);
+            // x ≥ x_max = 2^20·f (unsigned) spills its low 16 bits.
+            let out = _mm256_cmpeq_epi32(_mm256_max_epu32(xs[r], _mm256_slli_epi32::<20>(f)), xs[r]);
+            let m = _mm256_movemask_ps(_mm256_castsi256_ps(out)) as usize;
+            let top = _mm256_permutevar8x32_epi32(xs[r], _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(PACKS[m] as i64)));
+            let words = _mm256_permute4x64_epi64::<0b1000>(_mm256_shuffle_epi8(top, low_halves));
+            // SAFETY: 8 ≤ *at ≤ spill.len(): *at stays at least the words still to come plus 8.
+            unsafe { _mm_storeu_si128(spill.as_mut_ptr().add(*at - 8).cast(), _mm256_castsi256_si128(words)) };
+            *at -= m.count_ones() as usize;
+            let y = _mm256_blendv_epi8(xs[r], _mm256_srli_epi32::<16>(xs[r]), out);
+            // ⌊y / f⌋ in single precision, as the lane form's encoder divides (eight lanes a
+            // division; doubles, four, measured slower): y, up to 2^32, converted unsigned as
+            // hi·2^16 + lo (one rounding), then divided (another): the quotient, below 2^20
+            // (y < 2^20·f), is within 2^20·2^-23 = 1/8 of y / f, so its truncation is off by at
+            // most one, which the remainder's sign and size correct.
+            let yf = _mm256_add_ps(
+                _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32::<16>(y)), two16),
+                _mm256_cvtepi32_ps(_mm256_and_si256(y, low16)),
+            );
+            let q = _mm256_cvttps_epi32(_mm256_div_ps(yf, _mm256_cvtepi32_ps(f)));
+            let rem = _mm256_sub_epi32(y, _mm256_mullo_epi32(q, f));
+            let under = _mm256_cmpgt_epi32(_mm256_setzero_si256(), rem);
+            let over = _mm256_cmpgt_epi32(rem, _mm256_sub_epi32(f, one));
+            // The masks are -1 where true.
+            let rem = _mm256_sub_epi32(_mm256_add_epi32(rem, _mm256_and_si256(under, f)), _mm256_and_si256(over, f));
+            let q = _mm256_sub_epi32(_mm256_add_epi32(q, under), over);
+            xs[r] = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32::<{ SCALE_BITS as i32 }>(q), rem), start);
+        }
+    }
+    for r in 0..4 {
+        // SAFETY: stores of 32 bytes into eight of the 32 states.
+        unsafe { _mm256_storeu_si256(x[8 * r..].as_mut_ptr().cast(), xs[r]) };
+    }
 }
 
 /// Encodes the whole steps `steps` (32 symbols each, the block's first ones) last step first,
