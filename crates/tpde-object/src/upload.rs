@@ -1,7 +1,6 @@
 //! [`ObjectWriter`]: a file uploaded as it is written, that appears only when committed.
 
 use std::io;
-
 use std::sync::Arc;
 
 use md5::{Digest, Md5};
