@@ -194,13 +194,14 @@ mod tests {
         let special = [f32::NAN, f32::INFINITY, -1e-40, 1e-40, -1.0, 0.0, -0.0, 3.5e-3];
         let value = |k: usize, salt: u32| -> f32 {
             let x = (k as u32).wrapping_mul(2_654_435_761).wrapping_add(salt);
-            if x % 11 == 0 {
+            if x.is_multiple_of(11) {
                 special[(x / 11) as usize % special.len()]
             } else {
                 (x % 10_000) as f32 * 1e-4 - 0.5
             }
         };
-        let formulas: [(Prediction, fn(f32, f32, f32) -> f32); 2] = [
+        type Formula = fn(f32, f32, f32) -> f32;
+        let formulas: [(Prediction, Formula); 2] = [
             (
                 Prediction::AdamSecondMomentReverse {
                     one_minus_beta1: 0.1,
