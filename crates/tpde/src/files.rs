@@ -163,7 +163,21 @@ pub fn write<'a>(folder: &Path, files: impl IntoIterator<Item = &'a FileEntry>) 
         let path = folder.join(&f.path);
         let io = |e: std::io::Error| Error::from(e).context(path.display());
         fs::create_dir_all(path.parent().expect("a path inside the folder")).map_err(io)?;
-        fs::write(&path, &f.data).map_err(io)?;
+        // Never one file over another: paths that differ only in case (`Config.json`,
+        // `config.json`, allowed by §5.5) are one file on a case-insensitive file system (macOS,
+        // Windows), where this refuses the table rather than keep whichever came last.
+        let mut file = match fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(Error::usage(format!(
+                    "{}: the file table's {:?} is a file written already: this file system does not tell apart \
+                     paths that differ only in case",
+                    path.display(),
+                    f.path
+                )))
+            }
+            opened => opened.map_err(io)?,
+        };
+        std::io::Write::write_all(&mut file, &f.data).map_err(io)?;
     }
     Ok(())
 }
@@ -189,6 +203,11 @@ mod tests {
         }
         assert!(!dir.path().parent().unwrap().join("escape").exists());
         write(dir.path(), [&FileEntry { path: "a/b/c.json".into(), data: b"x".to_vec() }]).unwrap();
+        assert_eq!(std::fs::read(dir.path().join("a/b/c.json")).unwrap(), b"x");
+        // A path that is a file there already (what `Config.json` after `config.json` meets on a
+        // case-insensitive file system) is refused, and the first file stays.
+        let e = write(dir.path(), [&FileEntry { path: "a/b/c.json".into(), data: b"y".to_vec() }]).unwrap_err();
+        assert!(e.message().contains("differ only in case"), "{e}");
         assert_eq!(std::fs::read(dir.path().join("a/b/c.json")).unwrap(), b"x");
     }
 }
