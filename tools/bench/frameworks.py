@@ -132,7 +132,7 @@ def lightning(model_dir, steps, out, o):
         trainer.fit(Module(), data)
         io.teardown()
         wall = time.perf_counter() - t0
-        newest = max((f for f in os.listdir(d)), key=lambda f: int(f.split("step=")[1].split(".")[0]))
+        newest = max((f for f in os.listdir(d) if f.endswith(".ckpt")), key=lambda f: int(f.split("step=")[1].split(".")[0]))
         t0 = time.perf_counter()
         states[name] = io.load_checkpoint(os.path.join(d, newest))
         load = time.perf_counter() - t0

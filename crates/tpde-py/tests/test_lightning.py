@@ -1,6 +1,7 @@
 """tpde.lightning.TpdeCheckpointIO with a real Lightning Trainer: a run killed mid-training
 resumes from its TPDE checkpoint bit for bit, as the uninterrupted run; nothing is pickled."""
 import os
+import re
 
 import pytest
 import torch
@@ -33,10 +34,10 @@ def test_a_killed_run_resumes_bit_for_bit(tmp_path, io, uninterrupted):
     assert p.returncode == -9, p.stderr[-3000:]
     names = sorted(os.listdir(ckpt))
     # save_top_k=4 on "step" keeps steps 8..11 (step 12's save never ran), and a link last.ckpt
-    assert names == ["epoch=1-step=10.ckpt", "epoch=1-step=8.ckpt", "epoch=1-step=9.ckpt", "epoch=2-step=11.ckpt"] + (
-        ["last.ckpt"] if io == "tpde" else []), names
+    assert names == ["TPDE-README.txt", "epoch=1-step=10.ckpt", "epoch=1-step=8.ckpt", "epoch=1-step=9.ckpt",
+                     "epoch=2-step=11.ckpt"] + (["last.ckpt"] if io == "tpde" else []), names
     deltas = 0
-    for name in names:
+    for name in names[1:]:
         assert (ckpt / name).read_bytes()[:5] == b"\x89TPDE"  # a TPDE file, not torch.save's zip of a pickle
         f = tpde.safe_open(ckpt / name, "pt")
         deltas += f._f().is_delta()
@@ -63,7 +64,16 @@ def test_the_newest_opens_lightning_s_way_by_default_and_export_gives_any_back(t
     p = run(ckpt, 14, "--io", "native", "--kill-after", 11, "--top-k", 4, check=False)
     assert p.returncode == -9, p.stderr[-3000:]
     names = sorted(os.listdir(ckpt))
-    assert names == [f"epoch=1-step={s}.ckpt" for s in (10, 7, 8, 9)] + ["last.ckpt"], names
+    assert names == ["TPDE-README.txt"] + [f"epoch=1-step={s}.ckpt" for s in (10, 7, 8, 9)] + ["last.ckpt"], names
+    # an older one reaches torch.load or load_from_checkpoint in torch's words (the magic's first
+    # bytes read as opcodes); the folder's note says what the files are and how to export one
+    with pytest.raises(Exception, match="Unsupported operand 84"):
+        torch.load(ckpt / "epoch=1-step=9.ckpt", weights_only=True)
+    with pytest.raises(Exception, match="Unsupported operand 84"):
+        Regressor.load_from_checkpoint(ckpt / "epoch=1-step=9.ckpt")
+    note = (ckpt / "TPDE-README.txt").read_text()
+    assert "stored by TPDE" in note and "tpde.lightning.export(" in note
+    assert re.search(r"tpde unpack epoch=\d+-step=\d+\.ckpt -o eval\.ckpt", note), note
     newest = ckpt / "epoch=1-step=10.ckpt"
     assert os.readlink(ckpt / "last.ckpt").endswith("epoch=1-step=10.ckpt")
     assert newest.read_bytes()[:2] == b"PK"  # torch.save's zip

@@ -20,7 +20,10 @@ An older (stored) checkpoint is a TPDE file under its ``.ckpt`` name, not a pick
 ``tpde unpack FILE.ckpt -o OUT.ckpt`` or ``export(path, dest)`` writes it back as Lightning
 writes it, and ``Trainer.fit(ckpt_path=...)`` with the plug-in resumes from it directly.
 ``newest="tpde"`` stores every checkpoint as TPDE, the newest too (nothing pickled in the
-folder, and less space; only the plug-in and ``export`` open the files).
+folder, and less space; only the plug-in and ``export`` open the files). torch's message cannot
+name TPDE (it shows the first byte of the spec's magic as an opcode), so the folder does: the
+first stored checkpoint writes ``TPDE-README.txt`` beside the ``.ckpt`` files, saying what they are
+and the command that exports them.
 """
 from __future__ import annotations
 
@@ -43,6 +46,24 @@ from .torch.series import Series
 __all__ = ["TpdeCheckpointIO", "export"]
 
 _is_tpde = _tpde.is_tpde  # the facade's test of the magic: a torch.save file is left to Lightning
+
+NOTE = "TPDE-README.txt"
+NOTE_TEXT = """The older .ckpt files in this folder were stored by TPDE (tpde.lightning.TpdeCheckpointIO):
+each is a TPDE file under Lightning's name (a keyframe, or a delta against the .ckpt file it
+names), not a pickle. torch.load and LightningModule.load_from_checkpoint fail on them with
+torch's "Weights only load failed ... Unsupported operand 84" (or, with weights_only=False,
+"pickle data was truncated"): they are not damaged, they are stored. The newest .ckpt (the one
+last.ckpt points at) is the file Lightning wrote; it is stored when the next one is saved.
+
+One of them back as Lightning writes it (the `tpde` command of `pip install tpde`):
+
+    tpde unpack {example} -o eval.ckpt
+
+or in Python: tpde.lightning.export("{example}", "eval.ckpt"). Trainer.fit(ckpt_path=...) with
+plugins=[tpde.lightning.TpdeCheckpointIO()] resumes from one as it is.
+
+`tpde inspect .` lists which files need which: keep the ones a file you keep is a delta against.
+"""
 
 
 class TpdeCheckpointIO(CheckpointIO):
@@ -83,6 +104,7 @@ class TpdeCheckpointIO(CheckpointIO):
             self._wait_store()
             if self.newest == "tpde":
                 self.series.save(path, checkpoint)
+                _explain(key)
                 return
             # What TPDE cannot store is said at this save, naming its key, not at the next (when
             # this one is stored) and before anything is written.
@@ -113,6 +135,8 @@ class TpdeCheckpointIO(CheckpointIO):
             if e.kind != "invalid-argument":
                 raise
             warnings.warn(f"{path}: left as torch.save wrote it: {e}", stacklevel=3)
+            return
+        _explain(path)
 
     def load_checkpoint(self, path: Any, map_location: Optional[Any] = None, weights_only: Optional[bool] = None) -> Dict[str, Any]:
         with self._lock:
@@ -147,6 +171,20 @@ class TpdeCheckpointIO(CheckpointIO):
             self._deleted_early.clear()
             self._wait_store()
         self.series.wait()
+
+
+def _explain(path: str) -> None:
+    """Writes the folder's note beside the stored checkpoint ``path``, once: what reaches
+    ``torch.load`` or ``load_from_checkpoint`` there fails in torch's words, not TPDE's."""
+    note = os.path.join(os.path.dirname(os.path.abspath(path)), NOTE)
+    if not os.path.lexists(note):
+        try:
+            with open(note, "x") as f:
+                f.write(NOTE_TEXT.format(example=os.path.basename(path)))
+        except FileExistsError:
+            pass
+        except OSError as e:  # a note is help, not the checkpoint: a save never fails for it
+            warnings.warn(f"{note}: not written ({e})", stacklevel=3)
 
 
 def export(path: Any, dest: Any) -> str:
