@@ -1668,6 +1668,47 @@ fn files(g: &mut Gen) {
             one(b"MODEL.SafeTensors"),
             Malformed,
         ),
+        // The weights rule one suffix, one form at a time (§5.5): each alone catches a reader
+        // whose list lacks it.
+        ("r31-files-weights-pt", "a weight file, model.pt", one(b"model.pt"), Malformed),
+        ("r31-files-weights-pth", "a weight file, model.pth", one(b"model.pth"), Malformed),
+        ("r31-files-weights-ckpt", "a weight file, last.ckpt", one(b"last.ckpt"), Malformed),
+        ("r31-files-weights-h5", "a weight file, tf_model.h5", one(b"tf_model.h5"), Malformed),
+        ("r31-files-weights-msgpack", "a weight file, flax_model.msgpack", one(b"flax_model.msgpack"), Malformed),
+        ("r31-files-weights-gguf", "a weight file, model.gguf", one(b"model.gguf"), Malformed),
+        ("r31-files-weights-onnx", "a weight file, model.onnx", one(b"model.onnx"), Malformed),
+        ("r31-files-weights-bin", "a weight file at the top, pytorch_model.bin", one(b"pytorch_model.bin"), Malformed),
+        (
+            "r31-files-weights-bin-index",
+            "an index of .bin weights, pytorch_model.bin.index.json",
+            one(b"pytorch_model.bin.index.json"),
+            Malformed,
+        ),
+        (
+            "r31-files-weights-index-case",
+            "an index whose .index.json is in capitals, model.safetensors.INDEX.Json",
+            one(b"model.safetensors.INDEX.Json"),
+            Malformed,
+        ),
+        ("r31-files-weights-suffix-only", "a component that is only a suffix, .bin", one(b".bin"), Malformed),
+        (
+            "r31-files-weights-suffix-only-index",
+            "a component that is only a suffix and an index, .onnx.index.json",
+            one(b".onnx.index.json"),
+            Malformed,
+        ),
+        (
+            "r31-files-colon-inside",
+            "a colon where no drive prefix could be, config/a.b:c",
+            one(b"config/a.b:c"),
+            Malformed,
+        ),
+        (
+            "r31-files-component-too-long-weights",
+            "a last component of 256 bytes ending in .bin: the limit first (limit-exceeded)",
+            one(&[&[b'a'; 252][..], b".bin"].concat()),
+            LimitExceeded,
+        ),
         (
             "r31-files-repeated",
             "config.json twice",
@@ -1690,6 +1731,7 @@ fn files(g: &mut Gen) {
                     "r31-files-path-too-long" => &["path over 1024 bytes", "component over 255 bytes"],
                     "r31-files-path-too-long-not-utf8" => &["path over 1024 bytes", "not UTF-8"],
                     "r31-files-component-too-long-colon" => &["component over 255 bytes", "holds :"],
+                    "r31-files-component-too-long-weights" => &["component over 255 bytes", "names weights"],
                     _ => &[],
                 };
                 crate::isolation::assert_isolated_path(name, &path, ordered);

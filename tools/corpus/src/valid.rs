@@ -1259,6 +1259,26 @@ fn files(g: &mut Gen) {
         .tensor(small()),
     );
     files_at_count_limit(g);
+    // The weights rule's edges (§5.5): on the last component only, ASCII letters folded only,
+    // a suffix only where the component ends in it.
+    let edges: Vec<FileEntry> = ["model.c\u{212a}pt", "notes.bin.txt", "vocab.index.json", "x.bin/config.json"]
+        .into_iter()
+        .map(|p| FileEntry { path: p.into(), data: b"{}".to_vec() })
+        .collect();
+    for f in &edges {
+        assert!(crate::isolation::broken_path_conditions(f.path.as_bytes()).is_empty(), "{}", f.path);
+    }
+    let entries: Vec<(&[u8], &[u8])> = edges.iter().map(|f| (f.path.as_bytes(), &f.data[..])).collect();
+    let table = table_bytes(entries.len() as u32, &entries);
+    g.valid(
+        Spec::new(
+            "valid/files-weights-rule-edges.tpde",
+            "§5.5",
+            "paths the weights rule allows: a folder x.bin/, a KELVIN SIGN (U+212A) for the k of .ckpt, .bin not last, .index.json after no weights suffix",
+        )
+        .files(edges, raw_frame(table.len() as u32, &table))
+        .tensor(small()),
+    );
 }
 
 /// The file count's limit at its edge: 4096 empty files, `f0000` … `f4095`.
