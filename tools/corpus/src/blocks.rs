@@ -131,8 +131,113 @@ fn table_len(table: &Table) -> usize {
     t.len()
 }
 
+/// How [`encode_by_hand`] departs from §6.2.6's encoder, in one state of one block.
+#[derive(Clone, Copy)]
+enum Departure {
+    /// None: the bytes `rans::encode_blocks` writes.
+    None,
+    /// State `j` of block `b` ends at 2^16 + 1: every word is read and every symbol decodes, but
+    /// that final state is not 2^16.
+    FinalState { b: usize, j: usize },
+    /// State `j` of block `b` gives out one more word at its first symbol, so that its initial
+    /// state is below 2^16: a decoder that starts from it anyway decodes every symbol, reads
+    /// every word and ends at 2^16 (the state must take no word at that symbol already).
+    StateBelow { b: usize, j: usize },
+}
+
+/// The index and words of a block record of `symbols` (spec §6.2.6: end[], state[], word[]),
+/// encoded here from the text, apart from the reference's encoder, with one `departure`.
+fn encode_by_hand(table: &Table, symbols: &[u8], departure: Departure, out: &mut Vec<u8>) {
+    let (freq, start) = (table.freqs(), table.starts());
+    let (mut ends, mut states, mut words) = (Vec::new(), Vec::new(), Vec::new());
+    for (b, block) in symbols.chunks(16_384).enumerate() {
+        let mut x = [1u32 << 16; 32];
+        if let Departure::FinalState { b: fb, j } = departure {
+            if fb == b {
+                x[j] += 1;
+            }
+        }
+        // Backwards through the decoder's order, so that each state's word is given out where
+        // the decoder reads it; the block's words are reversed at the end.
+        let mut reversed = Vec::new();
+        for i in (0..block.len()).rev() {
+            let (j, s) = (i % 32, usize::from(block[i]));
+            let f = u32::from(freq[s]);
+            if u64::from(x[j]) >= u64::from(f) << 20 {
+                reversed.push(x[j] as u16);
+                x[j] >>= 16;
+            } else if matches!(departure, Departure::StateBelow { b: db, j: dj } if db == b && dj == j && i == j) {
+                reversed.push(x[j] as u16);
+                x[j] >>= 16;
+                assert!(x[j] >= 1, "a state of at least 2^16 before its first symbol");
+            }
+            x[j] = (x[j] / f) * 4096 + x[j] % f + start[s];
+        }
+        states.extend(x);
+        words.extend(reversed.into_iter().rev());
+        ends.push(words.len() as u32);
+    }
+    if symbols.is_empty() {
+        ends.push(0);
+        states.extend([1u32 << 16; 32]);
+    }
+    out.extend(ends.iter().flat_map(|e| e.to_le_bytes()));
+    out.extend(states.iter().flat_map(|s| s.to_le_bytes()));
+    out.extend(words.iter().flat_map(|w| w.to_le_bytes()));
+}
+
+/// Panics unless the invalid file `name`, made from [`BLOCKS`] (`valid`), breaks exactly one
+/// condition of §6.2.6 in the block record it changed, or none where it breaks another rule.
+fn block_isolated(name: &str, bytes: &[u8], valid: &[u8]) {
+    let (t, w, want): (usize, usize, &[&str]) = match name {
+        "r25-blocks-state-below" => (0, 2, &["an initial state below 2^16"]),
+        // end[b] is where block b's words stop and block b + 1's start: one below end[b − 1]
+        // leaves block b no words and starts block b + 1 inside block b − 1's, so a decreasing
+        // end cannot be broken alone (the manifest's description says so).
+        "r25-blocks-end-decreasing" => (0, 2, &["an end that decreases", "a block out of words", "words left over"]),
+        "r25-blocks-words-past-chunk" => (0, 2, &["words past the chunk"]),
+        "r25-blocks-out-of-words" => (0, 2, &["a block out of words"]),
+        "r25-blocks-words-left-over" => (0, 2, &["words left over"]),
+        "r25-blocks-final-state" => (0, 2, &["a final state other than 2^16"]),
+        "r25-blocks-idle-state" => (1, 4, &["a final state other than 2^16"]),
+        // A cut index and a tag that allows no blocks break other conditions than the decode's.
+        _ => return,
+    };
+    let (_, records) = records(valid, t, w);
+    let Some(PlaneRecord::Blocks(table, layout)) =
+        records.iter().rev().find(|r| matches!(r, PlaneRecord::Blocks(..))).cloned()
+    else {
+        unreachable!("the generator checked it")
+    };
+    let c = surgery::directory(bytes).expect("a directory").tensors[t].chunks[0].clone();
+    let from = c.offset as usize + layout.ends;
+    let n = c.element_count as usize;
+    let broken = crate::isolation::broken_block_conditions(
+        table.freqs(),
+        &bytes[from..],
+        c.stored_length as usize - layout.ends,
+        n,
+    );
+    assert_eq!(broken, want, "{name}: its block record breaks {broken:?} (§6.2.6)");
+}
+
+/// [`BLOCKS`]'s bf16 exponent record encoded by hand with `departure`: the chunk's stored bytes.
+fn exponent_by_hand(file: &[u8], departure: Departure) -> Vec<u8> {
+    let (stored, records) = records(file, 0, 2);
+    let PlaneRecord::Blocks(table, layout) = &records[1] else { unreachable!("the generator checked it") };
+    let n = 2 * 16_384 + 100;
+    let mut plane = vec![0u8; n];
+    rans::decode_blocks(table, &stored, layout, &mut plane).expect("valid");
+    let mut index = Vec::new();
+    encode_by_hand(table, &plane, departure, &mut index);
+    assert_eq!(layout.words.end, stored.len(), "the exponent record ends the chunk");
+    [&stored[..layout.ends], &index[..]].concat()
+}
+
 pub fn invalid(g: &mut Gen) {
     let file = g.get(BLOCKS).bytes.clone();
+    // The encoder written from the text gives the reference's bytes.
+    assert_eq!(exponent_by_hand(&file, Departure::None), records(&file, 0, 2).0, "the hand encoder");
     let (stored, layout) = exponent_record(&file);
     let edit = |f: &dyn Fn(&mut Vec<u8>)| {
         let mut s = stored.clone();
@@ -142,15 +247,20 @@ pub fn invalid(g: &mut Gen) {
     let put = |s: &mut Vec<u8>, at: usize, v: u32| s[at..at + 4].copy_from_slice(&v.to_le_bytes());
     let get = |s: &[u8], at: usize| u32::from_le_bytes(s[at..at + 4].try_into().expect("4 bytes"));
     let (ends, states, words) = (layout.ends, layout.states, layout.words.clone());
+    // A state that takes no word at its first symbol, for the state-below file.
+    let state_below = (0..32)
+        .map(|j| Departure::StateBelow { b: 1, j })
+        .find(|&d| exponent_by_hand(&file, d).len() == stored.len() + 2)
+        .expect("a state of block 1 that takes no word at step 0");
     let cases: Vec<(&str, &str, Vec<u8>)> = vec![
         (
             "r25-blocks-state-below",
-            "a block record whose block 1 state 7 starts at 0xFFFF, below 2^16",
-            edit(&|s| put(s, states + 4 * (32 + 7), 0xFFFF)),
+            "a block record whose block 1 state 7 starts below 2^16, one more word given out at its first symbol: without the bound, every symbol decodes, every word is read and every state ends at 2^16",
+            surgery::with_chunk(&file, 0, 0, &exponent_by_hand(&file, state_below)).expect("surgery"),
         ),
         (
             "r25-blocks-end-decreasing",
-            "a block record whose end[1] is below end[0]",
+            "a block record whose end[1] is below end[0] (which cannot break one condition alone: block 1 has no words to read, block 2 starts inside block 0's and reads one word too many)",
             edit(&|s| {
                 let e0 = get(s, ends);
                 put(s, ends + 4, e0 - 1)
@@ -158,20 +268,32 @@ pub fn invalid(g: &mut Gen) {
         ),
         (
             "r25-blocks-words-past-chunk",
-            "a block record whose last end counts one word more than the chunk holds",
-            edit(&|s| {
-                let last = ends + 4 * 2;
-                let e = get(s, last);
-                put(s, last, e + (s.len() - words.end) as u32 / 2 + 1)
+            "a chunk whose stored_length stops one word short of its block record's last word (that word still in the file right after it, the chunk's CRC over the shorter bytes): a reader that reads past the chunk decodes it",
+            edit_dir(&file, |d| {
+                let c = &mut d.tensors[0].chunks[0];
+                c.stored_length -= 2;
+                c.crc32 = crc32fast::hash(&stored[..stored.len() - 2]);
             }),
         ),
         (
             "r25-blocks-out-of-words",
-            "a block record whose block 0 ends one word early (its last word counted in block 1's)",
-            edit(&|s| {
-                let e0 = get(s, ends);
-                put(s, ends, e0 - 1)
-            }),
+            "a block record whose last block with words owns one word less (its end, the ends after it and the chunk's stored_length one word lower; the word it reads last still in the file right after the chunk, the CRC over the shorter bytes)",
+            {
+                // The block that reads the last word (block 2 may read none) and those after
+                // it own one word less.
+                let mut s = stored.clone();
+                let end = |s: &[u8], b: usize| if b == 0 { 0 } else { get(s, ends + 4 * (b - 1)) };
+                let reader = (0..3).rev().find(|&b| end(&s, b + 1) > end(&s, b)).expect("a block with words");
+                for b in reader..3 {
+                    let e = get(&s, ends + 4 * b);
+                    put(&mut s, ends + 4 * b, e - 1);
+                }
+                edit_dir(&surgery::with_chunk(&file, 0, 0, &s).expect("surgery"), |d| {
+                    let c = &mut d.tensors[0].chunks[0];
+                    c.stored_length -= 2;
+                    c.crc32 = crc32fast::hash(&s[..s.len() - 2]);
+                })
+            },
         ),
         (
             "r25-blocks-words-left-over",
@@ -185,11 +307,22 @@ pub fn invalid(g: &mut Gen) {
         ),
         (
             "r25-blocks-final-state",
-            "a block record whose block 0 state 0 starts one higher (at least 2^16, but its decode does not end at 2^16)",
-            edit(&|s| {
-                let x = get(s, states);
-                put(s, states, x + 1)
-            }),
+            "a block record whose block 0 state 0 ends at 2^16 + 1 (encoded from there): every symbol decodes and every word is read",
+            surgery::with_chunk(&file, 0, 0, &exponent_by_hand(&file, Departure::FinalState { b: 0, j: 0 }))
+                .expect("surgery"),
+        ),
+        (
+            "r25-blocks-idle-state",
+            "tensor b.f32's block record whose block 1 (5 symbols) has state 9, which takes no symbol, starting at 2^16 + 1: it ends there",
+            {
+                let (mut s, records) = records(&file, 1, 4);
+                let Some(PlaneRecord::Blocks(_, l)) = records.iter().find(|r| matches!(r, PlaneRecord::Blocks(_, l) if l.blocks == 2))
+                else {
+                    unreachable!("the generator checked it")
+                };
+                put(&mut s, l.states + 4 * (32 + 9), (1 << 16) + 1);
+                surgery::with_chunk(&file, 1, 0, &s).expect("surgery")
+            },
         ),
         ("r25-blocks-cut", "a chunk cut inside its block record's index", edit(&|s| s.truncate(states + 10))),
         (
@@ -199,6 +332,7 @@ pub fn invalid(g: &mut Gen) {
         ),
     ];
     for (path, description, bytes) in cases {
+        block_isolated(path, &bytes, &file);
         bad(g, path, "R25", description, bytes, ErrorKind::Malformed);
     }
     // Under a delta tag: a word changed in the last coded plane.

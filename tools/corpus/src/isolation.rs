@@ -1,8 +1,8 @@
 //! The corpus's isolation rule (conformance/README.md): an invalid file breaks exactly one
 //! condition of its rule, or several whose order spec §9's P1–P9 fix. Checked here for the
-//! file table's paths (§5.5) and the sparse plane records built by hand (§6.2.5), each
-//! condition written out again, apart from the reference's `check_path` and `sparse::parse`,
-//! so that the check does not inherit their bugs.
+//! file table's paths (§5.5), the sparse plane records built by hand (§6.2.5) and the block
+//! records (§6.2.6), each condition written out again, apart from the reference's `check_path`,
+//! `sparse::parse` and block decoders, so that the check does not inherit their bugs.
 
 use tpde_format::CodecTag;
 
@@ -117,6 +117,67 @@ pub fn assert_isolated_sparse(file: &str, p: &SparseParts, condition: Option<&st
     assert_eq!(broken, want, "{file}: its sparse record breaks {broken:?}, not exactly {want:?} (§6.2.5)");
 }
 
+/// The conditions of §6.2.6 that a block record of `n` symbols with frequencies `freq` breaks,
+/// by name: `bytes` from its `end[]` on, through its chunk's end (`in_chunk` bytes) and beyond
+/// it in the file, so that a word past the chunk decodes as a reader without that check would
+/// read it. Decoded from the text, apart from the reference's decoders.
+pub fn broken_block_conditions(freq: &[u16; 256], bytes: &[u8], in_chunk: usize, n: usize) -> Vec<&'static str> {
+    let k = n.div_ceil(16_384).max(1);
+    let u32_at = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().expect("the index is there"));
+    let ends: Vec<usize> = (0..k).map(|b| u32_at(4 * b) as usize).collect();
+    let words_at = 4 * k + 128 * k;
+    let word =
+        |p: usize| bytes.get(words_at + 2 * p..words_at + 2 * p + 2).map(|w| u32::from(w[0]) | u32::from(w[1]) << 8);
+    let mut start = [0u32; 256];
+    for s in 1..256 {
+        start[s] = start[s - 1] + u32::from(freq[s - 1]);
+    }
+    let mut broken = Vec::new();
+    if (0..32 * k).any(|i| u32_at(4 * k + 4 * i) < 1 << 16) {
+        broken.push("an initial state below 2^16");
+    }
+    if ends.windows(2).any(|e| e[1] < e[0]) {
+        broken.push("an end that decreases");
+    }
+    if words_at + 2 * ends[k - 1] > in_chunk {
+        broken.push("words past the chunk");
+    }
+    let (mut out, mut left, mut finals) = (false, false, false);
+    for b in 0..k {
+        let mut x: Vec<u32> = (0..32).map(|j| u32_at(4 * k + 4 * (32 * b + j))).collect();
+        let (mut p, end) = (if b == 0 { 0 } else { ends[b - 1] }, ends[b]);
+        let count = (n - 16_384 * b).min(16_384);
+        'steps: for i in 0..count {
+            let j = i % 32;
+            let slot = x[j] % 4096;
+            let s = (0..256).find(|&s| start[s] <= slot && slot < start[s] + u32::from(freq[s])).expect("a full table");
+            x[j] = u32::from(freq[s]) * (x[j] / 4096) + slot - start[s];
+            if x[j] < 1 << 16 {
+                match word(p).filter(|_| p < end) {
+                    Some(w) => x[j] = x[j] << 16 | w,
+                    None => {
+                        out = true;
+                        break 'steps;
+                    }
+                }
+                p += 1;
+            }
+            if i + 1 == count {
+                left |= p < end;
+                finals |= x.iter().any(|&x| x != 1 << 16);
+            }
+        }
+    }
+    for (broke, name) in
+        [(out, "a block out of words"), (left, "words left over"), (finals, "a final state other than 2^16")]
+    {
+        if broke {
+            broken.push(name);
+        }
+    }
+    broken
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,6 +196,25 @@ mod tests {
     #[should_panic(expected = "not exactly one condition")]
     fn a_path_that_breaks_two_conditions_is_refused() {
         assert_isolated_path("r31-files-two", b"/x.bin", &[]);
+    }
+
+    #[test]
+    fn block_conditions_are_named_one_by_one() {
+        use tpde_codec::rans::{self, Table};
+        let plane: Vec<u8> = (0..16_384 + 5u32).map(|i| (i * 7 % 13) as u8).collect();
+        let table = Table::from_histogram(&rans::histogram(&plane));
+        let mut record = Vec::new();
+        rans::encode_blocks(&table, &plane, &mut record);
+        let broken = |r: &[u8], in_chunk: usize| broken_block_conditions(table.freqs(), r, in_chunk, plane.len());
+        assert!(broken(&record, record.len()).is_empty());
+        assert_eq!(broken(&record, record.len() - 2), ["words past the chunk"]);
+        let mut finals = record.clone();
+        finals[8 + 4 * 40] ^= 1; // block 1's state 8, which takes no symbol
+        assert_eq!(broken(&finals, finals.len()), ["a final state other than 2^16"]);
+        let mut extra = record.clone();
+        extra.extend([0, 0]);
+        extra[4..8].copy_from_slice(&(u32::from_le_bytes(record[4..8].try_into().unwrap()) + 1).to_le_bytes());
+        assert_eq!(broken(&extra, extra.len()), ["words left over"]);
     }
 
     #[test]
