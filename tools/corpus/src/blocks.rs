@@ -48,6 +48,15 @@ pub fn valid(g: &mut Gen) {
         .minor(10)
         .tensors(tensors),
     );
+    // The same file declaring 1.9, below the 1.10 that defines mode 0x06: a reader judges each
+    // record by itself, never by the declared version (§11).
+    g.valid_derived(
+        "valid/planes-blocks-declared-1-9.tpde",
+        "§11",
+        "planes-blocks declaring version 1.9: block records (1.10) and a lower declared version, which a reader must not reject",
+        BLOCKS,
+        surgery::with_header(&bytes, |h| h.minor_version = 9).expect("surgery"),
+    );
     // The generator's promise: a block record where it says, a lane record where it says not.
     for (t, w, want) in [(0, 2, 3), (1, 4, 2), (2, 4, 1)] {
         let (_, records) = records(&bytes, t, w);
@@ -114,6 +123,75 @@ pub fn valid(g: &mut Gen) {
         "valid/delta-blocks-lanes.tpde",
         file,
     );
+}
+
+/// `file` with every order-0 lane record of every chunk re-coded as a block record, the other
+/// records as they are (§6.2.6 allows blocks wherever a tag allows lanes, whatever n): the
+/// file and the tag of each record re-coded.
+fn lanes_as_blocks(file: &[u8]) -> (Vec<u8>, Vec<CodecTag>) {
+    let dir = surgery::directory(file).expect("a valid file");
+    let (mut out, mut recoded) = (file.to_vec(), Vec::new());
+    for (t, tensor) in dir.tensors.iter().enumerate() {
+        for (ci, c) in tensor.chunks.iter().enumerate() {
+            let stored = &file[c.offset as usize..(c.offset + c.stored_length) as usize];
+            let (w, n) = (tensor.dtype.size() as usize, c.element_count as usize);
+            let mut chunk = Vec::new();
+            let mut at = 0;
+            for _ in 0..w {
+                let Ok((records, next)) = tpde_codec::planes::parse(c.codec, stored, at, 1, n) else {
+                    break; // not a plane tag: left as it is
+                };
+                match &records[0] {
+                    PlaneRecord::Lanes(table, layout) => {
+                        let mut plane = vec![0u8; n];
+                        rans::decode_lanes(table, stored, layout, &mut plane).expect("valid");
+                        chunk.push(6);
+                        table.write(&mut chunk);
+                        rans::encode_blocks(table, &plane, &mut chunk);
+                        recoded.push(c.codec);
+                    }
+                    _ => chunk.extend_from_slice(&stored[at..next]),
+                }
+                at = next;
+            }
+            if at > 0 && chunk != stored[..at] {
+                chunk.extend_from_slice(&stored[at..]);
+                out = surgery::with_chunk(&out, t, ci, &chunk).expect("surgery");
+            }
+        }
+    }
+    (out, recoded)
+}
+
+/// Block records where no other valid file has them: under the base-context tags, in
+/// predicted chunks' residuals.
+pub fn elsewhere(g: &mut Gen) {
+    let cases = [
+        (
+            CodecTag::DeltaXorContext,
+            "valid/delta-xor-context.tpde",
+            "valid/delta-xor-context-blocks.tpde",
+            "delta-xor-context with its order-0 lane records re-coded as block records (1.10), beside its base-context records",
+        ),
+        (
+            CodecTag::DeltaSubContext,
+            crate::valid::DELTA_SUB_CONTEXT,
+            "valid/delta-sub-context-blocks.tpde",
+            "delta-sub-context with its order-0 lane records re-coded as block records (1.10), beside its base-context records",
+        ),
+        (
+            CodecTag::DeltaPredicted,
+            crate::reverse::REVERSE,
+            "valid/delta-predicted-reverse-blocks.tpde",
+            "delta-predicted-reverse with its residuals' order-0 lane records re-coded as block records (1.10), under delta-predicted and the plain deltas' tags",
+        ),
+    ];
+    for (tag, from, path, description) in cases {
+        let (file, recoded) = lanes_as_blocks(&g.get(from).bytes.clone());
+        assert!(recoded.iter().filter(|&&t| t == tag).count() >= 2, "{path}: re-coded {recoded:?}");
+        let file = surgery::with_header(&file, |h| h.minor_version = h.minor_version.max(10)).expect("surgery");
+        g.valid_derived(path, "§6.2.6", description, from, file);
+    }
 }
 
 /// The exponent plane's block record of [`BLOCKS`]'s bf16 tensor: the chunk's stored bytes,

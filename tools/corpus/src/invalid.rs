@@ -1740,6 +1740,17 @@ fn files(g: &mut Gen) {
         let bytes = with_files_value(g, value);
         bad(g, name, "R31", description, bytes, error);
     }
+    // The weights rule (1.8) in a file declaring 1.7, the version of file tables: it holds
+    // whatever version a file declares (§11).
+    let weights = with_files_value(g, one(b"model.safetensors"));
+    bad(
+        g,
+        "r31-files-weights-declared-1-7",
+        "R31",
+        "a weight file, model.safetensors, in a file declaring 1.7 (the weights rule is 1.8's, and holds whatever the version)",
+        edit_header(&weights, |h| h.minor_version = 7),
+        Malformed,
+    );
     let as_string = with_files_value(g, MetadataValue::String("config.json".into()));
     bad(g, "r17-files-type", "R17", "tpde.files as a string (the spec says bytes)", as_string, Malformed);
 }

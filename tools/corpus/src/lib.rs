@@ -49,6 +49,7 @@ pub fn generate() -> Corpus {
     valid::all(&mut g);
     reverse::valid(&mut g);
     blocks::valid(&mut g);
+    blocks::elsewhere(&mut g);
     sparse::valid(&mut g);
     invalid::all(&mut g);
     reverse::invalid(&mut g);

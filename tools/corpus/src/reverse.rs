@@ -96,6 +96,15 @@ fn realistic(g: &mut Gen) {
         records.iter().any(|r| matches!(r, tpde_codec::planes::PlaneRecord::Sparse(_)))
     });
     assert!(sparse, "a predicted chunk of w holds a sparse plane record");
+    // The same file declaring 1.8, below the 1.9 that defines predictors 3 and 4: a reader
+    // judges each by itself, never by the declared version (§11).
+    g.valid_derived(
+        "valid/delta-predicted-reverse-declared-1-8.tpde",
+        "§11",
+        "delta-predicted-reverse declaring version 1.8: predictors 3 and 4 (1.9) and a lower declared version, which a reader must not reject",
+        REVERSE,
+        surgery::with_header(&file, |h| h.minor_version = 8).expect("surgery"),
+    );
 }
 
 /// Elements that are their reverse predictions exactly (zero residuals), so that every decoded
