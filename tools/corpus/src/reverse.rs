@@ -2,7 +2,7 @@
 //! checkpoint one optimizer step *after* it, its second moment and weights predicted back.
 
 use tpde_codec::Encoder;
-use tpde_format::{surgery, CodecTag, DType, ErrorKind, Prediction};
+use tpde_format::{surgery, CodecTag, DType, ErrorKind, Operand, Prediction};
 
 use crate::invalid::{bad_delta, edit_dir};
 use crate::valid::{adamw_step, prediction_of, AdamWStep};
@@ -28,6 +28,81 @@ fn word(b: &[u8], i: usize) -> f32 {
 pub fn valid(g: &mut Gen) {
     realistic(g);
     exact(g);
+    graph(g);
+}
+
+/// Chain 5 of §6.8: c1 → c2 → c3 → c4 (predictor 1, as `delta-predicted-chain`) → cm, with
+/// cm predicted by predictor 4, which reads the base only (exp_avg c0, exp_avg_sq sv).
+const CHAIN_P4: &str = "valid/delta-predicted-reverse-chain-p4.tpde";
+
+/// Predictor 4 names nothing of its own file: a prediction graph with its names as edges
+/// would count one more predicted tensor on a path (R30's bound), or close a loop. Each
+/// predicted tensor is its prediction exactly, so that `auto` codes it predicted.
+fn graph(g: &mut Gen) {
+    let base = g.get(crate::valid::PREDICTED_EDGE_BASE).tensors.clone();
+    let of = |ts: &[T], name: &str| ts.iter().find(|t| t.name == name).expect("a tensor").data.clone();
+    // Adds `name`, predicted by `p` from the tensors before it and the base, to `file`.
+    let add = |file: &mut Vec<T>, name: &str, p: Prediction| {
+        let operand = |(n, at): (&str, Operand)| match at {
+            Operand::File => of(file, n),
+            Operand::Base => of(&base, n),
+        };
+        let [first, second] = p.operands();
+        let data = prediction_of(&p, &of(&base, name), &operand(first), &operand(second));
+        file.push(T { delta: true, predict: Some(p), ..T::new(name, DType::F32, &[256], data) });
+    };
+    let p4 = |exp_avg: &str, exp_avg_sq: &str| Prediction::AdamParameterReverse {
+        decay: 0.99999,
+        bias2_sqrt: 0.05,
+        eps: 1e-8,
+        neg_step: -1e-3,
+        exp_avg: exp_avg.into(),
+        exp_avg_sq: exp_avg_sq.into(),
+    };
+    let mut tensors = Vec::new();
+    add(&mut tensors, "cm", p4("c0", "sv"));
+    for (name, reads) in [("c4", "cm"), ("c3", "c4"), ("c2", "c3"), ("c1", "c2")] {
+        add(&mut tensors, name, crate::valid::edge_moment(reads));
+    }
+    let file = g.valid(
+        Spec::new(
+            CHAIN_P4,
+            "§6.8",
+            "5 predicted tensors on one path, c1 → c2 → c3 → c4 (predictor 1) → cm, where cm's predictor 4 reads the base only: R30 counts 4 (a tensor predicted only by predictor 4 ends a path)",
+        )
+        .encoder(Encoder::Auto)
+        .minor(9)
+        .tensors(tensors)
+        .base(crate::valid::PREDICTED_EDGE_BASE),
+    );
+    let predicted = |file: &[u8]| {
+        let d = surgery::directory(file).expect("a valid file");
+        d.tensors.iter().filter(|t| t.chunks.iter().all(|c| c.codec == CodecTag::DeltaPredicted)).count()
+    };
+    assert_eq!(predicted(&file), 5, "c1 to c4 and cm are predicted");
+    // c1 (predictor 3) reads c2 of this file; c2's predictor 4 names c1, which would close a
+    // loop if it were an edge.
+    let p3 = |m: &str| Prediction::AdamSecondMomentReverse {
+        one_minus_beta1: 0.1,
+        beta2: 0.999,
+        one_minus_beta2: 0.001,
+        exp_avg: m.into(),
+    };
+    let mut tensors = Vec::new();
+    add(&mut tensors, "c2", p4("c1", "sv"));
+    add(&mut tensors, "c1", p3("c2"));
+    let file = g.valid(
+        Spec::new(
+            "valid/delta-predicted-reverse-p4-no-loop.tpde",
+            "§6.8",
+            "c1 predicted by predictor 3 from c2 of this file, c2 by predictor 4 naming c1 (read from the base): no loop, since predictor 4's names are not edges",
+        )
+        .encoder(Encoder::Auto)
+        .minor(9)
+        .tensors(tensors)
+        .base(crate::valid::PREDICTED_EDGE_BASE),
+    );
+    assert_eq!(predicted(&file), 2, "c1 and c2 are predicted");
 }
 
 /// One AdamW step in binary32 as torch takes it (the 1.6 file's step), stored backwards: the
@@ -246,6 +321,28 @@ pub fn invalid(g: &mut Gen) {
             c.params = p.to_bytes();
         }
     });
+    // A base tensor of another dtype with the same bytes: sv.bits is sv's bytes as i32, so a
+    // reader that checks only the byte length decodes cm exactly as the valid file's.
+    let chain = g.get(CHAIN_P4).bytes.clone();
+    let cm = surgery::directory(&chain).expect("valid").tensors.iter().position(|t| t.name == "cm").unwrap();
+    let dtype = edit_dir(&chain, |d| {
+        for c in d.tensors[cm].chunks.iter_mut().filter(|c| c.codec == CodecTag::DeltaPredicted) {
+            let mut p = Prediction::parse(&c.params).expect("valid params");
+            if let Prediction::AdamParameterReverse { exp_avg_sq, .. } = &mut p {
+                *exp_avg_sq = "sv.bits".into();
+            }
+            c.params = p.to_bytes();
+        }
+    });
+    bad_delta(
+        g,
+        "r29-predicted-reverse-base-dtype",
+        "R29",
+        "delta-predicted-reverse-chain-p4 with cm's prediction (predictor 4) reading v' from sv.bits, an i32 base tensor holding sv's bytes: the same bytes, not f32",
+        dtype,
+        crate::valid::PREDICTED_EDGE_BASE,
+        Malformed,
+    );
     bad_delta(
         g,
         "r29-predicted-reverse-base-shape",
