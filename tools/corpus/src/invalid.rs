@@ -328,6 +328,31 @@ fn directory(g: &mut Gen) {
         }),
         LimitExceeded,
     );
+    // P5: a count against the bytes left at its entries' fixed part (7 bytes a metadata entry,
+    // 48 a tensor entry), before any entry is read. Each count fits at one byte less a fixed
+    // part, and its first entry opens with a length over its limit: a reader that checks the
+    // count otherwise (or not at all) reads that length and says `limit-exceeded`.
+    let directory = |metadata: u32, tensors: u32, first: &[u8], len: usize| {
+        let mut d = [metadata.to_le_bytes(), tensors.to_le_bytes()].concat();
+        d.push(0); // no base
+        d.extend_from_slice(first);
+        d.resize(9 + len, 0);
+        d
+    };
+    for (path, description, bytes) in [
+        (
+            "r12-metadata-count-fixed-part",
+            "58 metadata entries with 400 directory bytes after the counts and base kind: 58 × 7 > 400 (58 × 6 would fit); the first entry's key length is 2000, over its limit",
+            directory(58, 0, &2000u16.to_le_bytes(), 400),
+        ),
+        (
+            "r12-tensor-count-fixed-part",
+            "51 tensors with 2400 directory bytes after the counts and base kind: 51 × 48 > 2400 (51 × 47 would fit); the first entry's name length is 5000, over its limit",
+            directory(0, 51, &5000u16.to_le_bytes(), 2400),
+        ),
+    ] {
+        bad(g, path, "R12", description, edit_dir_bytes(&small, |d| *d = bytes), Malformed);
+    }
     let delta = g.get(DELTA_XOR).bytes.clone();
     bad_delta(
         g,
@@ -1707,6 +1732,51 @@ fn files(g: &mut Gen) {
             "r31-files-component-too-long-weights",
             "a last component of 256 bytes ending in .bin: the limit first (limit-exceeded)",
             one(&[&[b'a'; 252][..], b".bin"].concat()),
+            LimitExceeded,
+        ),
+        // P9's frame header order where the categories differ: each check before the window's
+        // limit (a reader that checks the window first says limit-exceeded).
+        (
+            "r31-files-reserved-bit-before-window",
+            "a frame with its reserved bit set and a 1 GiB window: the reserved bit first (malformed)",
+            {
+                let mut f = vec![0x28, 0xB5, 0x2F, 0xFD, 0x88, 20 << 3];
+                f.extend((good.len() as u32).to_le_bytes());
+                raw_blocks(&mut f, &good);
+                MetadataValue::Bytes(f)
+            },
+            Malformed,
+        ),
+        (
+            "r31-files-no-content-size-before-window",
+            "a frame that does not declare its content size, with a 1 GiB window: the content size first (malformed)",
+            {
+                let mut f = vec![0x28, 0xB5, 0x2F, 0xFD, 0x00, 20 << 3];
+                raw_blocks(&mut f, &good);
+                MetadataValue::Bytes(f)
+            },
+            Malformed,
+        ),
+        (
+            "r31-files-cut-header-before-window",
+            "a frame header cut after a 1 GiB window descriptor (its 4-byte content size missing): a whole header first (malformed)",
+            MetadataValue::Bytes(vec![0x28, 0xB5, 0x2F, 0xFD, 0x80, 20 << 3]),
+            Malformed,
+        ),
+        // P9's file table order: entries in order, repeats last.
+        (
+            "r31-files-bad-path-before-long-path",
+            "a path a\\b, then a path of 1025 bytes: the first entry's rule first (malformed)",
+            framed(&table_bytes(2, &[(b"a\\b", b"{}"), (long_path(1025).as_bytes(), b"[]")])),
+            Malformed,
+        ),
+        (
+            "r31-files-repeat-before-long-path",
+            "config.json twice, then a path of 1025 bytes: repeats are judged last (limit-exceeded)",
+            framed(&table_bytes(
+                3,
+                &[(b"config.json", b"{}"), (b"config.json", b"[]"), (long_path(1025).as_bytes(), b"[]")],
+            )),
             LimitExceeded,
         ),
         (

@@ -306,9 +306,23 @@ pub fn invalid(g: &mut Gen) {
             }),
         ),
     ];
+    // P8: what a prediction reads before the chunk's own CRC (R24, checksum-mismatch).
+    let crc = edit_dir(&cases[0].3, |d| {
+        let c = d.tensors[w].chunks.iter_mut().find(|c| c.codec == CodecTag::DeltaPredicted).expect("predicted");
+        c.crc32 ^= 1;
+    });
     for (name, rule, description, bytes) in cases {
         bad_delta(g, name, rule, description, bytes, REVERSE_BASE, Malformed);
     }
+    bad_delta(
+        g,
+        "r29-predicted-reverse-base-v-absent-crc",
+        "R29",
+        "r29-predicted-reverse-base-v-absent with the CRC of w's first predicted chunk wrong too: P8 puts what a prediction reads (v' absent from the base, malformed) before the chunk's own R24",
+        crc,
+        REVERSE_BASE,
+        Malformed,
+    );
     // A base tensor of another shape with as many elements: a reader must compare shapes.
     let exact = g.get(REVERSE_EXACT).bytes.clone();
     let w = surgery::directory(&exact).expect("valid").tensors.iter().position(|t| t.name == "w").unwrap();
