@@ -13,6 +13,7 @@ use crate::valid::{
 };
 use crate::Gen;
 use tpde_codec::planes::PlaneRecord;
+use tpde_codec::positions::PositionCoder;
 use tpde_codec::ChunkContext;
 use tpde_conformance::{Case, Expect};
 
@@ -1849,6 +1850,101 @@ fn one_path(frame: &[u8]) -> Option<Vec<u8>> {
     (count == 1 && rest == [2, 0, 0, 0, 0, 0, 0, 0, b'{', b'}']).then_some(path)
 }
 
+/// `codes` (value, bit count) written MSB-first (§6.1), zero-padded to a byte: the bytes and
+/// how many bits of the last byte pad it.
+fn msb_first(codes: &[(u64, u32)]) -> (Vec<u8>, u32) {
+    let (mut out, mut acc, mut filled) = (Vec::new(), 0u8, 0u32);
+    for &(value, bits) in codes {
+        for i in (0..bits).rev() {
+            acc = acc << 1 | ((value >> i) & 1) as u8;
+            filled += 1;
+            if filled == 8 {
+                out.push(acc);
+                (acc, filled) = (0, 0);
+            }
+        }
+    }
+    let pad = (8 - filled) % 8;
+    if filled > 0 {
+        out.push(acc << pad);
+    }
+    (out, pad)
+}
+
+/// §6.5.1's gaps: the first counts from position −1.
+fn gaps(positions: &[u32]) -> Vec<u64> {
+    let mut prev = -1i64;
+    positions
+        .iter()
+        .map(|&p| {
+            let g = (i64::from(p) - prev) as u64;
+            prev = i64::from(p);
+            g
+        })
+        .collect()
+}
+
+/// Golomb-Rice positions (§6.5.1) with any parameter `k`, 32 included, written here from the
+/// text: the k byte, then the codes; and the padding bits of the last byte.
+fn rice_by_hand(positions: &[u32], k: u32) -> (Vec<u8>, u32) {
+    let codes: Vec<(u64, u32)> = gaps(positions)
+        .into_iter()
+        .flat_map(|g| {
+            let q = (g >> k) as u32;
+            [((1u64 << q) - 1) << 1, g & ((1u64 << k) - 1)].into_iter().zip([q + 1, k])
+        })
+        .collect();
+    let (bits, pad) = msb_first(&codes);
+    ([vec![k as u8], bits].concat(), pad)
+}
+
+/// Packed positions (§6.5.1) with every block's gaps in `width` bits, 33 included, written
+/// here from the text; and the padding bits of the last block.
+fn packed_by_hand(positions: &[u32], width: u32) -> (Vec<u8>, u32) {
+    let blocks: Vec<&[u32]> = positions.chunks(tpde_codec::positions::PACKED_BLOCK).collect();
+    let mut out: Vec<u8> =
+        blocks.iter().flat_map(|b| [b[0].to_le_bytes().to_vec(), vec![width as u8]].concat()).collect();
+    let mut pad = 0;
+    for b in &blocks {
+        let codes: Vec<(u64, u32)> = b.windows(2).map(|w| (u64::from(w[1] - w[0]), width)).collect();
+        let (bits, p) = msb_first(&codes);
+        out.extend(bits);
+        pad = p;
+    }
+    (out, pad)
+}
+
+/// Replaces the positions of the sparse record at `at` (`sp`, of a plane of `n`) with
+/// `code` of the same positions, and its `positions_len`.
+fn recode_positions(
+    s: &mut Vec<u8>,
+    at: usize,
+    sp: &tpde_codec::planes::SparsePlane,
+    n: usize,
+    code: &dyn Fn(&[u32], u32) -> Vec<u8>,
+) {
+    let mut positions = Vec::new();
+    let original = &s[sp.positions.clone()];
+    sp.coder.decode(original, sp.count, n as u64, &mut positions).expect("valid positions");
+    // The hand encoders give the reference's bytes for the parameter it chose.
+    let parameter = match sp.coder {
+        PositionCoder::Rice => {
+            assert_eq!(rice_by_hand(&positions, u32::from(original[0])).0, original, "the hand Rice encoder");
+            u32::from(original[0])
+        }
+        _ => {
+            let width = u32::from(original[4]);
+            if positions.len() <= tpde_codec::positions::PACKED_BLOCK {
+                assert_eq!(packed_by_hand(&positions, width).0, original, "the hand packed encoder");
+            }
+            width
+        }
+    };
+    let coded = code(&positions, parameter);
+    s[at + 7..at + 11].copy_from_slice(&(coded.len() as u32).to_le_bytes());
+    s.splice(sp.positions.clone(), coded);
+}
+
 /// An edit of a chunk's stored bytes, given where its sparse record starts, the record and n.
 type SparseEdit = dyn Fn(&mut Vec<u8>, usize, &tpde_codec::planes::SparsePlane, usize);
 
@@ -1899,6 +1995,43 @@ fn sparse_planes(g: &mut Gen) {
             "a sparse record whose first packed block starts at position n",
             edit(c, &|s, _, sp, n| {
                 s[sp.positions.start..sp.positions.start + 4].copy_from_slice(&(n as u32).to_le_bytes())
+            }),
+        ),
+        // §6.5.1 inside a sparse record, each condition alone: positions coded by hand.
+        (
+            "r25-sparse-plane-rice-k-32",
+            "a sparse record whose Golomb-Rice positions are coded with k = 32 (k is 0..=31), every code whole",
+            edit(b, &|s, at, sp, n| recode_positions(s, at, sp, n, &|p, _| rice_by_hand(p, 32).0)),
+        ),
+        (
+            "r25-sparse-plane-rice-padding",
+            "a sparse record whose Golomb-Rice codes end with a padding bit of 1",
+            edit(b, &|s, at, sp, n| {
+                recode_positions(s, at, sp, n, &|p, k| {
+                    let (mut bytes, pad) =
+                        (k..32).map(|k| rice_by_hand(p, k)).find(|(_, pad)| *pad > 0).expect("a k that pads");
+                    assert!(pad > 0);
+                    *bytes.last_mut().unwrap() |= 1;
+                    bytes
+                })
+            }),
+        ),
+        (
+            "r25-sparse-plane-packed-width-33",
+            "a sparse record whose packed positions are coded in 33-bit gaps (a width is 0..=32), every block whole",
+            edit(c, &|s, at, sp, n| recode_positions(s, at, sp, n, &|p, _| packed_by_hand(p, 33).0)),
+        ),
+        (
+            "r25-sparse-plane-packed-padding",
+            "a sparse record whose last packed block ends with a padding bit of 1",
+            edit(c, &|s, at, sp, n| {
+                recode_positions(s, at, sp, n, &|p, width| {
+                    let (mut bytes, pad) =
+                        (width..33).map(|w| packed_by_hand(p, w)).find(|(_, pad)| *pad > 0).expect("a width that pads");
+                    assert!(pad > 0);
+                    *bytes.last_mut().unwrap() |= 1;
+                    bytes
+                })
             }),
         ),
         (
