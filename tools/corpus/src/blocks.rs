@@ -16,6 +16,10 @@ pub const BLOCKS: &str = "valid/planes-blocks.tpde";
 const DELTA_BASE: &str = "valid/delta-blocks-base.tpde";
 /// A lane-tag delta (`delta-xor-lanes`) whose planes are block records.
 const DELTA_BLOCKS: &str = "valid/delta-blocks.tpde";
+/// A `sparse-packed-lanes` delta against [`DELTA_BASE`], one element in 7 changed.
+const SPARSE_LANES: &str = "valid/delta-sparse-lanes-of-blocks-base.tpde";
+/// [`DELTA_BASE`] as a `sparse-packed-lanes` delta of itself: m = 0.
+const SPARSE_EMPTY: &str = "valid/delta-sparse-empty.tpde";
 
 /// The plane records of chunk 0 of tensor `t` of `file`: the stored bytes and the records.
 fn records(file: &[u8], t: usize, w: usize) -> (Vec<u8>, Vec<PlaneRecord>) {
@@ -134,9 +138,10 @@ fn lanes_as_blocks(file: &[u8]) -> (Vec<u8>, Vec<CodecTag>) {
     for (t, tensor) in dir.tensors.iter().enumerate() {
         for (ci, c) in tensor.chunks.iter().enumerate() {
             let stored = &file[c.offset as usize..(c.offset + c.stored_length) as usize];
-            let (w, n) = (tensor.dtype.size() as usize, c.element_count as usize);
-            let mut chunk = Vec::new();
-            let mut at = 0;
+            let w = tensor.dtype.size() as usize;
+            let Some((start, n)) = planes_of(c.codec, stored, c.element_count as usize) else { continue };
+            let mut chunk = stored[..start].to_vec();
+            let mut at = start;
             for _ in 0..w {
                 let Ok((records, next)) = tpde_codec::planes::parse(c.codec, stored, at, 1, n) else {
                     break; // not a plane tag: left as it is
@@ -150,17 +155,44 @@ fn lanes_as_blocks(file: &[u8]) -> (Vec<u8>, Vec<CodecTag>) {
                         rans::encode_blocks(table, &plane, &mut chunk);
                         recoded.push(c.codec);
                     }
+                    // A plane of no symbols (m = 0): one block, no word, 32 states at 2^16,
+                    // under any table.
+                    PlaneRecord::Stored(_) if n == 0 => {
+                        chunk.push(6);
+                        let table = Table::from_histogram(&std::array::from_fn(|s| u64::from(s < 2)));
+                        table.write(&mut chunk);
+                        rans::encode_blocks(&table, &[], &mut chunk);
+                        recoded.push(c.codec);
+                    }
                     _ => chunk.extend_from_slice(&stored[at..next]),
                 }
                 at = next;
             }
-            if at > 0 && chunk != stored[..at] {
+            if at > start && chunk != stored[..at] {
                 chunk.extend_from_slice(&stored[at..]);
                 out = surgery::with_chunk(&out, t, ci, &chunk).expect("surgery");
             }
         }
     }
     (out, recoded)
+}
+
+/// Where a chunk's plane records start and how many symbols each codes: §6.2's plane tags at
+/// 0 with n; §6.5's sparse lane tag after its positions, with m; None for a tag with no
+/// plane records in lane form.
+fn planes_of(codec: CodecTag, stored: &[u8], n: usize) -> Option<(usize, usize)> {
+    let u32_at = |i: usize| u32::from_le_bytes(stored[i..i + 4].try_into().expect("a valid chunk")) as usize;
+    match codec {
+        CodecTag::SparsePackedLanes => Some((8 + u32_at(4), u32_at(0))),
+        CodecTag::PlanesLanes
+        | CodecTag::PlanesContext
+        | CodecTag::DeltaXorLanes
+        | CodecTag::DeltaSubLanes
+        | CodecTag::DeltaXorContext
+        | CodecTag::DeltaSubContext
+        | CodecTag::DeltaPredicted => Some((0, n)),
+        _ => None,
+    }
 }
 
 /// Block records where no other valid file has them: under the base-context tags, in
@@ -184,6 +216,55 @@ pub fn elsewhere(g: &mut Gen) {
             crate::reverse::REVERSE,
             "valid/delta-predicted-reverse-blocks.tpde",
             "delta-predicted-reverse with its residuals' order-0 lane records re-coded as block records (1.10), under delta-predicted and the plain deltas' tags",
+        ),
+    ];
+    // A sparse chunk's value planes as blocks (m symbols each); and a chunk that lists no
+    // element (m = 0), whose empty planes become blocks of no word.
+    let (base, moved) = {
+        let b = g.get(DELTA_BASE).tensors[0].clone();
+        let mut moved = b.data.clone();
+        for i in (0..moved.len()).step_by(4 * 7) {
+            moved[i] ^= 0x10;
+        }
+        (b, moved)
+    };
+    g.valid(
+        Spec::new(
+            SPARSE_LANES,
+            "§6.5",
+            "the keyframe of delta-blocks with one element in 7 changed in its lowest byte, sparse-packed-lanes",
+        )
+        .encoder(Encoder::Codec(CodecTag::SparsePackedLanes))
+        .minor(10)
+        .tensor(T { delta: true, ..T::new("w", DType::F32, &base.shape, moved) })
+        .base(DELTA_BASE),
+    );
+    g.valid(
+        Spec::new(
+            SPARSE_EMPTY,
+            "§6.5",
+            "the keyframe of delta-blocks as a delta of itself, sparse-packed-lanes: m = 0 in every chunk",
+        )
+        .encoder(Encoder::Codec(CodecTag::SparsePackedLanes))
+        .minor(10)
+        .tensor(T { delta: true, ..base.clone() })
+        .base(DELTA_BASE),
+    );
+    let cases = [
+        cases[0],
+        cases[1],
+        cases[2],
+        (
+            CodecTag::SparsePackedLanes,
+            SPARSE_LANES,
+            "valid/delta-sparse-packed-lanes-blocks.tpde",
+            "delta-sparse-lanes-of-blocks-base with the value planes' lane records re-coded as block records (1.10) of m symbols",
+        ),
+        (
+            CodecTag::SparsePackedLanes,
+            SPARSE_EMPTY,
+            "valid/delta-sparse-empty-blocks.tpde",
+            "delta-sparse-empty with each value plane of m = 0 symbols a block record: one block, no word, 32 states at 2^16",
         ),
     ];
     for (tag, from, path, description) in cases {
