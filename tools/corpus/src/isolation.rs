@@ -4,7 +4,7 @@
 //! records (§6.2.6), each condition written out again, apart from the reference's `check_path`,
 //! `sparse::parse` and block decoders, so that the check does not inherit their bugs.
 
-use tpde_format::CodecTag;
+use tpde_format::{CodecTag, DType, Directory};
 
 /// The conditions of §5.5 that `path` breaks, by name, in the order P9 fixes.
 pub fn broken_path_conditions(path: &[u8]) -> Vec<&'static str> {
@@ -174,6 +174,103 @@ pub fn broken_block_conditions(freq: &[u16; 256], bytes: &[u8], in_chunk: usize,
         if broke {
             broken.push(name);
         }
+    }
+    broken
+}
+
+/// A `delta-predicted` chunk's params as §6.8 gives them: the predictor and its names, or None
+/// where they are not a prediction (an unknown predictor, a name empty, not UTF-8 or cut
+/// short, bytes after the last name).
+fn prediction_params(params: &[u8]) -> Option<(u8, Vec<&str>)> {
+    let (&predictor, rest) = params.split_first()?;
+    let (constants, names) = match predictor {
+        1 | 3 => (3, 1),
+        2 | 4 => (4, 2),
+        _ => return None,
+    };
+    let mut at = 4 * constants;
+    let mut read = Vec::new();
+    for _ in 0..names {
+        let len = usize::from(u16::from_le_bytes(rest.get(at..at + 2)?.try_into().ok()?));
+        let name = std::str::from_utf8(rest.get(at + 2..at + 2 + len)?).ok().filter(|n| !n.is_empty())?;
+        read.push(name);
+        at += 2 + len;
+    }
+    (at == rest.len()).then_some((predictor, read))
+}
+
+/// The conditions of §6.8 that a file's predictions break (R30, and R29 for what they read
+/// from the base), by name, from its directory and its base's, written out again apart from
+/// the reference's `Prediction::parse` and `validate_predictions`.
+pub fn broken_prediction_conditions(file: &Directory, base: Option<&Directory>) -> Vec<&'static str> {
+    let mut broken = Vec::new();
+    let mut note = |c: &'static str| {
+        if !broken.contains(&c) {
+            broken.push(c);
+        }
+    };
+    let find = |d: &Directory, name: &str| d.tensors.iter().position(|t| t.name == name);
+    // Edges of the prediction graph: tensor i reads tensor j of this file.
+    let mut reads = vec![Vec::new(); file.tensors.len()];
+    for (i, t) in file.tensors.iter().enumerate() {
+        for c in t.chunks.iter().filter(|c| c.codec == CodecTag::DeltaPredicted) {
+            let Some((predictor, names)) = prediction_params(&c.params) else {
+                note("params a prediction");
+                continue;
+            };
+            if t.dtype != DType::F32 {
+                note("the tensor f32");
+            }
+            let of_t = |d: &Directory, j: usize| d.tensors[j].dtype == DType::F32 && d.tensors[j].shape == t.shape;
+            if predictor != 4 {
+                for name in &names {
+                    match find(file, name) {
+                        None => note("a name of the file"),
+                        Some(j) if !of_t(file, j) => note("a file input f32 of the tensor's shape"),
+                        Some(j) if !reads[i].contains(&j) => reads[i].push(j),
+                        Some(_) => {}
+                    }
+                }
+            }
+            if let Some(b) = base {
+                match find(b, &t.name) {
+                    None => note("its base tensor there"),
+                    Some(j) if b.tensors[j].dtype != t.dtype || b.tensors[j].shape != t.shape => {
+                        note("its base tensor of its dtype and shape")
+                    }
+                    Some(_) => {}
+                }
+                let from_base: &[&str] = match predictor {
+                    1 | 3 => &names[..1],
+                    4 => &names,
+                    _ => &[],
+                };
+                for name in from_base {
+                    match find(b, name) {
+                        None => note("a base input there"),
+                        Some(j) if !of_t(b, j) => note("a base input f32 of the tensor's shape"),
+                        Some(_) => {}
+                    }
+                }
+            }
+        }
+    }
+    // Loops, then the longest path in tensors that read another (a tensor that reads none ends
+    // a path uncounted), by repeated relaxation: at most as many rounds as tensors.
+    let mut height = vec![0usize; reads.len()];
+    for _ in 0..=reads.len() {
+        let next: Vec<usize> = (0..reads.len())
+            .map(|i| if reads[i].is_empty() { 0 } else { 1 + reads[i].iter().map(|&j| height[j]).max().unwrap_or(0) })
+            .collect();
+        if next == height {
+            break;
+        }
+        height = next;
+    }
+    if height.iter().any(|&h| h > reads.len()) {
+        note("no loop");
+    } else if height.iter().any(|&h| h > 4) {
+        note("a chain of at most 4");
     }
     broken
 }

@@ -55,6 +55,7 @@ pub fn generate() -> Corpus {
     reverse::invalid(&mut g);
     blocks::invalid(&mut g);
     sparse::invalid(&mut g);
+    g.check_predictions_isolated();
     Corpus {
         files: g.files,
         manifest: Manifest { schema: SCHEMA.into(), spec_version: SPEC_VERSION.into(), files: g.cases },
@@ -222,6 +223,40 @@ impl Gen {
     pub fn valid_derived(&mut self, path: &str, rule: &str, description: &str, from: &str, bytes: Vec<u8>) {
         let src = self.get(from).clone();
         self.add(Case { base: src.base, ..case(path, rule, description, src.expect) }, bytes, src.tensors);
+    }
+
+    /// The isolation rule for §6.8: every file with a prediction breaks none of its conditions
+    /// if valid, exactly one if it is an invalid file of R29 or R30 about predictions.
+    fn check_predictions_isolated(&self) {
+        let dir = |path: &str| {
+            let bytes = &self.files.iter().find(|(p, _)| p == path).expect("generated").1;
+            tpde_format::surgery::directory(bytes).ok()
+        };
+        let mut refused = Vec::new();
+        for case in &self.cases {
+            let Some(file) = dir(&case.file) else { continue };
+            if !file.tensors.iter().flat_map(|t| &t.chunks).any(|c| c.codec == tpde_format::CodecTag::DeltaPredicted) {
+                continue;
+            }
+            let base = case.base.as_deref().and_then(dir);
+            let broken = isolation::broken_prediction_conditions(&file, base.as_ref());
+            let name = case.file.as_str();
+            let about_predictions =
+                name.starts_with("invalid/r29-predicted") || name.starts_with("invalid/r30-predicted");
+            let isolated = match (name.starts_with("valid/"), about_predictions) {
+                (true, _) => broken.is_empty(),
+                (false, true) => broken.len() == 1,
+                (false, false) => true,
+            };
+            if !isolated {
+                refused.push(format!("{name}: {broken:?}"));
+            }
+        }
+        assert!(
+            refused.is_empty(),
+            "files that break other than one condition of §6.8 (none if valid):\n{}",
+            refused.join("\n")
+        );
     }
 
     /// Adds an invalid file; `case` holds the error category a reader must give.

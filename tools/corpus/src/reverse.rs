@@ -272,7 +272,7 @@ pub fn invalid(g: &mut Gen) {
             }
         })
     };
-    let (w, v) = (at("w"), at("v"));
+    let w = at("w");
     let cases: Vec<(&str, &str, &str, Vec<u8>)> = vec![
         (
             "r29-predicted-reverse-base-v-absent",
@@ -281,16 +281,6 @@ pub fn invalid(g: &mut Gen) {
             with_params(w, &|p| {
                 if let Prediction::AdamParameterReverse { exp_avg_sq, .. } = p {
                     *exp_avg_sq = "v.absent".into();
-                }
-            }),
-        ),
-        (
-            "r30-predicted-reverse-name-absent",
-            "R30",
-            "delta-predicted-reverse with v's prediction (predictor 3) reading m.absent, which the file lacks",
-            with_params(v, &|p| {
-                if let Prediction::AdamSecondMomentReverse { exp_avg, .. } = p {
-                    *exp_avg = "m.absent".into();
                 }
             }),
         ),
@@ -325,6 +315,27 @@ pub fn invalid(g: &mut Gen) {
     );
     // A base tensor of another shape with as many elements: a reader must compare shapes.
     let exact = g.get(REVERSE_EXACT).bytes.clone();
+    // Predictor 3 naming bm, which the base holds (f32, the tensor's shape) and the file does
+    // not: only R30's name check rejects it.
+    let v = surgery::directory(&exact).expect("valid").tensors.iter().position(|t| t.name == "v").unwrap();
+    let absent = edit_dir(&exact, |d| {
+        for c in d.tensors[v].chunks.iter_mut().filter(|c| c.codec == CodecTag::DeltaPredicted) {
+            let mut p = Prediction::parse(&c.params).expect("valid params");
+            if let Prediction::AdamSecondMomentReverse { exp_avg, .. } = &mut p {
+                *exp_avg = "bm".into();
+            }
+            c.params = p.to_bytes();
+        }
+    });
+    bad_delta(
+        g,
+        "r30-predicted-reverse-name-absent",
+        "R30",
+        "delta-predicted-reverse-exact with v's prediction (predictor 3) reading bm, which the base holds (f32 of v's shape) and the file lacks",
+        absent,
+        REVERSE_EXACT_BASE,
+        Malformed,
+    );
     let w = surgery::directory(&exact).expect("valid").tensors.iter().position(|t| t.name == "w").unwrap();
     let bytes = edit_dir(&exact, |d| {
         for c in d.tensors[w].chunks.iter_mut().filter(|c| c.codec == CodecTag::DeltaPredicted) {
