@@ -52,8 +52,9 @@ NOTE_TEXT = """The older .ckpt files in this folder were stored by TPDE (tpde.li
 each is a TPDE file under Lightning's name (a keyframe, or a delta against the .ckpt file it
 names), not a pickle. torch.load and LightningModule.load_from_checkpoint fail on them with
 torch's "Weights only load failed ... Unsupported operand 84" (or, with weights_only=False,
-"pickle data was truncated"): they are not damaged, they are stored. The newest .ckpt (the one
-last.ckpt points at) is the file Lightning wrote; it is stored when the next one is saved.
+"pickle data was truncated"): they are not damaged, they are stored. The checkpoint saved last
+(last.ckpt, where Lightning keeps one) is the file Lightning wrote; it is stored when the next
+one is saved.
 
 One of them back as Lightning writes it (the `tpde` command of `pip install tpde`):
 
