@@ -95,31 +95,8 @@ pub fn valid(g: &mut Gen) {
         .tensor(T { delta: true, ..T::new("w", DType::F32, &[n as u64], encode(DType::F32, &moved)) })
         .base(DELTA_BASE),
     );
-    let (stored, records) = records(&lanes, 0, 4);
-    let mut recoded = Vec::new();
-    let mut at = 0;
-    let mut blocks = 0;
-    for r in &records {
-        match r {
-            PlaneRecord::Lanes(table, layout) => {
-                let mut plane = vec![0u8; n];
-                rans::decode_lanes(table, &stored, layout, &mut plane).expect("valid");
-                recoded.push(6);
-                table.write(&mut recoded);
-                rans::encode_blocks(table, &plane, &mut recoded);
-                at = layout.bytes.end;
-                blocks += 1;
-            }
-            PlaneRecord::Stored(s) => {
-                recoded.extend_from_slice(&stored[s - 1..s + n]);
-                at = s + n;
-            }
-            other => panic!("a lane tag's record {other:?}"),
-        }
-    }
-    assert_eq!(at, stored.len());
-    assert!(blocks >= 2, "{blocks} coded planes");
-    let file = surgery::with_chunk(&lanes, 0, 0, &recoded).expect("surgery");
+    let (file, recoded) = lanes_as_blocks(&lanes);
+    assert!(recoded.len() >= 2, "{} coded planes", recoded.len());
     g.valid_derived(
         DELTA_BLOCKS,
         "§6.2.6",
@@ -196,28 +173,8 @@ fn planes_of(codec: CodecTag, stored: &[u8], n: usize) -> Option<(usize, usize)>
 }
 
 /// Block records where no other valid file has them: under the base-context tags, in
-/// predicted chunks' residuals.
+/// predicted chunks' residuals, in sparse chunks' value planes (m = 0 included).
 pub fn elsewhere(g: &mut Gen) {
-    let cases = [
-        (
-            CodecTag::DeltaXorContext,
-            "valid/delta-xor-context.tpde",
-            "valid/delta-xor-context-blocks.tpde",
-            "delta-xor-context with its order-0 lane records re-coded as block records (1.10), beside its base-context records",
-        ),
-        (
-            CodecTag::DeltaSubContext,
-            crate::valid::DELTA_SUB_CONTEXT,
-            "valid/delta-sub-context-blocks.tpde",
-            "delta-sub-context with its order-0 lane records re-coded as block records (1.10), beside its base-context records",
-        ),
-        (
-            CodecTag::DeltaPredicted,
-            crate::reverse::REVERSE,
-            "valid/delta-predicted-reverse-blocks.tpde",
-            "delta-predicted-reverse with its residuals' order-0 lane records re-coded as block records (1.10), under delta-predicted and the plain deltas' tags",
-        ),
-    ];
     // A sparse chunk's value planes as blocks (m symbols each); and a chunk that lists no
     // element (m = 0), whose empty planes become blocks of no word.
     let (base, moved) = {
@@ -251,9 +208,24 @@ pub fn elsewhere(g: &mut Gen) {
         .base(DELTA_BASE),
     );
     let cases = [
-        cases[0],
-        cases[1],
-        cases[2],
+        (
+            CodecTag::DeltaXorContext,
+            "valid/delta-xor-context.tpde",
+            "valid/delta-xor-context-blocks.tpde",
+            "delta-xor-context with its order-0 lane records re-coded as block records (1.10), beside its base-context records",
+        ),
+        (
+            CodecTag::DeltaSubContext,
+            crate::valid::DELTA_SUB_CONTEXT,
+            "valid/delta-sub-context-blocks.tpde",
+            "delta-sub-context with its order-0 lane records re-coded as block records (1.10), beside its base-context records",
+        ),
+        (
+            CodecTag::DeltaPredicted,
+            crate::reverse::REVERSE,
+            "valid/delta-predicted-reverse-blocks.tpde",
+            "delta-predicted-reverse with its residuals' order-0 lane records re-coded as block records (1.10), under delta-predicted and the plain deltas' tags",
+        ),
         (
             CodecTag::SparsePackedLanes,
             SPARSE_LANES,
@@ -277,11 +249,11 @@ pub fn elsewhere(g: &mut Gen) {
 
 /// The exponent plane's block record of [`BLOCKS`]'s bf16 tensor: the chunk's stored bytes,
 /// and the record's layout.
-fn exponent_record(file: &[u8]) -> (Vec<u8>, BlockLayout) {
+fn exponent_record(file: &[u8]) -> (Vec<u8>, Table, BlockLayout) {
     let (stored, records) = records(file, 0, 2);
     let PlaneRecord::Blocks(table, layout) = records[1].clone() else { unreachable!("the generator checked it") };
     assert_eq!(stored[layout.ends - table_len(&table) - 1], 6, "a block record");
-    (stored, layout)
+    (stored, table, layout)
 }
 
 fn table_len(table: &Table) -> usize {
@@ -380,24 +352,21 @@ fn block_isolated(name: &str, bytes: &[u8], valid: &[u8]) {
     assert_eq!(broken, want, "{name}: its block record breaks {broken:?} (§6.2.6)");
 }
 
-/// [`BLOCKS`]'s bf16 exponent record encoded by hand with `departure`: the chunk's stored bytes.
-fn exponent_by_hand(file: &[u8], departure: Departure) -> Vec<u8> {
-    let (stored, records) = records(file, 0, 2);
-    let PlaneRecord::Blocks(table, layout) = &records[1] else { unreachable!("the generator checked it") };
-    let n = 2 * 16_384 + 100;
-    let mut plane = vec![0u8; n];
-    rans::decode_blocks(table, &stored, layout, &mut plane).expect("valid");
-    let mut index = Vec::new();
-    encode_by_hand(table, &plane, departure, &mut index);
-    assert_eq!(layout.words.end, stored.len(), "the exponent record ends the chunk");
-    [&stored[..layout.ends], &index[..]].concat()
-}
-
 pub fn invalid(g: &mut Gen) {
     let file = g.get(BLOCKS).bytes.clone();
-    // The encoder written from the text gives the reference's bytes.
-    assert_eq!(exponent_by_hand(&file, Departure::None), records(&file, 0, 2).0, "the hand encoder");
-    let (stored, layout) = exponent_record(&file);
+    let (stored, table, layout) = exponent_record(&file);
+    // The exponent record encoded by hand with a departure: the chunk's stored bytes (the
+    // record ends the chunk). Without one, the encoder written from the text gives the
+    // reference's bytes.
+    let mut plane = vec![0u8; 2 * 16_384 + 100];
+    rans::decode_blocks(&table, &stored, &layout, &mut plane).expect("valid");
+    assert_eq!(layout.words.end, stored.len(), "the exponent record ends the chunk");
+    let by_hand = |departure| {
+        let mut s = stored[..layout.ends].to_vec();
+        encode_by_hand(&table, &plane, departure, &mut s);
+        s
+    };
+    assert_eq!(by_hand(Departure::None), stored, "the hand encoder");
     let edit = |f: &dyn Fn(&mut Vec<u8>)| {
         let mut s = stored.clone();
         f(&mut s);
@@ -409,13 +378,14 @@ pub fn invalid(g: &mut Gen) {
     // A state that takes no word at its first symbol, for the state-below file.
     let state_below = (0..32)
         .map(|j| Departure::StateBelow { b: 1, j })
-        .find(|&d| exponent_by_hand(&file, d).len() == stored.len() + 2)
+        .find(|&d| by_hand(d).len() == stored.len() + 2)
         .expect("a state of block 1 that takes no word at step 0");
+    assert!(matches!(state_below, Departure::StateBelow { j: 1, .. }), "the description names state 1");
     let cases: Vec<(&str, &str, Vec<u8>)> = vec![
         (
             "r25-blocks-state-below",
-            "a block record whose block 1 state 7 starts below 2^16, one more word given out at its first symbol: without the bound, every symbol decodes, every word is read and every state ends at 2^16",
-            surgery::with_chunk(&file, 0, 0, &exponent_by_hand(&file, state_below)).expect("surgery"),
+            "a block record whose block 1 state 1 starts below 2^16, one more word given out at its first symbol: without the bound, every symbol decodes, every word is read and every state ends at 2^16",
+            surgery::with_chunk(&file, 0, 0, &by_hand(state_below)).expect("surgery"),
         ),
         (
             "r25-blocks-end-decreasing",
@@ -467,8 +437,7 @@ pub fn invalid(g: &mut Gen) {
         (
             "r25-blocks-final-state",
             "a block record whose block 0 state 0 ends at 2^16 + 1 (encoded from there): every symbol decodes and every word is read",
-            surgery::with_chunk(&file, 0, 0, &exponent_by_hand(&file, Departure::FinalState { b: 0, j: 0 }))
-                .expect("surgery"),
+            surgery::with_chunk(&file, 0, 0, &by_hand(Departure::FinalState { b: 0, j: 0 })).expect("surgery"),
         ),
         (
             "r25-blocks-idle-state",

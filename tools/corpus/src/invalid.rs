@@ -1914,6 +1914,14 @@ fn packed_by_hand(positions: &[u32], width: u32) -> (Vec<u8>, u32) {
     (out, pad)
 }
 
+/// The first of `codings` (bytes, padding bits) whose last byte has padding, with its lowest
+/// padding bit set to 1.
+fn last_pad_bit_set(mut codings: impl Iterator<Item = (Vec<u8>, u32)>) -> Vec<u8> {
+    let (mut bytes, _) = codings.find(|(_, pad)| *pad > 0).expect("a parameter that pads");
+    *bytes.last_mut().expect("padding is in a byte") |= 1;
+    bytes
+}
+
 /// Replaces the positions of the sparse record at `at` (`sp`, of a plane of `n`) with
 /// `code` of the same positions, and its `positions_len`.
 fn recode_positions(
@@ -2007,13 +2015,7 @@ fn sparse_planes(g: &mut Gen) {
             "r25-sparse-plane-rice-padding",
             "a sparse record whose Golomb-Rice codes end with a padding bit of 1",
             edit(b, &|s, at, sp, n| {
-                recode_positions(s, at, sp, n, &|p, k| {
-                    let (mut bytes, pad) =
-                        (k..32).map(|k| rice_by_hand(p, k)).find(|(_, pad)| *pad > 0).expect("a k that pads");
-                    assert!(pad > 0);
-                    *bytes.last_mut().unwrap() |= 1;
-                    bytes
-                })
+                recode_positions(s, at, sp, n, &|p, k| last_pad_bit_set((k..32).map(|k| rice_by_hand(p, k))))
             }),
         ),
         (
@@ -2025,13 +2027,7 @@ fn sparse_planes(g: &mut Gen) {
             "r25-sparse-plane-packed-padding",
             "a sparse record whose last packed block ends with a padding bit of 1",
             edit(c, &|s, at, sp, n| {
-                recode_positions(s, at, sp, n, &|p, width| {
-                    let (mut bytes, pad) =
-                        (width..33).map(|w| packed_by_hand(p, w)).find(|(_, pad)| *pad > 0).expect("a width that pads");
-                    assert!(pad > 0);
-                    *bytes.last_mut().unwrap() |= 1;
-                    bytes
-                })
+                recode_positions(s, at, sp, n, &|p, width| last_pad_bit_set((width..33).map(|w| packed_by_hand(p, w))))
             }),
         ),
         (

@@ -257,32 +257,38 @@ fn exact(g: &mut Gen) {
     );
 }
 
+/// `file` with the params of every `delta-predicted` chunk of its tensor `tensor` edited.
+fn with_prediction(file: &[u8], tensor: &str, edit: &dyn Fn(&mut Prediction)) -> Vec<u8> {
+    let t = surgery::directory(file).expect("valid").tensors.iter().position(|t| t.name == tensor).unwrap();
+    edit_dir(file, |d| {
+        for c in d.tensors[t].chunks.iter_mut().filter(|c| c.codec == CodecTag::DeltaPredicted) {
+            let mut p = Prediction::parse(&c.params).expect("valid params");
+            edit(&mut p);
+            c.params = p.to_bytes();
+        }
+    })
+}
+
+/// `file` with predictor 4 of its tensor `tensor` reading v' from the base's tensor `v`.
+fn reading_v(file: &[u8], tensor: &str, v: &str) -> Vec<u8> {
+    with_prediction(file, tensor, &|p| {
+        if let Prediction::AdamParameterReverse { exp_avg_sq, .. } = p {
+            *exp_avg_sq = v.into();
+        }
+    })
+}
+
 /// Each breaks one rule of §6.8 as 1.9 extends it.
 pub fn invalid(g: &mut Gen) {
     use ErrorKind::Malformed;
     let file = g.get(REVERSE).bytes.clone();
-    let at =
-        |name: &str| surgery::directory(&file).expect("valid").tensors.iter().position(|t| t.name == name).unwrap();
-    let with_params = |ti: usize, edit: &dyn Fn(&mut Prediction)| {
-        edit_dir(&file, |d| {
-            for c in d.tensors[ti].chunks.iter_mut().filter(|c| c.codec == CodecTag::DeltaPredicted) {
-                let mut p = Prediction::parse(&c.params).expect("valid params");
-                edit(&mut p);
-                c.params = p.to_bytes();
-            }
-        })
-    };
-    let w = at("w");
+    let w = surgery::directory(&file).expect("valid").tensors.iter().position(|t| t.name == "w").unwrap();
     let cases: Vec<(&str, &str, &str, Vec<u8>)> = vec![
         (
             "r29-predicted-reverse-base-v-absent",
             "R29",
             "delta-predicted-reverse with w's prediction (predictor 4) reading v' from v.absent, which the base lacks (nor does the file hold it: predictor 4 reads the base only)",
-            with_params(w, &|p| {
-                if let Prediction::AdamParameterReverse { exp_avg_sq, .. } = p {
-                    *exp_avg_sq = "v.absent".into();
-                }
-            }),
+            reading_v(&file, "w", "v.absent"),
         ),
         (
             "r30-predicted-reverse-one-name",
@@ -313,18 +319,12 @@ pub fn invalid(g: &mut Gen) {
         REVERSE_BASE,
         Malformed,
     );
-    // A base tensor of another shape with as many elements: a reader must compare shapes.
-    let exact = g.get(REVERSE_EXACT).bytes.clone();
     // Predictor 3 naming bm, which the base holds (f32, the tensor's shape) and the file does
     // not: only R30's name check rejects it.
-    let v = surgery::directory(&exact).expect("valid").tensors.iter().position(|t| t.name == "v").unwrap();
-    let absent = edit_dir(&exact, |d| {
-        for c in d.tensors[v].chunks.iter_mut().filter(|c| c.codec == CodecTag::DeltaPredicted) {
-            let mut p = Prediction::parse(&c.params).expect("valid params");
-            if let Prediction::AdamSecondMomentReverse { exp_avg, .. } = &mut p {
-                *exp_avg = "bm".into();
-            }
-            c.params = p.to_bytes();
+    let exact = g.get(REVERSE_EXACT).bytes.clone();
+    let absent = with_prediction(&exact, "v", &|p| {
+        if let Prediction::AdamSecondMomentReverse { exp_avg, .. } = p {
+            *exp_avg = "bm".into();
         }
     });
     bad_delta(
@@ -336,44 +336,25 @@ pub fn invalid(g: &mut Gen) {
         REVERSE_EXACT_BASE,
         Malformed,
     );
-    let w = surgery::directory(&exact).expect("valid").tensors.iter().position(|t| t.name == "w").unwrap();
-    let bytes = edit_dir(&exact, |d| {
-        for c in d.tensors[w].chunks.iter_mut().filter(|c| c.codec == CodecTag::DeltaPredicted) {
-            let mut p = Prediction::parse(&c.params).expect("valid params");
-            if let Prediction::AdamParameterReverse { exp_avg_sq, .. } = &mut p {
-                *exp_avg_sq = "bs".into();
-            }
-            c.params = p.to_bytes();
-        }
-    });
     // A base tensor of another dtype with the same bytes: sv.bits is sv's bytes as i32, so a
     // reader that checks only the byte length decodes cm exactly as the valid file's.
     let chain = g.get(CHAIN_P4).bytes.clone();
-    let cm = surgery::directory(&chain).expect("valid").tensors.iter().position(|t| t.name == "cm").unwrap();
-    let dtype = edit_dir(&chain, |d| {
-        for c in d.tensors[cm].chunks.iter_mut().filter(|c| c.codec == CodecTag::DeltaPredicted) {
-            let mut p = Prediction::parse(&c.params).expect("valid params");
-            if let Prediction::AdamParameterReverse { exp_avg_sq, .. } = &mut p {
-                *exp_avg_sq = "sv.bits".into();
-            }
-            c.params = p.to_bytes();
-        }
-    });
     bad_delta(
         g,
         "r29-predicted-reverse-base-dtype",
         "R29",
         "delta-predicted-reverse-chain-p4 with cm's prediction (predictor 4) reading v' from sv.bits, an i32 base tensor holding sv's bytes: the same bytes, not f32",
-        dtype,
+        reading_v(&chain, "cm", "sv.bits"),
         crate::valid::PREDICTED_EDGE_BASE,
         Malformed,
     );
+    // A base tensor of another shape with as many elements: a reader must compare shapes.
     bad_delta(
         g,
         "r29-predicted-reverse-base-shape",
         "R29",
         "delta-predicted-reverse-exact with w's prediction (predictor 4) reading v' from bs, a base tensor of shape [16, 16]: as many elements as w's [256], another shape",
-        bytes,
+        reading_v(&exact, "w", "bs"),
         REVERSE_EXACT_BASE,
         Malformed,
     );
