@@ -40,6 +40,7 @@ from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
 from . import _tpde
 from ._errors import error
 from .torch import _export, _rewrite
+from .torch._folder import NOTE
 from .torch._state import _Flattener
 from .torch.series import Series
 
@@ -47,7 +48,7 @@ __all__ = ["TpdeCheckpointIO", "export"]
 
 _is_tpde = _tpde.is_tpde  # the facade's test of the magic: a torch.save file is left to Lightning
 
-NOTE = "TPDE-README.txt"
+# What a Lightning folder's NOTE (the file the HF and Accelerate folders explain themselves in) says.
 NOTE_TEXT = """The older .ckpt files in this folder were stored by TPDE (tpde.lightning.TpdeCheckpointIO):
 each is a TPDE file under Lightning's name (a keyframe, or a delta against the .ckpt file it
 names), not a pickle. torch.load and LightningModule.load_from_checkpoint fail on them with
