@@ -228,10 +228,7 @@ impl Gen {
     /// The isolation rule for §6.8: every file with a prediction breaks none of its conditions
     /// if valid, exactly one if it is an invalid file of R29 or R30 about predictions.
     fn check_predictions_isolated(&self) {
-        let dir = |path: &str| {
-            let bytes = &self.files.iter().find(|(p, _)| p == path).expect("generated").1;
-            tpde_format::surgery::directory(bytes).ok()
-        };
+        let dir = |path: &str| tpde_format::surgery::directory(&self.get(path).bytes).ok();
         let mut refused = Vec::new();
         for case in &self.cases {
             let Some(file) = dir(&case.file) else { continue };
