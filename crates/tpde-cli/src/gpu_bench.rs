@@ -65,7 +65,7 @@ fn pack(st: &SafetensorsFile, base: Option<&SafetensorsFile>, encoder: Encoder) 
         None => None,
     };
     // As `tpde pack` writes them: `auto` in a 1.10 file, with rANS blocks (spec §6.2.6).
-    let min_minor_version = if encoder == Encoder::Auto { tpde::codec::planes::BLOCKS_SINCE_MINOR } else { 0 };
+    let min_minor_version = if encoder == Encoder::Auto { tpde::codec::planes::CONTEXT_BLOCKS_SINCE_MINOR } else { 0 };
     let opts = WriteOptions {
         encoder,
         chunk_bytes: DEFAULT_CHUNK_BYTES,

@@ -11,14 +11,15 @@
 //!         lanes) | 3 rANS lanes with contexts (map, tables, lanes) | 4 rANS lanes with base
 //!         contexts (map, tables, lanes); see rans.rs | 5 sparse (a fill byte, the positions
 //!         that differ from it, a mode 0 or 2 record of their bytes; since 1.8) | 6 rANS
-//!         blocks (table, blocks; since 1.10). The serial tags use modes 0 and 1, the lane tags
-//!         0, 2 and 6, `planes-context` 0, 2, 3 and 6, `delta-xor-context`, `delta-sub-context`
-//!         and `delta-predicted` 0, 2, 4, 5 and 6.
+//!         blocks (table, blocks; since 1.10) | 7 rANS blocks with base contexts (map, tables,
+//!         blocks of 65536; since 1.11). The serial tags use modes 0 and 1, the lane tags 0, 2
+//!         and 6, `planes-context` 0, 2, 3 and 6, `delta-xor-context`, `delta-sub-context` and
+//!         `delta-predicted` 0, 2, 4, 5, 6 and 7.
 //! ```
 //!
 //! Each record has its module: [`stored`] (mode 0), [`lanes`] (modes 1 and 2, one table),
-//! [`contexts`] (modes 3 and 4, tables chosen by context), [`sparse`] (mode 5) and [`blocks`]
-//! (mode 6); this one
+//! [`contexts`] (modes 3, 4 and 7, tables chosen by context), [`sparse`] (mode 5) and
+//! [`blocks`] (mode 6); this one
 //! splits and merges the planes and dispatches by mode, and [`estimate`] holds what the writer
 //! chooses records by.
 
@@ -34,7 +35,7 @@ use std::ops::Range;
 use tpde_format::CodecTag;
 
 pub use blocks::BLOCKS_SINCE_MINOR;
-pub use contexts::{base_contexts, BaseElements};
+pub use contexts::{base_contexts, BaseElements, CONTEXT_BLOCKS_SINCE_MINOR};
 pub use estimate::{estimate, histograms, sampled_histograms};
 pub use sparse::{SparsePlane, SPARSE_PLANES_SINCE_MINOR};
 
@@ -55,6 +56,7 @@ const RANS_CONTEXTS: u8 = 3;
 const RANS_BASE_CONTEXTS: u8 = 4;
 const SPARSE: u8 = 5;
 const RANS_BLOCKS: u8 = 6;
+const RANS_BASE_CONTEXT_BLOCKS: u8 = 7;
 
 /// The plane records a writer may use beyond those its codec tag had from the start: each came
 /// with a minor version (spec §11), so a file may hold it only if it declares that version.
@@ -64,15 +66,21 @@ pub struct Records {
     pub sparse: bool,
     /// Mode 6, rANS blocks (since 1.10), for order-0 planes in lane form.
     pub blocks: bool,
+    /// Mode 7, rANS blocks with base contexts (since 1.11), in place of mode 4's lanes.
+    pub context_blocks: bool,
 }
 
 impl Records {
     /// Only the records every version of the tag allows.
-    pub const FIRST: Records = Records { sparse: false, blocks: false };
+    pub const FIRST: Records = Records { sparse: false, blocks: false, context_blocks: false };
 
     /// The records a file that declares minor version `minor` may hold.
     pub fn of(minor: u16) -> Records {
-        Records { sparse: minor >= SPARSE_PLANES_SINCE_MINOR, blocks: minor >= BLOCKS_SINCE_MINOR }
+        Records {
+            sparse: minor >= SPARSE_PLANES_SINCE_MINOR,
+            blocks: minor >= BLOCKS_SINCE_MINOR,
+            context_blocks: minor >= CONTEXT_BLOCKS_SINCE_MINOR,
+        }
     }
 }
 
@@ -143,6 +151,8 @@ pub enum PlaneRecord {
     Sparse(SparsePlane),
     /// Mode 6: a table and rANS blocks.
     Blocks(Table, BlockLayout),
+    /// Mode 7: a base-context map, its tables and rANS blocks of 65536 symbols.
+    BaseContextBlocks(Contexts, BlockLayout),
 }
 
 thread_local! {
@@ -222,7 +232,7 @@ fn encode_planes(
                 let written = match (form, contexts) {
                     (PlaneForm::Contexts, _) => contexts::write_contexts(plane, order0, gain, out),
                     (PlaneForm::BaseContexts, Some(c)) => {
-                        contexts::write_base_contexts(plane, c, order0, &mut indexed, out)
+                        contexts::write_base_contexts(plane, c, order0, records, &mut indexed, out)
                     }
                     _ => false,
                 };
@@ -294,6 +304,11 @@ pub fn parse(
                 let (model, layout) = contexts::parse(stored, at, n).map_err(&corrupt)?;
                 at = layout.bytes.end;
                 PlaneRecord::BaseContexts(model, layout)
+            }
+            (RANS_BASE_CONTEXT_BLOCKS, PlaneForm::BaseContexts) => {
+                let (model, layout) = contexts::parse_blocks(stored, at, n).map_err(&corrupt)?;
+                at = layout.words.end;
+                PlaneRecord::BaseContextBlocks(model, layout)
             }
             (RANS_BLOCKS, PlaneForm::Lanes | PlaneForm::Contexts | PlaneForm::BaseContexts) => {
                 let (table, layout) = blocks::parse(stored, at, n).map_err(&corrupt)?;
@@ -372,7 +387,11 @@ fn decode_with(
             PlaneRecord::Blocks(table, layout) => rans::decode_blocks(table, stored, layout, plane),
             PlaneRecord::BaseContexts(model, layout) => {
                 let base = base.ok_or_else(|| corrupt("a base-context record without a base".into()))?;
-                contexts::decode_given(model, stored, layout, base, &mut indexed, plane)
+                contexts::decode_given(model, stored, Ok(layout), base, &mut indexed, plane)
+            }
+            PlaneRecord::BaseContextBlocks(model, layout) => {
+                let base = base.ok_or_else(|| corrupt("a base-context record without a base".into()))?;
+                contexts::decode_given(model, stored, Err(layout), base, &mut indexed, plane)
             }
         }
         .map_err(&corrupt)?;

@@ -177,7 +177,7 @@ mod tests {
         // A chunk coded against its prediction decodes back to the chunk.
         let cur = bytes(&[4.1e-8f32, 1e-11, 3.0, 1e-40]);
         let mut stored = Vec::new();
-        Predicted::encode_against(DType::F32, &out, &cur, Records { sparse: true, blocks: false }, &mut stored)
+        Predicted::encode_against(DType::F32, &out, &cur, Records { sparse: true, ..Records::FIRST }, &mut stored)
             .unwrap();
         let mut back = vec![0; 16];
         let ctx = ChunkContext { dtype: DType::F32, base: Some(&out) };

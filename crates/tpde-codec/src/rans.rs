@@ -29,6 +29,7 @@ mod table;
 
 pub use blocks::{
     block_count, decode_blocks, decode_blocks_with, encode_blocks, BlockLayout, BlockLoop, BLOCK_STATES, BLOCK_SYMBOLS,
+    CONTEXT_BLOCK_SYMBOLS,
 };
 pub use context::Contexts;
 pub use lanes::{decode_lanes, encode_lanes, lane_count, lane_loop, LaneLayout};

@@ -25,7 +25,7 @@ pub const MAGIC: [u8; 8] = [0x89, b'T', b'P', b'D', b'E', 0x0D, 0x0A, 0x1A];
 pub const FORMAT_MAJOR: u16 = 1;
 /// The newest minor version this crate knows. A writer puts the lowest minor version that
 /// covers what the file uses in the header (spec §11), so a file that needs only 1.0 reads as 1.0.
-pub const FORMAT_MINOR: u16 = 10;
+pub const FORMAT_MINOR: u16 = 11;
 
 /// Must-understand feature flags (`required_features`). A reader MUST reject a file that sets
 /// a bit it does not know.

@@ -7,13 +7,17 @@
 //! here, on the CPU: `zstd`, serial rANS planes (§6.2.2) and the variable-length position coders;
 //! their output is uploaded in place of the stored bytes, and the device finishes the chunk.
 
+mod jobs;
+
 use std::ops::Range;
 
 use tpde_codec::planes::{self, PlaneRecord, SparsePlane};
 use tpde_codec::positions::PACKED_BLOCK;
-use tpde_codec::rans::{self, BlockLayout, LaneLayout, Table};
+use tpde_codec::rans;
 use tpde_codec::{ChunkContext, CodecError, PositionCoder, SparseLayout};
 use tpde_format::{ChunkEntry, CodecTag, DType};
+
+use jobs::{LaneJob, RansBlockJob};
 
 /// `finish` modes (the kernel's `M_*`).
 const M_COPY: u32 = 0;
@@ -28,7 +32,7 @@ const PACKED_REC: usize = 8;
 const FINISH_REC: usize = 16;
 const SPARSE_REC: usize = 16;
 const PLANE_REC: usize = 4;
-const RANS_BLOCK_REC: usize = 8;
+const RANS_BLOCK_REC: usize = 12;
 const HEADER: usize = 23;
 
 /// A lane job with one table, or whose contexts are not the base's (the kernel's `NO_MAP`).
@@ -83,34 +87,6 @@ struct SparsePlaneJob {
     count: u32,
     positions: u64,
     values: u64,
-}
-
-#[derive(Debug)]
-struct LaneJob {
-    /// The first of the record's tables.
-    table: usize,
-    /// Where a context record's map is in the upload (spec §6.2.4, §6.4.1).
-    map: Option<u64>,
-    /// Whether the record's contexts are the base's (spec §6.4.1) rather than its symbols before.
-    base_contexts: bool,
-    n: u32,
-    lanes: u32,
-    states: u64,
-    ends: u64,
-    bytes: u64,
-    out_word: u64,
-}
-
-/// A block-form plane (spec §6.2.6): one workgroup per block.
-#[derive(Debug)]
-struct RansBlockJob {
-    table: usize,
-    n: u32,
-    blocks: u32,
-    ends: u64,
-    states: u64,
-    words: u64,
-    out_word: u64,
 }
 
 #[derive(Debug)]
@@ -210,7 +186,13 @@ impl ChunkWork {
                     Src::Blob(self.append_blob(&plane)?)
                 }
                 PlaneRecord::Lanes(table, layout) => self.lane_job(&[table], None, false, &layout, stored_at, n),
-                PlaneRecord::Blocks(table, layout) => self.rans_block_job(&table, &layout, stored_at, n),
+                PlaneRecord::Blocks(table, layout) => {
+                    self.rans_block_job(std::slice::from_ref(&table), None, &layout, stored_at, n)
+                }
+                PlaneRecord::BaseContextBlocks(model, layout) => {
+                    let map = self.append_blob(model.map())?;
+                    self.rans_block_job(model.tables(), Some(map), &layout, stored_at, n)
+                }
                 PlaneRecord::Sparse(sparse) => self.sparse_plane(tag, stored, &sparse, n)?,
                 PlaneRecord::Contexts(model, layout) => {
                     let map = self.append_blob(model.map())?;
@@ -246,63 +228,6 @@ impl ChunkWork {
         self.sparse_planes.push(job);
         Ok(Src::SparsePlane(self.sparse_planes.len() - 1))
     }
-
-    /// Queues the lanes of one plane record (with its tables, and its map if a context record)
-    /// for the device; returns where its decoded plane will be.
-    fn lane_job(
-        &mut self,
-        tables: &[Table],
-        map: Option<u64>,
-        base_contexts: bool,
-        layout: &LaneLayout,
-        stored_at: u64,
-        n: usize,
-    ) -> Src {
-        let first = self.tables.len();
-        self.tables.extend(tables.iter().map(table_entries));
-        let out_word = self.alloc_scratch(n.div_ceil(4) as u64);
-        self.lanes.push(LaneJob {
-            table: first,
-            map,
-            base_contexts,
-            n: n as u32,
-            lanes: layout.lanes,
-            states: stored_at + layout.states as u64,
-            ends: stored_at + layout.ends as u64,
-            bytes: stored_at + layout.bytes.start as u64,
-            out_word,
-        });
-        Src::Scratch(out_word * 4)
-    }
-}
-
-impl ChunkWork {
-    /// Queues the blocks of one block-form plane record for the device; returns where its
-    /// decoded plane will be.
-    fn rans_block_job(&mut self, table: &Table, layout: &BlockLayout, stored_at: u64, n: usize) -> Src {
-        self.tables.push(table_entries(table));
-        let out_word = self.alloc_scratch(n.div_ceil(4) as u64);
-        self.rans_blocks.push(RansBlockJob {
-            table: self.tables.len() - 1,
-            n: n as u32,
-            blocks: layout.blocks,
-            ends: stored_at + layout.ends as u64,
-            states: stored_at + layout.states as u64,
-            words: stored_at + layout.words.start as u64,
-            out_word,
-        });
-        Src::Scratch(out_word * 4)
-    }
-}
-
-/// `start << 16 | freq` per symbol, what `build_tables` expands into the slot table.
-fn table_entries(table: &Table) -> [u32; 256] {
-    let starts = table.starts();
-    let mut e = [0u32; 256];
-    for (s, (&f, &st)) in table.freqs().iter().zip(&starts).enumerate() {
-        e[s] = st << 16 | u32::from(f);
-    }
-    e
 }
 
 /// Plans chunk `index` of a `dtype` tensor from its (CRC-checked) stored bytes; `last` says
@@ -571,6 +496,10 @@ fn assemble(limits: &Limits, chunks: &[ChunkWork]) -> Batch {
                 (blob_at + r.words) as u32,
                 (scratch_at + r.out_word) as u32,
                 ci,
+                r.map.map_or(NO_MAP, |m| (blob_at + m) as u32),
+                if r.map.is_some() { out } else { NO_MAP },
+                c.w | u32::from(c.float) << 8,
+                r.size,
             ]);
             rans_block_prefix.push(rans_block_prefix.last().unwrap() + r.blocks);
         }

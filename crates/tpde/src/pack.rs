@@ -250,9 +250,10 @@ pub(crate) fn pack_tensors(
         options.min_minor_version = options.min_minor_version.max(metadata::since_minor(KEY_MAX_REL_ERROR));
     }
     if options.encoder == tpde_codec::Encoder::Auto {
-        // Spec §11: `auto` codes order-0 planes as rANS blocks (1.10), which also lets it code a
-        // delta's nearly constant plane as a sparse record (1.8).
-        options.min_minor_version = options.min_minor_version.max(tpde_codec::planes::BLOCKS_SINCE_MINOR);
+        // Spec §11: `auto` codes a delta's base-context planes as rANS blocks (1.11), order-0
+        // planes as rANS blocks (1.10), and a delta's nearly constant plane as a sparse record
+        // (1.8).
+        options.min_minor_version = options.min_minor_version.max(tpde_codec::planes::CONTEXT_BLOCKS_SINCE_MINOR);
     }
     if !source.files.is_empty() {
         options.min_minor_version = options.min_minor_version.max(metadata::since_minor(metadata::KEY_FILES));

@@ -1004,7 +1004,10 @@ fn contexts(g: &mut Gen) {
         PlaneRecord::Stored(at) => at + n,
         PlaneRecord::Lanes(_, layout) | PlaneRecord::Contexts(_, layout) => layout.bytes.end,
         PlaneRecord::Blocks(_, layout) => layout.words.end,
-        PlaneRecord::Serial(..) | PlaneRecord::BaseContexts(..) | PlaneRecord::Sparse(..) => {
+        PlaneRecord::Serial(..)
+        | PlaneRecord::BaseContexts(..)
+        | PlaneRecord::BaseContextBlocks(..)
+        | PlaneRecord::Sparse(..) => {
             unreachable!("not a planes-context record")
         }
     };

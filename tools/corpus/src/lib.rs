@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 mod blocks;
+mod context_blocks;
 mod invalid;
 mod isolation;
 mod reverse;
@@ -26,7 +27,7 @@ use tpde_format::{BaseRef, DType, MetadataValue, Operand, Prediction};
 use tpde_write::{PredictInput, TensorInput, WriteOptions, Writer};
 
 /// The spec version the corpus is generated for.
-pub const SPEC_VERSION: &str = "1.10";
+pub const SPEC_VERSION: &str = "1.11";
 
 /// The generated corpus: files (path relative to the corpus folder, bytes) and the manifest.
 pub struct Corpus {
@@ -50,10 +51,12 @@ pub fn generate() -> Corpus {
     reverse::valid(&mut g);
     blocks::valid(&mut g);
     blocks::elsewhere(&mut g);
+    context_blocks::valid(&mut g);
     sparse::valid(&mut g);
     invalid::all(&mut g);
     reverse::invalid(&mut g);
     blocks::invalid(&mut g);
+    context_blocks::invalid(&mut g);
     sparse::invalid(&mut g);
     g.check_predictions_isolated();
     Corpus {

@@ -690,7 +690,7 @@ fn contexts(g: &mut Gen) {
 /// `n` weights of `dtype` over many scales (each a normal value times 2^-k, k up to 9), and the
 /// same weights each moved by a small step in value, so that a weight's step in its bit pattern
 /// depends on its exponent. Returns (base, moved).
-fn weights_and_steps(dtype: DType, n: usize, rng: &mut Rng) -> (Vec<u8>, Vec<u8>) {
+pub(crate) fn weights_and_steps(dtype: DType, n: usize, rng: &mut Rng) -> (Vec<u8>, Vec<u8>) {
     let base: Vec<f64> = (0..n).map(|_| rng.normal(0.05) * (2f64).powi(-((rng.unit() * 10.0) as i32))).collect();
     // Rounded to the dtype first, so the step is from the value stored.
     let stored = |v: f64| match dtype {

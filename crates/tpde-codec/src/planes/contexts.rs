@@ -1,11 +1,16 @@
-//! Modes 3 and 4 (spec §6.2.4, §6.4.1): rANS lanes with tables chosen by context, the symbol
-//! before in the lane (mode 3, keyframes) or the element's base (mode 4, dense deltas).
+//! Modes 3, 4 and 7 (spec §6.2.4, §6.4.1, §6.4.2): rANS with tables chosen by context, the
+//! symbol before in the lane (mode 3, keyframes) or the element's base (mode 4 in lanes, mode 7
+//! in blocks, dense deltas).
 
 use tpde_format::DType;
 
 use super::estimate::SAMPLE_FROM;
-use super::{rotates, with_word, RANS_BASE_CONTEXTS, RANS_CONTEXTS};
-use crate::rans::{self, context, Contexts, LaneLayout};
+use super::{rotates, with_word, Records, RANS_BASE_CONTEXTS, RANS_BASE_CONTEXT_BLOCKS, RANS_CONTEXTS};
+use crate::rans::{self, context, BlockLayout, Contexts, LaneLayout, CONTEXT_BLOCK_SYMBOLS};
+
+/// The minor version of format 1 that defines base-context block records (mode 7, spec
+/// §6.4.2): a writer writes them only into files that declare it.
+pub const CONTEXT_BLOCKS_SINCE_MINOR: u16 = 11;
 use crate::shuffle::map_bytes;
 
 thread_local! {
@@ -32,20 +37,24 @@ pub(super) fn write_contexts(plane: &[u8], order0: f64, gain: f64, out: &mut Vec
 }
 
 /// [`write_contexts`] for a base-context record (spec §6.4.1), with the plane's base contexts
-/// in place of the symbols before. `indexed`: the map whose table indices INDICES holds for
-/// these contexts, if any (a chunk's planes share their contexts, so the maps grouping them by
-/// how often each occurs are alike, and the indices are computed once).
+/// in place of the symbols before: in blocks (mode 7) where `records` allows them and the plane
+/// fills half a block, else in lanes (mode 4). `indexed`: the map whose table indices INDICES
+/// holds for these contexts, if any (a chunk's planes share their contexts, so the maps
+/// grouping them by how often each occurs are alike, and the indices are computed once).
 pub(super) fn write_base_contexts(
     plane: &[u8],
     contexts: &[u8],
     order0: f64,
+    records: Records,
     indexed: &mut Option<[u8; 256]>,
     out: &mut Vec<u8>,
 ) -> bool {
     let n = plane.len();
     let sampled = n >= SAMPLE_FROM;
     let pairs = context::given_pair_counts(plane, contexts, sampled);
-    let Some(map) = worth(&pairs, n, order0 * BASE_CONTEXT_GAIN) else {
+    let blocks = records.context_blocks && n >= CONTEXT_BLOCK_SYMBOLS / 2;
+    let gain = if blocks { BASE_CONTEXT_BLOCK_GAIN } else { BASE_CONTEXT_GAIN };
+    let Some(map) = worth(&pairs, n, order0 * gain) else {
         return false;
     };
     INDICES.with_borrow_mut(|tables| {
@@ -56,15 +65,24 @@ pub(super) fn write_base_contexts(
             *indexed = Some(map);
         }
         let model = if sampled { Contexts::count_tables(map, plane, tables) } else { Contexts::new(map, &pairs) };
-        out.push(RANS_BASE_CONTEXTS);
-        model.encode_given(plane, tables, out);
+        if blocks {
+            out.push(RANS_BASE_CONTEXT_BLOCKS);
+            model.encode_given_blocks(plane, tables, out);
+        } else {
+            out.push(RANS_BASE_CONTEXTS);
+            model.encode_given(plane, tables, out);
+        }
     });
     true
 }
 
-/// A base-context record is written where it is estimated under this share of the order-0
-/// record's bytes.
+/// A base-context record in lanes is written where it is estimated under this share of the
+/// order-0 record's bytes.
 const BASE_CONTEXT_GAIN: f64 = 0.95;
+
+/// The same for a base-context record in blocks, which decodes almost as fast as an order-0
+/// block (one more load a step), so any gain is worth it.
+const BASE_CONTEXT_BLOCK_GAIN: f64 = 0.99;
 
 /// A neighbour-context record in a keyframe of 4- or 8-byte elements is written where it is
 /// estimated under this share of the order-0 record's bytes. A context symbol decodes in about
@@ -135,14 +153,22 @@ pub(super) fn parse(stored: &[u8], at: usize, n: usize) -> Result<(Contexts, Lan
     Ok((model, layout))
 }
 
-/// Decodes a mode-4 record into `plane`, its tables chosen by `base`'s contexts. `indexed`: the
-/// map the table indices in INDICES were computed with, for this chunk: the planes of one
-/// chunk share their contexts, so the writer gives them the same map, and the indices are
-/// computed once.
+/// Reads a mode-7 record after its mode byte, at `at`, for a plane of `n` symbols: its context
+/// map and tables, and its blocks of 65536 symbols.
+pub(super) fn parse_blocks(stored: &[u8], at: usize, n: usize) -> Result<(Contexts, BlockLayout), String> {
+    let (model, after) = Contexts::read(&stored[at..])?;
+    let layout = BlockLayout::read_sized(stored, stored.len() - after.len(), n, CONTEXT_BLOCK_SYMBOLS)?;
+    Ok((model, layout))
+}
+
+/// Decodes a mode-4 record (`Ok`, lanes) or a mode-7 one (`Err`, blocks) into `plane`, its
+/// tables chosen by `base`'s contexts. `indexed`: the map the table indices in INDICES were
+/// computed with, for this chunk: the planes of one chunk share their contexts, so the writer
+/// gives them the same map, and the indices are computed once.
 pub(super) fn decode_given<'m>(
     model: &'m Contexts,
     stored: &[u8],
-    layout: &LaneLayout,
+    layout: Result<&LaneLayout, &BlockLayout>,
     base: BaseElements<'_>,
     indexed: &mut Option<&'m [u8; 256]>,
     plane: &mut [u8],
@@ -152,7 +178,10 @@ pub(super) fn decode_given<'m>(
             base_tables(base.dtype, base.elements, model.map(), tables);
             *indexed = Some(model.map());
         }
-        model.decode_given(stored, layout, tables, plane)
+        match layout {
+            Ok(lanes) => model.decode_given(stored, lanes, tables, plane),
+            Err(blocks) => model.decode_given_blocks(stored, blocks, tables, plane),
+        }
     })
 }
 

@@ -17,16 +17,25 @@
 use super::simd::blocks as simd;
 use super::*;
 
-/// Symbols a block holds (the last holds the rest).
+/// Symbols a block of an order-0 record holds (the last holds the rest).
 pub const BLOCK_SYMBOLS: usize = 16384;
+/// Symbols a block of a base-context record holds (spec §6.4.2, since 1.11): four times an
+/// order-0 block's, so that the index costs what the lanes' did (132 bytes a 65536 symbols,
+/// 8 a 4096), which on a delta's near-empty plane is a tenth of its bytes at 16384.
+pub const CONTEXT_BLOCK_SYMBOLS: usize = 65536;
 /// Interleaved states a block: a GPU subgroup's width, two AVX-512 registers.
 pub const BLOCK_STATES: usize = 32;
 /// Lower bound of a block state's interval [2^16, 2^32): one 16-bit word renormalises it.
 pub(crate) const BLOCK_L: u32 = 1 << 16;
 
-/// The number of blocks of `n` symbols: at least one.
+/// The number of blocks of `n` symbols, [`BLOCK_SYMBOLS`] each: at least one.
 pub fn block_count(n: usize) -> usize {
-    n.div_ceil(BLOCK_SYMBOLS).max(1)
+    blocks_of(n, BLOCK_SYMBOLS)
+}
+
+/// The number of blocks of `n` symbols, `size` each: at least one.
+pub(crate) fn blocks_of(n: usize, size: usize) -> usize {
+    n.div_ceil(size).max(1)
 }
 
 /// Where a block-form record's parts lie, as offsets into the chunk's stored bytes.
@@ -34,6 +43,8 @@ pub fn block_count(n: usize) -> usize {
 pub struct BlockLayout {
     /// Blocks K.
     pub blocks: u32,
+    /// Symbols a block holds: [`BLOCK_SYMBOLS`] or [`CONTEXT_BLOCK_SYMBOLS`].
+    pub size: usize,
     /// Offset of `u32 end[K]`.
     pub ends: usize,
     /// Offset of `u32 state[32·K]`.
@@ -46,8 +57,13 @@ impl BlockLayout {
     /// Reads the index at `at` in `stored` for `n` symbols and checks what it can without
     /// decoding: ends that never decrease and stay inside `stored`, every state ≥ 2^16.
     pub fn read(stored: &[u8], at: usize, n: usize) -> Result<BlockLayout, String> {
+        BlockLayout::read_sized(stored, at, n, BLOCK_SYMBOLS)
+    }
+
+    /// [`BlockLayout::read`] for blocks of `size` symbols.
+    pub fn read_sized(stored: &[u8], at: usize, n: usize, size: usize) -> Result<BlockLayout, String> {
         let word = |i: usize| u32::from_le_bytes(stored[i..i + 4].try_into().expect("4 bytes"));
-        let k = block_count(n);
+        let k = blocks_of(n, size);
         let (ends, states) = (at, at + 4 * k);
         let begin = states + 4 * BLOCK_STATES * k;
         if stored.len() < begin {
@@ -70,7 +86,7 @@ impl BlockLayout {
         }
         let stop = (prev as usize).checked_mul(2).and_then(|l| begin.checked_add(l)).filter(|&e| e <= stored.len());
         let stop = stop.ok_or_else(|| format!("rANS blocks' {prev} words run past the chunk"))?;
-        Ok(BlockLayout { blocks: k as u32, ends, states, words: begin..stop })
+        Ok(BlockLayout { blocks: k as u32, size, ends, states, words: begin..stop })
     }
 
     /// Block `b`'s words, as indices into the record's words, and its 32 initial states.
@@ -89,27 +105,57 @@ pub fn encode_blocks(table: &Table, symbols: &[u8], out: &mut Vec<u8>) {
 
 /// [`encode_blocks`] on the loops up to `widest` that the CPU has (the tests compare them).
 pub(crate) fn encode_blocks_with(table: &Table, symbols: &[u8], out: &mut Vec<u8>, widest: BlockLoop) {
-    let mut enc = BlockEncoder::new(table);
+    encode_by(&BlockEncoder::new(std::slice::from_ref(table)), None, symbols, BLOCK_SYMBOLS, out, widest);
+}
+
+/// Encodes `symbols` in blocks of [`CONTEXT_BLOCK_SYMBOLS`], symbol i with table `given[i]` of
+/// `tables` (spec §6.4.2), and appends the index and the words.
+pub(crate) fn encode_given_blocks(tables: &[Table], given: &[u8], symbols: &[u8], out: &mut Vec<u8>) {
+    encode_given_blocks_with(tables, given, symbols, out, BlockLoop::Avx512);
+}
+
+/// [`encode_given_blocks`] on the loops up to `widest` that the CPU has.
+pub(crate) fn encode_given_blocks_with(
+    tables: &[Table],
+    given: &[u8],
+    symbols: &[u8],
+    out: &mut Vec<u8>,
+    widest: BlockLoop,
+) {
+    assert_eq!(given.len(), symbols.len());
+    assert!(usize::from(max_index(given)) < tables.len(), "a table index past the tables");
+    encode_by(&BlockEncoder::new(tables), Some(given), symbols, CONTEXT_BLOCK_SYMBOLS, out, widest);
+}
+
+fn encode_by(
+    enc: &BlockEncoder,
+    given: Option<&[u8]>,
+    symbols: &[u8],
+    size: usize,
+    out: &mut Vec<u8>,
+    widest: BlockLoop,
+) {
     #[cfg(target_arch = "x86_64")]
-    {
-        enc.vectors = match widest {
-            BlockLoop::Avx512 if simd::encode_available() => BlockLoop::Avx512,
-            BlockLoop::Avx512 | BlockLoop::Avx2 if BlockLoop::Avx2.available() => BlockLoop::Avx2,
-            _ => BlockLoop::Scalar,
-        };
-    }
+    let vectors = match widest {
+        BlockLoop::Avx512 if simd::encode_available() => BlockLoop::Avx512,
+        BlockLoop::Avx512 | BlockLoop::Avx2 if BlockLoop::Avx2.available() => BlockLoop::Avx2,
+        _ => BlockLoop::Scalar,
+    };
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = widest;
-    let k = block_count(symbols.len());
+    let vectors = {
+        let _ = widest;
+        BlockLoop::Scalar
+    };
+    let k = blocks_of(symbols.len(), size);
     let index = out.len();
     out.resize(index + 4 * k + 4 * BLOCK_STATES * k, 0);
     let words_at = out.len();
     // Room for the most words a block can take, one a symbol, written back to front, and eight
     // below them (the AVX2 loop stores eight words at a time).
-    let mut spill = vec![0u16; BLOCK_SYMBOLS + 8];
+    let mut spill = vec![0u16; size + 8];
     for b in 0..k {
-        let block = &symbols[(b * BLOCK_SYMBOLS).min(symbols.len())..((b + 1) * BLOCK_SYMBOLS).min(symbols.len())];
-        let (x, words) = enc.block(block, &mut spill);
+        let range = (b * size).min(symbols.len())..((b + 1) * size).min(symbols.len());
+        let (x, words) = enc.block(&symbols[range.clone()], given.map(|g| &g[range]), &mut spill, vectors);
         for w in words {
             out.extend_from_slice(&w.to_le_bytes());
         }
@@ -122,29 +168,40 @@ pub(crate) fn encode_blocks_with(table: &Table, symbols: &[u8], out: &mut Vec<u8
     }
 }
 
-/// The block form's encoder: the lane form's per-symbol tables ([`SymbolEncoder`]) with a step
-/// for 32-bit states and 16-bit words.
+/// The block form's encoder: the lane form's per-symbol tables ([`SymbolEncoder`]), one per
+/// table, with a step for 32-bit states and 16-bit words.
 struct BlockEncoder {
-    /// Frequencies, starts, reciprocals and the vector loop's `freq | start << 12`. The
-    /// reciprocal m = ⌊2^44 / f⌋ + 1 also serves 32-bit states: (x·m) >> 44 is x / f for every
-    /// x < 2^32, and x·m stays below 2^64 for x < x_max = 2^20·f, f < 2^12.
-    sym: SymbolEncoder,
-    /// The loop whole steps go to.
-    vectors: BlockLoop,
+    /// Frequencies, starts and reciprocals of each table. The reciprocal m = ⌊2^44 / f⌋ + 1
+    /// also serves 32-bit states: (x·m) >> 44 is x / f for every x < 2^32, and x·m stays below
+    /// 2^64 for x < x_max = 2^20·f, f < 2^12.
+    syms: Vec<SymbolEncoder>,
+    /// The vector loops' `freq | start << 12`: 256 entries a table, table after table.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    info: Vec<u32>,
 }
 
 impl BlockEncoder {
-    fn new(table: &Table) -> BlockEncoder {
-        BlockEncoder { sym: SymbolEncoder::new(table), vectors: BlockLoop::Scalar }
+    fn new(tables: &[Table]) -> BlockEncoder {
+        let syms: Vec<SymbolEncoder> = tables.iter().map(SymbolEncoder::new).collect();
+        let info = syms.iter().flat_map(|s| s.info).collect();
+        BlockEncoder { syms, info }
     }
 
-    /// Encodes one block, last symbol first, returning its 32 final states and its words in
-    /// the order the decoder reads them (a slice of `spill`, filled from the back).
-    fn block<'s>(&self, symbols: &[u8], spill: &'s mut [u16]) -> ([u32; BLOCK_STATES], &'s [u16]) {
+    /// Encodes one block, last symbol first, symbol i with table `given[i]` (or the one
+    /// table), returning its 32 final states and its words in the order the decoder reads them
+    /// (a slice of `spill`, filled from the back).
+    fn block<'s>(
+        &self,
+        symbols: &[u8],
+        given: Option<&[u8]>,
+        spill: &'s mut [u16],
+        vectors: BlockLoop,
+    ) -> ([u32; BLOCK_STATES], &'s [u16]) {
         let mut x = [BLOCK_L; BLOCK_STATES];
         let mut at = spill.len();
-        let sym = &self.sym;
-        let mut put = |xj: &mut u32, s: u8| {
+        let table = |i: usize| given.map_or(0, |g| usize::from(g[i]));
+        let mut put = |xj: &mut u32, s: u8, t: usize| {
+            let sym = &self.syms[t];
             let s = usize::from(s);
             let f = sym.freq[s];
             debug_assert!(f > 0, "symbol {s} is not in the table");
@@ -158,23 +215,28 @@ impl BlockEncoder {
         };
         let whole = symbols.len() / BLOCK_STATES * BLOCK_STATES;
         for (j, &s) in symbols[whole..].iter().enumerate().rev() {
-            put(&mut x[j], s);
+            put(&mut x[j], s, table(whole + j));
         }
         #[cfg(target_arch = "x86_64")]
-        match self.vectors {
-            BlockLoop::Avx512 => {
-                simd::encode_steps(&sym.info, &symbols[..whole], &mut x, spill, &mut at);
-                return (x, &spill[at..]);
+        {
+            let (steps, given) = (&symbols[..whole], given.map(|g| &g[..whole]));
+            match vectors {
+                BlockLoop::Avx512 => {
+                    simd::encode_steps(&self.info, given, steps, &mut x, spill, &mut at);
+                    return (x, &spill[at..]);
+                }
+                BlockLoop::Avx2 => {
+                    simd::encode_steps_avx2(&self.info, given, steps, &mut x, spill, &mut at);
+                    return (x, &spill[at..]);
+                }
+                BlockLoop::Scalar => {}
             }
-            BlockLoop::Avx2 => {
-                simd::encode_steps_avx2(&sym.info, &symbols[..whole], &mut x, spill, &mut at);
-                return (x, &spill[at..]);
-            }
-            BlockLoop::Scalar => {}
         }
-        for step in symbols[..whole].chunks_exact(BLOCK_STATES).rev() {
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = vectors;
+        for (t, step) in symbols[..whole].chunks_exact(BLOCK_STATES).enumerate().rev() {
             for j in (0..BLOCK_STATES).rev() {
-                put(&mut x[j], step[j]);
+                put(&mut x[j], step[j], table(t * BLOCK_STATES + j));
             }
         }
         (x, &spill[at..])
@@ -221,24 +283,72 @@ pub fn decode_blocks_with(
     out: &mut [u8],
     widest: BlockLoop,
 ) -> Result<(), String> {
-    let slots = table.slots();
+    decode_by(&table.slots(), None, stored, layout, out, widest)
+}
+
+/// Decodes a block-form record of several tables (`slots`, 4096 a table, table after table)
+/// into `out`, symbol i with table `given[i]` (spec §6.4.2), on the loops up to `widest`.
+/// Every index in `given` must name one of the tables.
+pub(crate) fn decode_given_blocks_with(
+    slots: &[u32],
+    given: &[u8],
+    stored: &[u8],
+    layout: &BlockLayout,
+    out: &mut [u8],
+    widest: BlockLoop,
+) -> Result<(), String> {
+    assert_eq!(given.len(), out.len());
+    decode_by(slots, Some(given), stored, layout, out, widest)
+}
+
+fn decode_by(
+    slots: &[u32],
+    given: Option<&[u8]>,
+    stored: &[u8],
+    layout: &BlockLayout,
+    out: &mut [u8],
+    widest: BlockLoop,
+) -> Result<(), String> {
+    // The vector loops gather `slots[(table << 12) + slot]`: every table index must name a
+    // table (the readers' maps send every context to one; `simd::decode` checks it).
     let words = &stored[layout.words.clone()];
     let mut blocks: Vec<Block> = (0..layout.blocks as usize).map(|b| Block::of(stored, layout, b)).collect();
     // The vector loops decode the whole steps they can; the scalar loop the rest, and checks.
+    // They stop 32 words before the record's end (a step may take 32), which on a near-empty
+    // plane is a tenth of its last blocks: so they read a copy with 32 zero words after it. A
+    // block that takes them has run past its end, which its end check finds.
     #[cfg(target_arch = "x86_64")]
-    simd::decode(&slots, words, &mut blocks, out, widest);
+    PADDED.with_borrow_mut(|padded| {
+        padded.clear();
+        padded.extend_from_slice(words);
+        padded.resize(words.len() + 2 * BLOCK_STATES, 0);
+        simd::decode(slots, given, padded, &mut blocks, layout.size, out, widest);
+    });
     #[cfg(not(target_arch = "x86_64"))]
     let _ = widest;
+    let size = layout.size;
     for (b, block) in blocks.iter_mut().enumerate() {
-        decode_tail(&slots, words, block, block_out(out, b)).map_err(|e| format!("rANS block {b}: {e}"))?;
+        let range = block_range(out.len(), size, b);
+        let given = given.map(|g| &g[range.clone()]);
+        decode_tail(slots, given, words, block, &mut out[range]).map_err(|e| format!("rANS block {b}: {e}"))?;
     }
     Ok(())
 }
 
-/// The symbols of block `b` in a plane's `out`.
-pub(crate) fn block_out(out: &mut [u8], b: usize) -> &mut [u8] {
-    let end = ((b + 1) * BLOCK_SYMBOLS).min(out.len());
-    &mut out[b * BLOCK_SYMBOLS..end]
+thread_local! {
+    /// This thread's copy of a record's words with 32 zero words after them, for the vector
+    /// loops.
+    static PADDED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The largest of `indices` (0 for none): a loop the compiler vectorises.
+pub(crate) fn max_index(indices: &[u8]) -> u8 {
+    indices.iter().fold(0, |m, &t| m.max(t))
+}
+
+/// The symbols of block `b`, `size` a block, in a plane of `n`.
+pub(crate) fn block_range(n: usize, size: usize, b: usize) -> std::ops::Range<usize> {
+    (b * size).min(n)..((b + 1) * size).min(n)
 }
 
 /// One block's decoder: its states, where it is in the record's words and its own end there,
@@ -265,12 +375,20 @@ fn word(words: &[u8], i: usize) -> u32 {
 }
 
 /// Decodes `block` from its step on to the end of `out` (the block's symbols), one state at a
-/// time, then checks the end conditions: every word read, every state back at 2^16.
-pub(crate) fn decode_tail(slots: &[u32], words: &[u8], block: &mut Block, out: &mut [u8]) -> Result<(), String> {
+/// time, symbol i with table `given[i]` (or the one table), then checks the end conditions:
+/// every word read, every state back at 2^16.
+pub(crate) fn decode_tail(
+    slots: &[u32],
+    given: Option<&[u8]>,
+    words: &[u8],
+    block: &mut Block,
+    out: &mut [u8],
+) -> Result<(), String> {
     let steps = out.len().div_ceil(BLOCK_STATES);
     for (t, symbols) in out.chunks_mut(BLOCK_STATES).enumerate().skip(block.step) {
         for (j, s) in symbols.iter_mut().enumerate() {
-            let (sym, mut y) = pop(slots, block.x[j]);
+            let table = given.map_or(0, |g| usize::from(g[t * BLOCK_STATES + j]) << SCALE_BITS);
+            let (sym, mut y) = pop(&slots[table..], block.x[j]);
             *s = sym;
             if y < BLOCK_L {
                 if block.pos >= block.end {
@@ -401,6 +519,82 @@ mod tests {
                     encode_blocks_with(&table, &data, &mut vector, widest);
                     assert!(scalar == vector, "{widest:?}: p {p} n {n}");
                 }
+            }
+        }
+    }
+
+    /// Symbols whose spread depends on a context that changes every few symbols, as a delta's
+    /// on its base's exponents, and each symbol's table: its context's, of `tables`.
+    fn given(n: usize, tables: u8, seed: u64) -> (Vec<Table>, Vec<u8>, Vec<u8>) {
+        let mut s = 0x2545_F491_4F6C_DD1Du64 ^ seed;
+        let given: Vec<u8> = (0..n)
+            .map(|i| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                ((s >> 40) as usize % usize::from(tables)).min(i / 7 % usize::from(tables)) as u8
+            })
+            .collect();
+        let spread = [0.02, 0.5, 0.9, 0.99, 0.999];
+        let data: Vec<u8> = given
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| symbols(1, spread[usize::from(t) % spread.len()], (i as u64) ^ seed)[0])
+            .collect();
+        let table_set = (0..tables)
+            .map(|t| {
+                let mut h = [0u64; 256];
+                for (&d, _) in data.iter().zip(&given).filter(|(_, &g)| g == t) {
+                    h[usize::from(d)] += 1;
+                }
+                h[0] += 1;
+                h[255] += 1;
+                Table::from_histogram(&h)
+            })
+            .collect();
+        (table_set, data, given)
+    }
+
+    /// Records of several tables, each symbol's given (spec §6.4.2): every encoder writes the
+    /// scalar one's bytes, every decoder reads them back and, on damaged records, gives the
+    /// same verdict and symbols.
+    #[test]
+    #[cfg_attr(feature = "no-avx2-tests", ignore = "built with --features no-avx2-tests: no AVX2 here")]
+    fn given_tables_agree_in_every_loop_on_valid_and_damaged_records() {
+        crate::rans::require_avx2();
+        for n in [0, 1, 33, 65_535, 65_536, 65_537, 3 * 65_536 + 4099, 9 * 65_536] {
+            let (tables, data, given) = given(n, 16, n as u64);
+            let slots = Table::all_slots(&tables);
+            let mut scalar = Vec::new();
+            encode_given_blocks_with(&tables, &given, &data, &mut scalar, BlockLoop::Scalar);
+            for widest in [BlockLoop::Avx2, BlockLoop::Avx512] {
+                let mut vector = Vec::new();
+                encode_given_blocks_with(&tables, &given, &data, &mut vector, widest);
+                assert!(scalar == vector, "{widest:?} encoder: n {n}");
+            }
+            let layout = BlockLayout::read_sized(&scalar, 0, n, CONTEXT_BLOCK_SYMBOLS).unwrap();
+            assert_eq!(layout.words.end, scalar.len());
+            let decode = |stored: &[u8], layout: &BlockLayout, l| {
+                let mut out = vec![0u8; n];
+                decode_given_blocks_with(&slots, &given, stored, layout, &mut out, l).map(|()| out)
+            };
+            for l in loops() {
+                assert_eq!(decode(&scalar, &layout, l).unwrap(), data, "{l:?}, n {n}");
+            }
+            let mut s = n as u64 + 1;
+            for trial in 0..40 {
+                if layout.words.is_empty() {
+                    break;
+                }
+                let mut bad = scalar.clone();
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let at = layout.states + (s >> 33) as usize % (bad.len() - layout.states);
+                bad[at] ^= 1 << ((s >> 20) % 8);
+                let Ok(bad_layout) = BlockLayout::read_sized(&bad, 0, n, CONTEXT_BLOCK_SYMBOLS) else {
+                    continue;
+                };
+                let verdicts: Vec<_> = loops().into_iter().map(|l| decode(&bad, &bad_layout, l)).collect();
+                assert!(verdicts.iter().all(|v| *v == verdicts[0]), "trial {trial}, n {n}");
             }
         }
     }

@@ -11,7 +11,9 @@
 //! context record  u8 map[256]; C = 1 + max(map) frequency tables (C ≤ 16); rANS lanes
 //! ```
 
-use super::{decode_lanes_with, Kernel, LaneLayout, LaneRecord, Slots, Spill, SymbolEncoder, Table, L};
+use super::{
+    decode_lanes_with, BlockLayout, BlockLoop, Kernel, LaneLayout, LaneRecord, Slots, Spill, SymbolEncoder, Table, L,
+};
 
 /// The most tables a context record may have.
 pub const MAX_TABLES: usize = 16;
@@ -296,6 +298,41 @@ impl Contexts {
     ) -> Result<(), String> {
         assert_eq!(tables.len(), out.len());
         decode_lanes_with(&Slots::given(&self.tables), stored, layout, out, Some(tables), Kernel::Best)
+    }
+
+    /// Appends the map, the tables and `symbols` in blocks of 65536 (spec §6.4.2), symbol i
+    /// coded with table `tables[i]`, `map` of its base context.
+    pub fn encode_given_blocks(&self, symbols: &[u8], tables: &[u8], out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.map);
+        for t in &self.tables {
+            t.write(out);
+        }
+        super::blocks::encode_given_blocks(&self.tables, tables, symbols, out);
+    }
+
+    /// Decodes `out.len()` symbols from blocks laid out as `layout` in `stored`, symbol i with
+    /// table `tables[i]`: `map[c]` for its base context c (spec §6.4.2).
+    pub fn decode_given_blocks(
+        &self,
+        stored: &[u8],
+        layout: &BlockLayout,
+        tables: &[u8],
+        out: &mut [u8],
+    ) -> Result<(), String> {
+        self.decode_given_blocks_with(stored, layout, tables, out, BlockLoop::Avx512)
+    }
+
+    /// [`Contexts::decode_given_blocks`] on the loops up to `widest` that the CPU has.
+    pub fn decode_given_blocks_with(
+        &self,
+        stored: &[u8],
+        layout: &BlockLayout,
+        tables: &[u8],
+        out: &mut [u8],
+        widest: BlockLoop,
+    ) -> Result<(), String> {
+        let slots = Table::all_slots(&self.tables);
+        super::blocks::decode_given_blocks_with(&slots, tables, stored, layout, out, widest)
     }
 
     /// The map: the table of a symbol in each context.

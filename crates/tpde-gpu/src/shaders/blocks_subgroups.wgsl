@@ -1,4 +1,4 @@
-// ---- rANS blocks (§6.2.6) with subgroup operations, where the adapter has them (appended to
+// ---- rANS blocks (§6.2.6, §6.4.2) with subgroup operations, where the adapter has them (appended to
 // decode.wgsl behind `enable subgroups;`; `decode_blocks` is the path without). Same job
 // records and results as `decode_blocks`. The invocation running state j is chosen by subgroup
 // and lane (j = subgroup id · subgroup size + lane), so that a ballot's lane order is state
@@ -24,7 +24,6 @@ fn decode_blocks_subgroups(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_wo
     let size = min(width, 32u);
     let j = sid * size + lane;
     let k = rblock(g);
-    let table = k.table;
     let words = k.words;
     let out_at = k.out_at;
     let chunk = k.chunk;
@@ -47,7 +46,7 @@ fn decode_blocks_subgroups(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_wo
         var need = false;
         var sym = 0u;
         if (live && i < len) {
-            let e = tables[table + (x & 4095u)];
+            let e = tables[rblock_table(k, i) + (x & 4095u)];
             sym = e & 0xffu;
             y = ((e >> 8u) & 0xfffu) * (x >> 12u) + (x & 4095u) - (e >> 20u);
             need = y < 0x10000u;

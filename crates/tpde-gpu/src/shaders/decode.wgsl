@@ -47,7 +47,7 @@ const PACKED_REC: u32 = 8u;
 const FINISH_REC: u32 = 16u;
 const SPARSE_REC: u32 = 16u;
 const PLANE_REC: u32 = 4u;
-const RBLOCK_REC: u32 = 8u;
+const RBLOCK_REC: u32 = 12u;
 
 // finish modes
 const M_COPY: u32 = 0u;
@@ -270,14 +270,16 @@ fn decode_lanes(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) n
     }
 }
 
-// ---- rANS blocks (§6.2.6): one workgroup of 32 invocations per block, invocation j running
-// state j. A step pops a symbol from every state; the states left below 2^16 take the block's
+// ---- rANS blocks (§6.2.6, §6.4.2): one workgroup of 32 invocations per block, invocation j
+// running state j; a base-context record's symbol i decodes with table map[base context of
+// element i]. A step pops a symbol from every state; the states left below 2^16 take the block's
 // next words in state order, each finding its own by the popcount of the mask below it (the
 // ballot a subgroup would give, here through workgroup memory: the path of adapters without
 // subgroups; blocks_subgroups.wgsl has the one with). Symbols are packed four to a word through
 // workgroup memory.
-// record: table, n, blocks, ends (blob byte), states (blob byte), words (blob byte), out (scratch
-// word), chunk
+// record: first table, n, blocks, ends (blob byte), states (blob byte), words (blob byte), out
+// (scratch word), chunk, map (blob byte, or NO_MAP), base contexts (the chunk's base byte, or
+// NO_MAP), w | float << 8, symbols a block
 var<workgroup> rb_need: atomic<u32>;
 var<workgroup> rb_mask: u32;
 // Two steps' symbols: a step writes one half while a slow reader may still read the other.
@@ -299,6 +301,18 @@ struct RBlock {
     len: u32,     // its symbols
     steps: u32,   // steps of 32 symbols
     chunk: u32,
+    map: u32,     // blob byte of a base-context record's map, or NO_MAP
+    given: u32,   // base byte of the chunk's first element (with a map)
+    w: u32,
+    float: bool,
+}
+
+// The first slot of the table that decodes symbol i of block k (of the plane's symbol first + i).
+fn rblock_table(k: RBlock, i: u32) -> u32 {
+    if (k.map == NO_MAP) {
+        return k.table;
+    }
+    return k.table + blob_byte(k.map + base_context(k.given + (k.first + i) * k.w, k.w, k.float)) * 4096u;
 }
 
 fn rblock(g: u32) -> RBlock {
@@ -311,10 +325,13 @@ fn rblock(g: u32) -> RBlock {
     if (b > 0u) {
         pos = blob_u32(ends + 4u * (b - 1u));
     }
-    let first = b * 16384u;
-    let len = min(16384u, jobs[d + 1u] - first);
+    let shape = jobs[d + 10u];
+    let size = jobs[d + 11u];
+    let first = b * size;
+    let len = min(size, jobs[d + 1u] - first);
     return RBlock(jobs[d] * 4096u, jobs[d + 4u] + 128u * b, jobs[d + 5u], pos, blob_u32(ends + 4u * b),
-                  jobs[d + 6u], first, len, (len + 31u) / 32u, jobs[d + 7u]);
+                  jobs[d + 6u], first, len, (len + 31u) / 32u, jobs[d + 7u], jobs[d + 8u], jobs[d + 9u],
+                  shape & 0xffu, ((shape >> 8u) & 0xffu) != 0u);
 }
 
 @compute @workgroup_size(32)
@@ -326,7 +343,6 @@ fn decode_blocks(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) 
         return;
     }
     let k = rblock(g);
-    let table = k.table;
     let words = k.words;
     let out_at = k.out_at;
     let chunk = k.chunk;
@@ -347,7 +363,7 @@ fn decode_blocks(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) 
         var need = false;
         var sym = 0u;
         if (i < len) {
-            let e = tables[table + (x & 4095u)];
+            let e = tables[rblock_table(k, i) + (x & 4095u)];
             sym = e & 0xffu;
             y = ((e >> 8u) & 0xfffu) * (x >> 12u) + (x & 4095u) - (e >> 20u);
             need = y < 0x10000u;

@@ -10,43 +10,85 @@
 
 use std::arch::x86_64::*;
 
-use crate::rans::blocks::{Block, BlockLoop, BLOCK_STATES, BLOCK_SYMBOLS};
+use crate::rans::blocks::{max_index, Block, BlockLoop, BLOCK_STATES};
 use crate::rans::SCALE_BITS;
 
 /// Decodes every whole step the vector loops can of `blocks` (block b's symbols are
-/// `out[16384·b..]`), advancing their states, word positions and steps; the scalar loop
+/// `out[size·b..]`), advancing their states, word positions and steps; the scalar loop
 /// goes on from there. Does nothing on a CPU with neither loop.
+/// `slots`: 4096 a table; `given`: each symbol's table, where there are several.
 /// `widest`: the widest loop to use ([`BlockLoop::Scalar`] uses none).
-pub(in crate::rans) fn decode(slots: &[u32], words: &[u8], blocks: &mut [Block], out: &mut [u8], widest: BlockLoop) {
-    assert_eq!(slots.len(), 1 << SCALE_BITS);
+pub(in crate::rans) fn decode(
+    slots: &[u32],
+    given: Option<&[u8]>,
+    words: &[u8],
+    blocks: &mut [Block],
+    size: usize,
+    out: &mut [u8],
+    widest: BlockLoop,
+) {
+    // Every gather stays inside `slots`: its slot is below 4096 and its table below the count
+    // (checked here, as `decode_by` does, so that this function alone is sound).
+    let tables = slots.len() >> SCALE_BITS;
+    assert!(tables > 0 && slots.len() == tables << SCALE_BITS);
+    assert!(given.is_none_or(|g| g.len() == out.len() && usize::from(max_index(g)) < tables));
     let avx512 = widest == BlockLoop::Avx512 && BlockLoop::Avx512.available();
     let avx2 = widest != BlockLoop::Scalar && BlockLoop::Avx2.available();
-    let mut b = 0;
-    while b < blocks.len() {
-        // Four blocks a group on AVX-512, two on AVX2, then one.
-        let g = match (avx512, avx2) {
-            (true, _) => 4,
-            (false, true) => 2,
-            _ => return,
+    // Four blocks a group on AVX-512, two on AVX2.
+    let width = match (avx512, avx2) {
+        (true, _) => 4,
+        (false, true) => 2,
+        _ => return,
+    };
+    let mut outs: Vec<&mut [u8]> = out.chunks_mut(size).collect();
+    let tables: Option<Vec<&[u8]>> = given.map(|t| t.chunks(size).collect());
+    // A group runs as long as its shortest block, so the blocks with whole steps left regroup
+    // until none has (a plane's last block is short: grouped once, the others' rest went to
+    // the scalar loop). A group that takes no step has met the end of the words: stop.
+    loop {
+        // (A plane of no symbol has one block and no chunk of `out`.)
+        let left: Vec<usize> = (0..outs.len().min(blocks.len()))
+            .filter(|&b| outs[b].len() / BLOCK_STATES > blocks[b].step)
+            .take(width)
+            .collect();
+        if left.is_empty() {
+            return;
         }
-        .min(blocks.len() - b);
-        let end = ((b + g) * BLOCK_SYMBOLS).min(out.len());
-        let region = &mut out[b * BLOCK_SYMBOLS..end];
-        let outs: Vec<&mut [u8]> = region.chunks_mut(BLOCK_SYMBOLS).collect();
-        let group = &mut blocks[b..b + g];
+        let g = left.len();
+        let mut group: Vec<Block> = left.iter().map(|&b| blocks[b].clone()).collect();
+        let group_outs: Vec<&mut [u8]> = left.iter().map(|&b| std::mem::take(&mut outs[b])).collect();
+        let group_tables: Option<Vec<&[u8]>> = tables.as_ref().map(|t| left.iter().map(|&b| t[b]).collect());
+        let at = Steps { slots, given: group_tables.as_deref(), words };
         // SAFETY: the CPU has the features each loop is compiled for (checked above).
-        unsafe {
+        let group_outs = unsafe {
             match (avx512, g) {
-                (true, 4) => steps512::<4>(slots, words, group, outs),
-                (true, 2) => steps512::<2>(slots, words, group, outs),
-                (true, 3) => steps512::<3>(slots, words, group, outs),
-                (true, _) => steps512::<1>(slots, words, group, outs),
-                (false, 2) => steps256::<2>(slots, words, group, outs),
-                (false, _) => steps256::<1>(slots, words, group, outs),
+                (true, 4) => steps512::<4>(at, &mut group, group_outs),
+                (true, 2) => steps512::<2>(at, &mut group, group_outs),
+                (true, 3) => steps512::<3>(at, &mut group, group_outs),
+                (true, _) => steps512::<1>(at, &mut group, group_outs),
+                (false, 2) => steps256::<2>(at, &mut group, group_outs),
+                (false, _) => steps256::<1>(at, &mut group, group_outs),
             }
+        };
+        let mut moved = false;
+        for ((&b, block), o) in left.iter().zip(group).zip(group_outs) {
+            moved |= block.step > blocks[b].step;
+            blocks[b] = block;
+            outs[b] = o;
         }
-        b += g;
+        if !moved {
+            return;
+        }
     }
+}
+
+/// What a group's steps read: the tables' slots, each block's table indices where given, the
+/// record's words.
+#[derive(Clone, Copy)]
+struct Steps<'a> {
+    slots: &'a [u32],
+    given: Option<&'a [&'a [u8]]>,
+    words: &'a [u8],
 }
 
 /// The whole steps all of `group` can take with every block's next 32 words inside `words`
@@ -60,7 +102,12 @@ fn whole_steps(group: &[Block], outs: &[&mut [u8]]) -> usize {
 /// # Safety
 /// The CPU must have AVX-512 F and BW.
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn steps512<const G: usize>(slots: &[u32], words: &[u8], group: &mut [Block], mut outs: Vec<&mut [u8]>) {
+unsafe fn steps512<'o, const G: usize>(
+    at: Steps<'_>,
+    group: &mut [Block],
+    mut outs: Vec<&'o mut [u8]>,
+) -> Vec<&'o mut [u8]> {
+    let Steps { slots, given, words } = at;
     assert_eq!(group.len(), G);
     let n_words = words.len() / 2;
     let steps = whole_steps(group, &outs);
@@ -84,8 +131,22 @@ unsafe fn steps512<const G: usize>(slots: &[u32], words: &[u8], group: &mut [Blo
             for (r, xr) in x[g].iter_mut().enumerate() {
                 let xv = *xr;
                 let slot = _mm512_and_si512(xv, mask12);
-                // SAFETY: slots has 4096 entries (asserted by `decode`) and slot < 4096.
-                let e = unsafe { _mm512_i32gather_epi32::<4>(slot, slots.as_ptr().cast()) };
+                let at = t * BLOCK_STATES + 16 * r;
+                // The symbols' tables, 4096 slots each (spec §6.4.2).
+                let index = match given {
+                    // SAFETY: a load of 16 bytes from the block's table indices, as many as its
+                    // symbols, of which this step's 32 lie at `t · 32`.
+                    Some(tables) => _mm512_add_epi32(
+                        slot,
+                        _mm512_slli_epi32::<{ SCALE_BITS }>(_mm512_cvtepu8_epi32(unsafe {
+                            _mm_loadu_si128(tables[g][at..at + 16].as_ptr().cast())
+                        })),
+                    ),
+                    None => slot,
+                };
+                // SAFETY: slots has 4096 entries a table (asserted by `decode`), slot < 4096,
+                // and every table index names a table (asserted there too).
+                let e = unsafe { _mm512_i32gather_epi32::<4>(index, slots.as_ptr().cast()) };
                 let freq = _mm512_and_si512(_mm512_srli_epi32::<8>(e), mask12);
                 let start = _mm512_srli_epi32::<20>(e);
                 let y = _mm512_sub_epi32(
@@ -99,7 +160,6 @@ unsafe fn steps512<const G: usize>(slots: &[u32], words: &[u8], group: &mut [Blo
                 let w = _mm512_maskz_expand_epi32(take, _mm512_cvtepu16_epi32(next));
                 *xr = _mm512_mask_or_epi32(y, take, _mm512_slli_epi32::<16>(y), w);
                 pos[g] += take.count_ones() as usize;
-                let at = t * BLOCK_STATES + 16 * r;
                 let sym = &mut outs[g][at..at + 16];
                 // SAFETY: a store of 16 bytes into a slice of 16.
                 unsafe { _mm_storeu_si128(sym.as_mut_ptr().cast(), _mm512_cvtepi32_epi8(e)) };
@@ -115,6 +175,7 @@ unsafe fn steps512<const G: usize>(slots: &[u32], words: &[u8], group: &mut [Blo
         block.pos = pos[g];
         block.step += done;
     }
+    outs
 }
 
 /// For each 8-bit mask m, lane j's index among the set bits of m: the permutation that moves
@@ -163,7 +224,12 @@ const PACKS: [u64; 256] = {
 /// # Safety
 /// The CPU must have AVX2.
 #[target_feature(enable = "avx2")]
-unsafe fn steps256<const G: usize>(slots: &[u32], words: &[u8], group: &mut [Block], mut outs: Vec<&mut [u8]>) {
+unsafe fn steps256<'o, const G: usize>(
+    at: Steps<'_>,
+    group: &mut [Block],
+    mut outs: Vec<&'o mut [u8]>,
+) -> Vec<&'o mut [u8]> {
+    let Steps { slots, given, words } = at;
     assert_eq!(group.len(), G);
     let n_words = words.len() / 2;
     let steps = whole_steps(group, &outs);
@@ -185,11 +251,22 @@ unsafe fn steps256<const G: usize>(slots: &[u32], words: &[u8], group: &mut [Blo
         }
         for g in 0..G {
             let mut sym = [zero; 4];
+            let step = (first[g] + done) * BLOCK_STATES;
             for (r, xr) in x[g].iter_mut().enumerate() {
                 let xv = *xr;
                 let slot = _mm256_and_si256(xv, mask12);
-                // SAFETY: slots has 4096 entries and slot < 4096.
-                let e = unsafe { _mm256_i32gather_epi32::<4>(slots.as_ptr().cast(), slot) };
+                let index = match given {
+                    // SAFETY: a load of 8 bytes from the block's table indices (as `steps512`).
+                    Some(tables) => _mm256_add_epi32(
+                        slot,
+                        _mm256_slli_epi32::<{ SCALE_BITS as i32 }>(_mm256_cvtepu8_epi32(unsafe {
+                            _mm_loadl_epi64(tables[g][step + 8 * r..step + 8 * r + 8].as_ptr().cast())
+                        })),
+                    ),
+                    None => slot,
+                };
+                // SAFETY: as in `steps512`: slot < 4096 and the table index names a table.
+                let e = unsafe { _mm256_i32gather_epi32::<4>(slots.as_ptr().cast(), index) };
                 let freq = _mm256_and_si256(_mm256_srli_epi32::<8>(e), mask12);
                 let start = _mm256_srli_epi32::<20>(e);
                 let y = _mm256_sub_epi32(
@@ -207,8 +284,7 @@ unsafe fn steps256<const G: usize>(slots: &[u32], words: &[u8], group: &mut [Blo
                 sym[r] = _mm256_and_si256(e, mask8);
             }
             let bytes = _mm256_packus_epi16(_mm256_packus_epi32(sym[0], sym[1]), _mm256_packus_epi32(sym[2], sym[3]));
-            let at = (first[g] + done) * BLOCK_STATES;
-            let dst = &mut outs[g][at..at + 32];
+            let dst = &mut outs[g][step..step + 32];
             // SAFETY: a store of 32 bytes into a slice of 32.
             unsafe { _mm256_storeu_si256(dst.as_mut_ptr().cast(), _mm256_permutevar8x32_epi32(bytes, order)) };
         }
@@ -222,6 +298,7 @@ unsafe fn steps256<const G: usize>(slots: &[u32], words: &[u8], group: &mut [Blo
         block.pos = pos[g];
         block.step += done;
     }
+    outs
 }
 
 /// Whether this CPU runs [`encode_steps`] on AVX-512.
@@ -234,7 +311,8 @@ pub(in crate::rans) fn encode_available() -> bool {
 /// for the same reason: the scalar loop made an AVX2 machine's keyframes encode slower than the
 /// lane form's vector encoder did (issue 68).
 pub(in crate::rans) fn encode_steps_avx2(
-    info: &[u32; 256],
+    info: &[u32],
+    given: Option<&[u8]>,
     steps: &[u8],
     x: &mut [u32; BLOCK_STATES],
     spill: &mut [u16],
@@ -243,15 +321,26 @@ pub(in crate::rans) fn encode_steps_avx2(
     assert!(crate::isa::avx2() && steps.len().is_multiple_of(BLOCK_STATES));
     // Each symbol spills at most one word; the eight more below are the stores' slack.
     assert!(*at >= steps.len() + 8 && *at <= spill.len());
-    // SAFETY: the CPU has AVX2 (asserted above).
-    unsafe { encode_steps256(info, steps, x, spill, at) }
+    check_tables(info, given, steps);
+    // SAFETY: the CPU has AVX2 (asserted above), and the gathers stay in `info` (checked).
+    unsafe { encode_steps256(info, given, steps, x, spill, at) }
+}
+
+/// Asserts what the encoders' gathers need: 256 entries a table, and every symbol's table index
+/// (0 where none is given) naming one.
+fn check_tables(info: &[u32], given: Option<&[u8]>, steps: &[u8]) {
+    let tables = info.len() / 256;
+    assert!(tables > 0 && info.len() == 256 * tables);
+    assert!(given.is_none_or(|g| g.len() == steps.len() && usize::from(max_index(g)) < tables));
 }
 
 /// # Safety
-/// The CPU must have AVX2; `*at ≥ steps.len() + 8` and `*at ≤ spill.len()`.
+/// The CPU must have AVX2; `*at ≥ steps.len() + 8` and `*at ≤ spill.len()`; [`check_tables`]
+/// holds.
 #[target_feature(enable = "avx2")]
 unsafe fn encode_steps256(
-    info: &[u32; 256],
+    info: &[u32],
+    given: Option<&[u8]>,
     steps: &[u8],
     x: &mut [u32; BLOCK_STATES],
     spill: &mut [u16],
@@ -267,15 +356,26 @@ unsafe fn encode_steps256(
         0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1,
         -1,
     );
-    for step in steps.chunks_exact(BLOCK_STATES).rev() {
+    for (t, step) in steps.chunks_exact(BLOCK_STATES).enumerate().rev() {
         // The step's words below *at in state order, as the scalar encoder writes them: the last
         // register's first, each stored as eight words ending at its own end (the words below
         // them are the next register's to overwrite, or below the step: not yet written).
         for r in (0..4).rev() {
             // SAFETY: a load of 8 bytes from a step of 32.
             let s = _mm256_cvtepu8_epi32(unsafe { _mm_loadl_epi64(step[8 * r..].as_ptr().cast()) });
-            // SAFETY: symbols are below 256, the table's length.
-            let e = unsafe { _mm256_i32gather_epi32::<4>(info.as_ptr().cast(), s) };
+            let i = t * BLOCK_STATES + 8 * r;
+            let index = match given {
+                // SAFETY: a load of 8 bytes from the step's 32 table indices.
+                Some(g) => _mm256_add_epi32(
+                    s,
+                    _mm256_slli_epi32::<8>(_mm256_cvtepu8_epi32(unsafe {
+                        _mm_loadl_epi64(g[i..i + 8].as_ptr().cast())
+                    })),
+                ),
+                None => s,
+            };
+            // SAFETY: symbols are below 256 and every table index names a table of 256.
+            let e = unsafe { _mm256_i32gather_epi32::<4>(info.as_ptr().cast(), index) };
             let f = _mm256_and_si256(e, mask12);
             let start = _mm256_srli_epi32::<12>(e);
             // x ≥ x_max = 2^20·f (unsigned) spills its low 16 bits.
@@ -318,7 +418,8 @@ unsafe fn encode_steps256(
 /// `freq | start << 12`. Written by hand: the scalar encoder, one state after another, made
 /// keyframes encode a fifth slower than the lane form's vector encoder.
 pub(in crate::rans) fn encode_steps(
-    info: &[u32; 256],
+    info: &[u32],
+    given: Option<&[u8]>,
     steps: &[u8],
     x: &mut [u32; BLOCK_STATES],
     spill: &mut [u16],
@@ -327,15 +428,18 @@ pub(in crate::rans) fn encode_steps(
     assert!(encode_available() && steps.len().is_multiple_of(BLOCK_STATES));
     // Each symbol spills at most one word, and the buffer has room for one a symbol.
     assert!(*at >= steps.len() && *at <= spill.len());
-    // SAFETY: the CPU has the features (asserted above).
-    unsafe { encode_steps512(info, steps, x, spill, at) }
+    check_tables(info, given, steps);
+    // SAFETY: the CPU has the features (asserted above), and the gathers stay in `info`.
+    unsafe { encode_steps512(info, given, steps, x, spill, at) }
 }
 
 /// # Safety
-/// The CPU must have AVX-512 F, BW and VL; `*at ≥ steps.len()` and `*at ≤ spill.len()`.
+/// The CPU must have AVX-512 F, BW and VL; `*at ≥ steps.len()` and `*at ≤ spill.len()`;
+/// [`check_tables`] holds.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 unsafe fn encode_steps512(
-    info: &[u32; 256],
+    info: &[u32],
+    given: Option<&[u8]>,
     steps: &[u8],
     x: &mut [u32; BLOCK_STATES],
     spill: &mut [u16],
@@ -344,17 +448,27 @@ unsafe fn encode_steps512(
     let mask12 = _mm512_set1_epi32((1 << SCALE_BITS) - 1);
     // SAFETY: loads of 64 bytes from sixteen of the 32 states.
     let mut xs: [__m512i; 2] = std::array::from_fn(|r| unsafe { _mm512_loadu_si512(x[16 * r..].as_ptr().cast()) });
-    for step in steps.chunks_exact(BLOCK_STATES).rev() {
+    for (t, step) in steps.chunks_exact(BLOCK_STATES).enumerate().rev() {
         // SAFETY: a load of 32 bytes from a step of 32.
         let sym = unsafe { _mm256_loadu_si256(step.as_ptr().cast()) };
-        let s = [
+        let mut s = [
             _mm512_cvtepu8_epi32(_mm256_castsi256_si128(sym)),
             _mm512_cvtepu8_epi32(_mm256_extracti128_si256::<1>(sym)),
         ];
+        if let Some(g) = given {
+            // Table k's entries start at 256·k.
+            // SAFETY: a load of 32 bytes from the step's 32 table indices.
+            let t = unsafe { _mm256_loadu_si256(g[t * BLOCK_STATES..(t + 1) * BLOCK_STATES].as_ptr().cast()) };
+            let t = [
+                _mm512_cvtepu8_epi32(_mm256_castsi256_si128(t)),
+                _mm512_cvtepu8_epi32(_mm256_extracti128_si256::<1>(t)),
+            ];
+            s = std::array::from_fn(|r| _mm512_add_epi32(s[r], _mm512_slli_epi32::<8>(t[r])));
+        }
         let mut words = [_mm256_setzero_si256(); 2];
         let mut spills = [0u16; 2];
         for r in 0..2 {
-            // SAFETY: symbols are below 256, the table's length.
+            // SAFETY: symbols are below 256 and every table index names a table of 256.
             let e = unsafe { _mm512_i32gather_epi32::<4>(s[r], info.as_ptr().cast()) };
             let f = _mm512_and_si512(e, mask12);
             let start = _mm512_srli_epi32::<12>(e);
