@@ -721,9 +721,9 @@ fn relative_bounds_are_recorded_and_checked() {
         .assert()
         .success();
     let r = tpde::read::Reader::open(&packed).unwrap();
-    // 1.5 for the relative bound; `auto` writes 1.10's block records (and, with a base, may
-    // write 1.8's sparse plane records).
-    assert_eq!(r.header().minor_version, 10);
+    // 1.5 for the relative bound; `auto` writes 1.10's block records and, with a base, may
+    // write 1.11's base-context block records (and 1.8's sparse plane records).
+    assert_eq!(r.header().minor_version, 11);
     assert_eq!(r.metadata("tpde.max_rel_error"), Some(&tpde_format::MetadataValue::F64(0.01)));
     assert_eq!(r.metadata("tpde.max_abs_error"), None);
     let out = tpde().arg("verify").arg(&packed).arg("--against").arg(b).assert().success().get_output().stdout.clone();
@@ -878,7 +878,7 @@ fn model_folders_carry_their_files_and_are_bases_of_their_fine_tunes() {
     tpde().arg("pack").arg(&base).arg("-o").arg(d.join("base.tpde")).assert().success();
     let ft = tpde::read::Reader::open(d.join("ft.tpde")).unwrap();
     let base_tpde = tpde::read::Reader::open(d.join("base.tpde")).unwrap();
-    assert_eq!(ft.header().minor_version, 10); // 1.7's file table, 1.10's block records (`auto`)
+    assert_eq!(ft.header().minor_version, 11); // 1.7's file table, 1.11's delta block records (`auto`)
     assert_eq!(ft.directory().base.as_ref().unwrap().digest, base_tpde.content_digest());
     assert_eq!(ft.directory().base.as_ref().unwrap().path_hint, "model-1");
 
