@@ -12,13 +12,14 @@
 //!         contexts (map, tables, lanes); see rans.rs | 5 sparse (a fill byte, the positions
 //!         that differ from it, a mode 0 or 2 record of their bytes; since 1.8) | 6 rANS
 //!         blocks (table, blocks; since 1.10) | 7 rANS blocks with base contexts (map, tables,
-//!         blocks of 65536; since 1.11). The serial tags use modes 0 and 1, the lane tags 0, 2
-//!         and 6, `planes-context` 0, 2, 3 and 6, `delta-xor-context`, `delta-sub-context` and
+//!         blocks of 65536; since 1.11) | 8 rANS blocks with neighbour contexts (the same; since
+//!         1.11). The serial tags use modes 0 and 1, the lane tags 0, 2 and 6,
+//!         `planes-context` 0, 2, 3, 6 and 8, `delta-xor-context`, `delta-sub-context` and
 //!         `delta-predicted` 0, 2, 4, 5, 6 and 7.
 //! ```
 //!
 //! Each record has its module: [`stored`] (mode 0), [`lanes`] (modes 1 and 2, one table),
-//! [`contexts`] (modes 3, 4 and 7, tables chosen by context), [`sparse`] (mode 5) and
+//! [`contexts`] (modes 3, 4, 7 and 8, tables chosen by context), [`sparse`] (mode 5) and
 //! [`blocks`] (mode 6); this one
 //! splits and merges the planes and dispatches by mode, and [`estimate`] holds what the writer
 //! chooses records by.
@@ -57,6 +58,7 @@ const RANS_BASE_CONTEXTS: u8 = 4;
 const SPARSE: u8 = 5;
 const RANS_BLOCKS: u8 = 6;
 const RANS_BASE_CONTEXT_BLOCKS: u8 = 7;
+const RANS_CONTEXT_BLOCKS: u8 = 8;
 
 /// The plane records a writer may use beyond those its codec tag had from the start: each came
 /// with a minor version (spec §11), so a file may hold it only if it declares that version.
@@ -66,7 +68,8 @@ pub struct Records {
     pub sparse: bool,
     /// Mode 6, rANS blocks (since 1.10), for order-0 planes in lane form.
     pub blocks: bool,
-    /// Mode 7, rANS blocks with base contexts (since 1.11), in place of mode 4's lanes.
+    /// Modes 7 and 8, rANS blocks with base or neighbour contexts (since 1.11), in place of
+    /// modes 4 and 3's lanes.
     pub context_blocks: bool,
 }
 
@@ -153,6 +156,8 @@ pub enum PlaneRecord {
     Blocks(Table, BlockLayout),
     /// Mode 7: a base-context map, its tables and rANS blocks of 65536 symbols.
     BaseContextBlocks(Contexts, BlockLayout),
+    /// Mode 8: a context map, its tables and rANS blocks of 65536 symbols.
+    ContextBlocks(Contexts, BlockLayout),
 }
 
 thread_local! {
@@ -230,7 +235,7 @@ fn encode_planes(
             if order0 < n as f64 * 0.98 {
                 let start = out.len();
                 let written = match (form, contexts) {
-                    (PlaneForm::Contexts, _) => contexts::write_contexts(plane, order0, gain, out),
+                    (PlaneForm::Contexts, _) => contexts::write_contexts(plane, order0, gain, records, out),
                     (PlaneForm::BaseContexts, Some(c)) => {
                         contexts::write_base_contexts(plane, c, order0, records, &mut indexed, out)
                     }
@@ -304,6 +309,11 @@ pub fn parse(
                 let (model, layout) = contexts::parse(stored, at, n).map_err(&corrupt)?;
                 at = layout.bytes.end;
                 PlaneRecord::BaseContexts(model, layout)
+            }
+            (RANS_CONTEXT_BLOCKS, PlaneForm::Contexts) => {
+                let (model, layout) = contexts::parse_blocks(stored, at, n).map_err(&corrupt)?;
+                at = layout.words.end;
+                PlaneRecord::ContextBlocks(model, layout)
             }
             (RANS_BASE_CONTEXT_BLOCKS, PlaneForm::BaseContexts) => {
                 let (model, layout) = contexts::parse_blocks(stored, at, n).map_err(&corrupt)?;
@@ -383,6 +393,9 @@ fn decode_with(
             PlaneRecord::Serial(table, stream) => rans::decode(table, &stored[stream.clone()], plane).map(|_| ()),
             PlaneRecord::Lanes(table, layout) => rans::decode_lanes(table, stored, layout, plane),
             PlaneRecord::Contexts(model, layout) => model.decode_lanes(stored, layout, plane),
+            PlaneRecord::ContextBlocks(model, layout) => {
+                model.decode_neighbour_blocks_with(stored, layout, plane, rans::BlockLoop::Avx512)
+            }
             PlaneRecord::Sparse(record) => sparse::decode(record, stored, plane),
             PlaneRecord::Blocks(table, layout) => rans::decode_blocks(table, stored, layout, plane),
             PlaneRecord::BaseContexts(model, layout) => {

@@ -187,11 +187,15 @@ impl ChunkWork {
                 }
                 PlaneRecord::Lanes(table, layout) => self.lane_job(&[table], None, false, &layout, stored_at, n),
                 PlaneRecord::Blocks(table, layout) => {
-                    self.rans_block_job(std::slice::from_ref(&table), None, &layout, stored_at, n)
+                    self.rans_block_job(std::slice::from_ref(&table), None, false, &layout, stored_at, n)
                 }
                 PlaneRecord::BaseContextBlocks(model, layout) => {
                     let map = self.append_blob(model.map())?;
-                    self.rans_block_job(model.tables(), Some(map), &layout, stored_at, n)
+                    self.rans_block_job(model.tables(), Some(map), true, &layout, stored_at, n)
+                }
+                PlaneRecord::ContextBlocks(model, layout) => {
+                    let map = self.append_blob(model.map())?;
+                    self.rans_block_job(model.tables(), Some(map), false, &layout, stored_at, n)
                 }
                 PlaneRecord::Sparse(sparse) => self.sparse_plane(tag, stored, &sparse, n)?,
                 PlaneRecord::Contexts(model, layout) => {
@@ -497,7 +501,7 @@ fn assemble(limits: &Limits, chunks: &[ChunkWork]) -> Batch {
                 (scratch_at + r.out_word) as u32,
                 ci,
                 r.map.map_or(NO_MAP, |m| (blob_at + m) as u32),
-                if r.map.is_some() { out } else { NO_MAP },
+                if r.base_contexts { out } else { NO_MAP },
                 c.w | u32::from(c.float) << 8,
                 r.size,
             ]);

@@ -671,7 +671,50 @@ fn block_records_decode_on_the_device() {
     for gpu in [gpu(), &workgroup] {
         block_records_on(gpu);
         base_context_blocks_on(gpu);
+        context_blocks_on(gpu);
     }
+}
+
+/// Neighbour-context block records (spec §6.2.7): a keyframe of rows that each share a scale,
+/// of two blocks of 65536 and a partial one, bit for bit as the CPU reads it; and one changed
+/// word is rejected, as the CPU rejects it.
+fn context_blocks_on(gpu: &Gpu) {
+    use tpde_codec::planes::{PlaneRecord, CONTEXT_BLOCKS_SINCE_MINOR};
+    let n = 2 * 65_536 + 3001;
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let values: Vec<u8> = (0..n)
+        .flat_map(|i| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Rows of 256 whose scale is 2^-(row mod 17), each element within a factor of 4.
+            let scale = (-(((i / 256) % 17) as f32)).exp2();
+            (scale * (1.0 + 3.0 * (x >> 40) as f32 / (1u64 << 24) as f32)).to_le_bytes()
+        })
+        .collect();
+    let a: Checkpoint = vec![("rows".into(), DType::F32, vec![n as u64], values)];
+    let key = write_in(&a, None, Encoder::Auto, 1 << 20, CONTEXT_BLOCKS_SINCE_MINOR);
+    let r = Reader::from_source(key.clone()).unwrap();
+    let stored = r.chunk_bytes(&r.tensors()[0], 0).unwrap().to_vec();
+    let c = &r.tensors()[0].chunks[0];
+    let (records, _) = tpde_codec::planes::parse(c.codec, &stored, 0, 4, n).unwrap();
+    let Some(PlaneRecord::ContextBlocks(_, layout)) =
+        records.iter().find(|r| matches!(r, PlaneRecord::ContextBlocks(..))).cloned()
+    else {
+        panic!("no neighbour-context block record: {records:?}")
+    };
+    assert_eq!(layout.blocks, 3);
+    let on_device = gpu.load(&r, None).unwrap();
+    assert_same(gpu, &on_device, &r, &a);
+
+    let mut bad = stored.clone();
+    bad[layout.words.start + 40] ^= 0x5A;
+    let bad = tpde_format::surgery::with_chunk(&key, 0, 0, &bad).unwrap();
+    let cpu = Reader::from_source(bad).unwrap();
+    let cpu_err = cpu.read("rows").unwrap_err();
+    assert_eq!(cpu_err.kind(), ErrorKind::Malformed, "{cpu_err}");
+    let Err(gpu_err) = gpu.load(&cpu, None) else { panic!("the device accepted the damaged record") };
+    assert!(gpu_err.to_string().contains("rANS block"), "{gpu_err}");
 }
 
 /// Base-context block records (spec §6.4.2): a delta whose change depends on its base's

@@ -250,14 +250,9 @@ pub(crate) fn pack_tensors(
         options.min_minor_version = options.min_minor_version.max(metadata::since_minor(KEY_MAX_REL_ERROR));
     }
     if options.encoder == tpde_codec::Encoder::Auto {
-        // Spec §11: `auto` codes order-0 planes as rANS blocks (1.10), and a delta's
-        // base-context planes as rANS blocks (1.11) and its nearly constant plane as a sparse
-        // record (1.8).
-        let since = match options.base {
-            Some(_) => tpde_codec::planes::CONTEXT_BLOCKS_SINCE_MINOR,
-            None => tpde_codec::planes::BLOCKS_SINCE_MINOR,
-        };
-        options.min_minor_version = options.min_minor_version.max(since);
+        // Spec §11: `auto` codes order-0 planes as rANS blocks (1.10), context planes as rANS
+        // blocks (1.11), and a delta's nearly constant plane as a sparse record (1.8).
+        options.min_minor_version = options.min_minor_version.max(tpde_codec::planes::CONTEXT_BLOCKS_SINCE_MINOR);
     }
     if !source.files.is_empty() {
         options.min_minor_version = options.min_minor_version.max(metadata::since_minor(metadata::KEY_FILES));

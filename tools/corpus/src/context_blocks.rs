@@ -1,6 +1,7 @@
-//! 1.11's base-context block records (spec §6.4.2, mode 0x07): valid files under both dense
-//! delta tags and `delta-predicted`, with whole and partial blocks of 65536 symbols; and each
-//! rule the mode adds broken once (its own map, its words, the tags that allow it).
+//! 1.11's context block records: base contexts (spec §6.4.2, mode 0x07), valid under both dense
+//! delta tags and `delta-predicted`, and neighbour contexts (§6.2.7, mode 0x08) in a keyframe,
+//! with whole and partial blocks of 65536 symbols; and each rule the modes add broken once
+//! (their maps, their words, the tags that allow them).
 
 use tpde_codec::planes::PlaneRecord;
 use tpde_codec::rans::{self, Contexts, Table};
@@ -20,7 +21,10 @@ const PREDICTED_BASE: &str = "valid/delta-predicted-context-blocks-base.tpde";
 /// `delta-predicted` whose residual's planes are mode-7 records.
 const PREDICTED: &str = "valid/delta-predicted-context-blocks.tpde";
 
-/// The mode-7 records of every chunk 0 of `file`: (tensor, stored bytes, record's start).
+/// A `planes-context` keyframe whose exponent plane is a mode-8 record.
+const KEYFRAME: &str = "valid/planes-context-blocks.tpde";
+
+/// The mode-7 and mode-8 records of every chunk 0 of `file`: (tensor, stored bytes, record).
 fn context_blocks(file: &[u8]) -> Vec<(usize, Vec<u8>, PlaneRecord)> {
     let dir = surgery::directory(file).expect("a valid file");
     let mut found = Vec::new();
@@ -31,7 +35,8 @@ fn context_blocks(file: &[u8]) -> Vec<(usize, Vec<u8>, PlaneRecord)> {
         let Ok((records, _)) = tpde_codec::planes::parse(c.codec, &stored, 0, w, c.element_count as usize) else {
             continue;
         };
-        for r in records.into_iter().filter(|r| matches!(r, PlaneRecord::BaseContextBlocks(..))) {
+        let blocks = |r: &PlaneRecord| matches!(r, PlaneRecord::BaseContextBlocks(..) | PlaneRecord::ContextBlocks(..));
+        for r in records.into_iter().filter(blocks) {
             found.push((t, stored.clone(), r));
         }
     }
@@ -78,7 +83,7 @@ pub fn valid(g: &mut Gen) {
         let blocks: Vec<u32> = context_blocks(&file)
             .into_iter()
             .map(|(_, _, r)| match r {
-                PlaneRecord::BaseContextBlocks(_, l) => l.blocks,
+                PlaneRecord::BaseContextBlocks(_, l) | PlaneRecord::ContextBlocks(_, l) => l.blocks,
                 _ => unreachable!(),
             })
             .collect();
@@ -98,6 +103,42 @@ pub fn valid(g: &mut Gen) {
         declared,
     );
     predicted(g);
+    keyframe(g);
+}
+
+/// A keyframe of rows that each share a scale: its exponent plane takes neighbour contexts,
+/// in blocks (mode 8) in a 1.11 file.
+fn keyframe(g: &mut Gen) {
+    let mut rng = Rng::new(113);
+    let n = 2 * 65_536 + 3001;
+    // Rows of 256 whose scale is 2^-(row mod 17), each element within a factor of 4 of it.
+    let values: Vec<f64> = (0..n).map(|i| (-(((i / 256) % 17) as f64)).exp2() * (1.0 + 3.0 * rng.unit())).collect();
+    let file = g.valid(
+        Spec::new(
+            KEYFRAME,
+            "§6.2.7",
+            "a planes-context keyframe in a 1.11 file of f32 rows that each share a scale: the exponent plane is a neighbour-context block record (mode 8) of 3 blocks, the last of 3001 symbols",
+        )
+        .encoder(Encoder::Auto)
+        .minor(11)
+        .tensor(T::new("rows", DType::F32, &[n as u64], encode(DType::F32, &values))),
+    );
+    let found: Vec<u32> = context_blocks(&file)
+        .into_iter()
+        .map(|(_, _, r)| match r {
+            PlaneRecord::ContextBlocks(_, l) => l.blocks,
+            other => unreachable!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(found, [3], "{KEYFRAME}");
+    let declared = surgery::with_header(&file, |h| h.minor_version = 10).expect("surgery");
+    g.valid_derived(
+        "valid/planes-context-blocks-declared-1-10.tpde",
+        "§11",
+        "planes-context-blocks declaring 1.10: a reader judges a plane record's mode by itself",
+        KEYFRAME,
+        declared,
+    );
 }
 
 /// A reverse parameter step (predictor 4, which reads the base's moments) whose weights miss
@@ -193,6 +234,55 @@ pub fn invalid(g: &mut Gen) {
     for (path, description, bytes) in cases {
         bad_delta(g, path, "R25", description, bytes, BASE, ErrorKind::Malformed);
     }
+    // Mode 8's map, for a symbol the plane never holds (so no symbol decodes differently).
+    let key = g.get(KEYFRAME).bytes.clone();
+    let (t8, stored8, record) = context_blocks(&key).into_iter().next().expect("a mode-8 record");
+    let PlaneRecord::ContextBlocks(model8, layout8) = record else { unreachable!() };
+    let map8 = layout8.ends - model8.tables().iter().map(table_len).sum::<usize>() - 256;
+    assert_eq!(stored8[map8 - 1], 8, "a mode-8 record");
+    let mut plane = vec![0u8; layout8_len(&key)];
+    model8.decode_neighbour_blocks_with(&stored8, &layout8, &mut plane, rans::BlockLoop::Scalar).expect("valid");
+    let absent = (1..256).find(|&a| !plane.contains(&(a as u8))).expect("a symbol the plane never holds");
+    let mut s8 = stored8.clone();
+    s8[map8 + absent] = 16;
+    bad(
+        g,
+        "r25-context-blocks-neighbour-map-entry-16",
+        "R25",
+        "a neighbour-context block record (mode 8) whose map sends a symbol the plane never holds to table 16, past the 16 allowed",
+        surgery::with_chunk(&key, t8, 0, &s8).expect("surgery"),
+        ErrorKind::Malformed,
+    );
+    // Mode 8 where a tag does not allow it: the first mode-7 plane of the delta re-coded as a
+    // mode-8 record of one table, whose symbols decode exactly.
+    let tables: Vec<u8> = {
+        let base = g
+            .get(BASE)
+            .tensors
+            .iter()
+            .find(|b| b.name == surgery::directory(&file).expect("valid").tensors[t].name)
+            .expect("a base tensor")
+            .clone();
+        let mut contexts = Vec::new();
+        let dtype = surgery::directory(&file).expect("valid").tensors[t].dtype;
+        tpde_codec::planes::base_contexts(dtype, &base.data, &mut contexts);
+        contexts.iter().map(|&k| model.map()[usize::from(k)]).collect()
+    };
+    let mut plane = vec![0u8; tables.len()];
+    model.decode_given_blocks(&stored, &layout, &tables, &mut plane).expect("valid");
+    let mut s = stored[..map - 1].to_vec();
+    s.push(8);
+    Contexts::encode_neighbour_blocks([0; 256], Some(&pairs_of(&plane)), &plane, &mut s);
+    s.extend_from_slice(&stored[layout.words.end..]);
+    bad_delta(
+        g,
+        "r25-context-blocks-delta-tag",
+        "R25",
+        "a delta-xor-context chunk whose first base-context block record is re-coded as a neighbour-context block record (mode 8, one table): the tag allows modes 0, 2, 4, 5, 6 and 7",
+        surgery::with_chunk(&file, t, 0, &s).expect("surgery"),
+        BASE,
+        ErrorKind::Malformed,
+    );
     // Mode 7 where a tag does not allow it: the exponent plane of a planes-context keyframe
     // re-coded as a mode-7 record of one table (every context mapped to it).
     let key = g.get(crate::blocks::BLOCKS).bytes.clone();
@@ -266,6 +356,11 @@ fn used_contexts(g: &Gen, file: &[u8], t: usize) -> Vec<u8> {
     contexts.sort_unstable();
     contexts.dedup();
     contexts
+}
+
+/// The elements of [`KEYFRAME`]'s tensor.
+fn layout8_len(file: &[u8]) -> usize {
+    surgery::directory(file).expect("a valid file").tensors[0].chunks[0].element_count as usize
 }
 
 /// Pair counts of (context 0, symbol): one table's histogram in row 0.

@@ -1003,7 +1003,7 @@ fn contexts(g: &mut Gen) {
     let at = match &records[2] {
         PlaneRecord::Stored(at) => at + n,
         PlaneRecord::Lanes(_, layout) | PlaneRecord::Contexts(_, layout) => layout.bytes.end,
-        PlaneRecord::Blocks(_, layout) => layout.words.end,
+        PlaneRecord::Blocks(_, layout) | PlaneRecord::ContextBlocks(_, layout) => layout.words.end,
         PlaneRecord::Serial(..)
         | PlaneRecord::BaseContexts(..)
         | PlaneRecord::BaseContextBlocks(..)

@@ -5,11 +5,13 @@
 use tpde_format::DType;
 
 use super::estimate::SAMPLE_FROM;
-use super::{rotates, with_word, Records, RANS_BASE_CONTEXTS, RANS_BASE_CONTEXT_BLOCKS, RANS_CONTEXTS};
+use super::{
+    rotates, with_word, Records, RANS_BASE_CONTEXTS, RANS_BASE_CONTEXT_BLOCKS, RANS_CONTEXTS, RANS_CONTEXT_BLOCKS,
+};
 use crate::rans::{self, context, BlockLayout, Contexts, LaneLayout, CONTEXT_BLOCK_SYMBOLS};
 
-/// The minor version of format 1 that defines base-context block records (mode 7, spec
-/// §6.4.2): a writer writes them only into files that declare it.
+/// The minor version of format 1 that defines context block records (modes 7 and 8, spec
+/// §6.4.2, §6.2.7): a writer writes them only into files that declare it.
 pub const CONTEXT_BLOCKS_SINCE_MINOR: u16 = 11;
 use crate::shuffle::map_bytes;
 
@@ -21,12 +23,26 @@ thread_local! {
 
 /// For a plane about to be coded with one table, at `order0` estimated bytes: writes it as a
 /// context record if that is estimated under `gain` of it (16 tables decode more slowly than
-/// one, so a smaller gain is not worth it), returning whether it did. Chosen from a sample of
-/// the pairs, as the forms are.
-pub(super) fn write_contexts(plane: &[u8], order0: f64, gain: f64, out: &mut Vec<u8>) -> bool {
+/// one, so a smaller gain is not worth it), returning whether it did: in blocks (mode 8) where
+/// `records` allows them and the plane fills half a block, else in lanes (mode 3). Chosen from
+/// a sample of the pairs, as the forms are.
+pub(super) fn write_contexts(plane: &[u8], order0: f64, gain: f64, records: Records, out: &mut Vec<u8>) -> bool {
     let n = plane.len();
-    let lanes = rans::lane_count(n);
     let sampled = n >= SAMPLE_FROM;
+    if records.context_blocks && n >= CONTEXT_BLOCK_SYMBOLS / 2 {
+        let pairs = context::block_pair_counts(plane, sampled);
+        // The gains of mode 3: on AVX-512 a context block decodes in about 1.3 order-0 blocks'
+        // time, on AVX2 in 2 (a context lane in 2.4), and its lag of 32 codes smaller than a
+        // lane's lag of 1 (blocks are long): at 0.93, f32 Adam moments' keyframe is 0.6%
+        // smaller than 1.10's and decodes as fast or faster (docs/measurements.md).
+        let Some(map) = worth(&pairs, n, order0 * gain) else {
+            return false;
+        };
+        out.push(RANS_CONTEXT_BLOCKS);
+        Contexts::encode_neighbour_blocks(map, (!sampled).then_some(&*pairs), plane, out);
+        return true;
+    }
+    let lanes = rans::lane_count(n);
     let pairs = context::pair_counts(plane, lanes, sampled);
     let Some(map) = worth(&pairs, n, order0 * gain) else {
         return false;
@@ -153,7 +169,7 @@ pub(super) fn parse(stored: &[u8], at: usize, n: usize) -> Result<(Contexts, Lan
     Ok((model, layout))
 }
 
-/// Reads a mode-7 record after its mode byte, at `at`, for a plane of `n` symbols: its context
+/// Reads a mode-7 or mode-8 record after its mode byte, at `at`, for a plane of `n` symbols: its context
 /// map and tables, and its blocks of 65536 symbols.
 pub(super) fn parse_blocks(stored: &[u8], at: usize, n: usize) -> Result<(Contexts, BlockLayout), String> {
     let (model, after) = Contexts::read(&stored[at..])?;

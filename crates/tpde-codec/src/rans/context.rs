@@ -11,6 +11,7 @@
 //! context record  u8 map[256]; C = 1 + max(map) frequency tables (C ≤ 16); rANS lanes
 //! ```
 
+use super::blocks::Choice;
 use super::{
     decode_lanes_with, BlockLayout, BlockLoop, Kernel, LaneLayout, LaneRecord, Slots, Spill, SymbolEncoder, Table, L,
 };
@@ -70,6 +71,14 @@ fn neighbour_tables(map: &[u8; 256], symbols: &[u8], tables: &mut Vec<u8>) {
 /// with `sampled` over the words of one block of 1024 symbols in eight.
 pub fn pair_counts(symbols: &[u8], lanes: usize, sampled: bool) -> Box<Pairs> {
     counts(symbols, sampled, |i| before(symbols, i, lanes))
+}
+
+/// Pair counts of (symbol before in its state, symbol) of a plane in blocks with neighbour
+/// contexts (spec §6.2.7): the symbol 32 back in its block, 0 at a block's first step; over
+/// every symbol or a sample as [`pair_counts`]'s.
+pub fn block_pair_counts(symbols: &[u8], sampled: bool) -> Box<Pairs> {
+    let size = super::CONTEXT_BLOCK_SYMBOLS;
+    counts(symbols, sampled, |i| if i % size < super::BLOCK_STATES { 0 } else { symbols[i - super::BLOCK_STATES] })
 }
 
 /// Pair counts of (given context, symbol) (spec §6.4.1), over every symbol or a sample as
@@ -331,8 +340,41 @@ impl Contexts {
         out: &mut [u8],
         widest: BlockLoop,
     ) -> Result<(), String> {
+        assert_eq!(tables.len(), out.len());
         let slots = Table::all_slots(&self.tables);
-        super::blocks::decode_given_blocks_with(&slots, tables, stored, layout, out, widest)
+        super::blocks::decode_chosen_blocks_with(&slots, Choice::Given(tables), stored, layout, out, widest)
+    }
+
+    /// Appends the map, the tables and `symbols` in blocks of 65536 with neighbour contexts
+    /// (spec §6.2.7): each symbol coded with table `map` of the symbol its state codes one step
+    /// before it. `full`: the plane's pair counts at lag 32, if counted in full; else the
+    /// tables are counted here from each symbol's table index.
+    pub fn encode_neighbour_blocks(map: [u8; 256], full: Option<&Pairs>, symbols: &[u8], out: &mut Vec<u8>) {
+        TABLES.with_borrow_mut(|tables| {
+            super::blocks::neighbour_tables(&map, symbols, tables);
+            let model = match full {
+                Some(pairs) => Contexts::new(map, pairs),
+                None => Contexts::count_tables(map, symbols, tables),
+            };
+            out.extend_from_slice(&model.map);
+            for t in &model.tables {
+                t.write(out);
+            }
+            super::blocks::encode_given_blocks(&model.tables, tables, symbols, out);
+        })
+    }
+
+    /// Decodes `out.len()` symbols from blocks with neighbour contexts (spec §6.2.7) laid out
+    /// as `layout` in `stored`, on the loops up to `widest` that the CPU has.
+    pub fn decode_neighbour_blocks_with(
+        &self,
+        stored: &[u8],
+        layout: &BlockLayout,
+        out: &mut [u8],
+        widest: BlockLoop,
+    ) -> Result<(), String> {
+        let slots = Table::all_slots(&self.tables);
+        super::blocks::decode_chosen_blocks_with(&slots, Choice::Neighbour(&self.map), stored, layout, out, widest)
     }
 
     /// The map: the table of a symbol in each context.

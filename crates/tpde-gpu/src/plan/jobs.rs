@@ -26,10 +26,12 @@ pub(super) struct LaneJob {
 pub(super) struct RansBlockJob {
     /// The first of the record's tables.
     pub(super) table: usize,
-    /// Where a base-context record's map is in the upload (spec §6.4.2): its symbols' tables
-    /// are chosen by their base elements.
+    /// Where a context record's map is in the upload (spec §6.2.7, §6.4.2).
     pub(super) map: Option<u64>,
-    /// Symbols a block: 16384, or 65536 with base contexts.
+    /// Whether the record's contexts are the base's (§6.4.2) rather than the symbol each state
+    /// decoded before (§6.2.7).
+    pub(super) base_contexts: bool,
+    /// Symbols a block: 16384, or 65536 with contexts.
     pub(super) size: u32,
     pub(super) n: u32,
     pub(super) blocks: u32,
@@ -68,11 +70,13 @@ impl ChunkWork {
         Src::Scratch(out_word * 4)
     }
 
-    /// base-context record) for the device; returns where its decoded plane will be.
+    /// Queues the blocks of one block-form plane record (with its tables, and its map if a
+    /// context record) for the device; returns where its decoded plane will be.
     pub(super) fn rans_block_job(
         &mut self,
         tables: &[Table],
         map: Option<u64>,
+        base_contexts: bool,
         layout: &BlockLayout,
         stored_at: u64,
         n: usize,
@@ -83,6 +87,7 @@ impl ChunkWork {
         self.rans_blocks.push(RansBlockJob {
             table: first,
             map,
+            base_contexts,
             size: layout.size as u32,
             n: n as u32,
             blocks: layout.blocks,

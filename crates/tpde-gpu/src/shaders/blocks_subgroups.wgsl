@@ -1,4 +1,4 @@
-// ---- rANS blocks (§6.2.6, §6.4.2) with subgroup operations, where the adapter has them (appended to
+// ---- rANS blocks (§6.2.6, §6.2.7, §6.4.2) with subgroup operations, where the adapter has them (appended to
 // decode.wgsl behind `enable subgroups;`; `decode_blocks` is the path without). Same job
 // records and results as `decode_blocks`. The invocation running state j is chosen by subgroup
 // and lane (j = subgroup id · subgroup size + lane), so that a ballot's lane order is state
@@ -40,14 +40,17 @@ fn decode_blocks_subgroups(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_wo
     let steps = k.steps;
     let below = (1u << (lane & 31u)) - 1u;
     var ok = true;
+    // The symbol this state decoded one step before (neighbour contexts, §6.2.7).
+    var prev = 0u;
     for (var t = 0u; t < steps; t++) {
         let i = t * 32u + j;
         var y = x;
         var need = false;
         var sym = 0u;
         if (live && i < len) {
-            let e = tables[rblock_table(k, i) + (x & 4095u)];
+            let e = tables[rblock_table(k, i, prev) + (x & 4095u)];
             sym = e & 0xffu;
+            prev = sym;
             y = ((e >> 8u) & 0xfffu) * (x >> 12u) + (x & 4095u) - (e >> 20u);
             need = y < 0x10000u;
         }

@@ -270,16 +270,15 @@ fn decode_lanes(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) n
     }
 }
 
-// ---- rANS blocks (§6.2.6, §6.4.2): one workgroup of 32 invocations per block, invocation j
-// running state j; a base-context record's symbol i decodes with table map[base context of
-// element i]. A step pops a symbol from every state; the states left below 2^16 take the block's
+// ---- rANS blocks (§6.2.6, §6.2.7, §6.4.2): one workgroup of 32 invocations per block,
+// invocation j running state j; a context record's symbol decodes with table map[its context]. A step pops a symbol from every state; the states left below 2^16 take the block's
 // next words in state order, each finding its own by the popcount of the mask below it (the
 // ballot a subgroup would give, here through workgroup memory: the path of adapters without
 // subgroups; blocks_subgroups.wgsl has the one with). Symbols are packed four to a word through
 // workgroup memory.
 // record: first table, n, blocks, ends (blob byte), states (blob byte), words (blob byte), out
 // (scratch word), chunk, map (blob byte, or NO_MAP), base contexts (the chunk's base byte, or
-// NO_MAP), w | float << 8, symbols a block
+// NO_MAP for neighbour contexts), w | float << 8, symbols a block
 var<workgroup> rb_need: atomic<u32>;
 var<workgroup> rb_mask: u32;
 // Two steps' symbols: a step writes one half while a slow reader may still read the other.
@@ -302,15 +301,20 @@ struct RBlock {
     steps: u32,   // steps of 32 symbols
     chunk: u32,
     map: u32,     // blob byte of a base-context record's map, or NO_MAP
-    given: u32,   // base byte of the chunk's first element (with a map)
+    given: u32,   // base byte of the chunk's first element (base contexts), or NO_MAP
     w: u32,
     float: bool,
 }
 
-// The first slot of the table that decodes symbol i of block k (of the plane's symbol first + i).
-fn rblock_table(k: RBlock, i: u32) -> u32 {
+// The first slot of the table that decodes symbol i of block k (the plane's symbol first + i):
+// its record's one table; map[base context of its element] (§6.4.2); or map[the symbol its state
+// decoded one step before, `prev`, 0 before the first] (§6.2.7).
+fn rblock_table(k: RBlock, i: u32, prev: u32) -> u32 {
     if (k.map == NO_MAP) {
         return k.table;
+    }
+    if (k.given == NO_MAP) {
+        return k.table + blob_byte(k.map + prev) * 4096u;
     }
     return k.table + blob_byte(k.map + base_context(k.given + (k.first + i) * k.w, k.w, k.float)) * 4096u;
 }
@@ -353,6 +357,8 @@ fn decode_blocks(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) 
     let len = k.len;
     let steps = k.steps;
     var ok = true;
+    // The symbol this state decoded one step before (neighbour contexts, §6.2.7).
+    var prev = 0u;
     if (j == 0u) {
         atomicStore(&rb_need, 0u);
     }
@@ -363,8 +369,9 @@ fn decode_blocks(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) 
         var need = false;
         var sym = 0u;
         if (i < len) {
-            let e = tables[rblock_table(k, i) + (x & 4095u)];
+            let e = tables[rblock_table(k, i, prev) + (x & 4095u)];
             sym = e & 0xffu;
+            prev = sym;
             y = ((e >> 8u) & 0xfffu) * (x >> 12u) + (x & 4095u) - (e >> 20u);
             need = y < 0x10000u;
         }

@@ -60,6 +60,8 @@ pub fn end_of(record: &PlaneRecord, n: usize) -> usize {
         PlaneRecord::Serial(_, stream) => stream.end,
         PlaneRecord::Lanes(_, l) | PlaneRecord::Contexts(_, l) | PlaneRecord::BaseContexts(_, l) => l.bytes.end,
         PlaneRecord::Sparse(sparse) => end_of(&sparse.values, sparse.count),
-        PlaneRecord::Blocks(_, l) | PlaneRecord::BaseContextBlocks(_, l) => l.words.end,
+        PlaneRecord::Blocks(_, l) | PlaneRecord::BaseContextBlocks(_, l) | PlaneRecord::ContextBlocks(_, l) => {
+            l.words.end
+        }
     }
 }
