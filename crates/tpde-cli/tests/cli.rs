@@ -69,7 +69,7 @@ fn inspect_text_and_json() {
     let text = inspect().arg(&packed).assert().success().get_output().stdout.clone();
     let text = String::from_utf8(text).unwrap();
     for needle in [
-        "TPDE 1.10",
+        "TPDE 1.11",
         "model.embed_tokens.weight",
         "bf16",
         "[64, 16]",
@@ -133,7 +133,7 @@ fn exit_codes_and_messages() {
         .arg(&v3)
         .assert()
         .code(1)
-        .stderr(predicates::str::contains("version 3.10"))
+        .stderr(predicates::str::contains("version 3.11"))
         .get_output()
         .stderr
         .clone();
