@@ -69,8 +69,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let mut rec = Vec::new();
             rans::encode_blocks(&table, &plane, &mut rec);
             let l = BlockLayout::read(&rec, 0, n)?;
-            let s: Vec<f64> =
-                LOOPS.iter().map(|&lp| best(|| rans::decode_blocks_with(&table, &rec, &l, &mut out, lp).unwrap())).collect();
+            let s: Vec<f64> = LOOPS
+                .iter()
+                .map(|&lp| best(|| rans::decode_blocks_with(&table, &rec, &l, &mut out, lp).unwrap()))
+                .collect();
             order0.add(rec.len(), &s);
 
             let pairs = context::pair_counts(&plane, rans::lane_count(n), false);
