@@ -469,9 +469,10 @@ def test_adam_states_saved_every_step_are_predicted(tmp_path, optimizer, layout)
                     assert bits(got["optim"]["state"][i][k]) == bits(t), (step, i, k)
         runs[predict] = ck
     if layout == "reverse":  # the files written again (reverse predictions, 1.9; `auto`'s block
-        # records, 1.10) declare 1.10 (spec §11); the newest, stored raw, 1.0
+        # records, 1.10, and context block records, 1.11) declare 1.11 (spec §11); the newest,
+        # stored raw, 1.0
         minors = {s: int.from_bytes(Path(runs[True].path(s)).read_bytes()[10:12], "little") for s in range(1, 8)}
-        assert [minors[s] for s in range(1, 7)] == [10] * 6 and minors[7] == 0, minors
+        assert [minors[s] for s in range(1, 7)] == [11] * 6 and minors[7] == 0, minors
     # The deltas: forward, steps 3-7 (after a young second moment); reverse, the files written
     # again, 2-6 (7 is the newest, stored raw).
     for step in range(3, 8) if layout == "forward" else range(2, 7):

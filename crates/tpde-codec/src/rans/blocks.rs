@@ -297,7 +297,7 @@ pub fn decode_blocks_with(
     out: &mut [u8],
     widest: BlockLoop,
 ) -> Result<(), String> {
-    decode_by(&table.slots(), Choice::One, stored, layout, out, widest)
+    decode_chosen_blocks_with(&table.slots(), Choice::One, stored, layout, out, widest)
 }
 
 /// How a block record's symbols choose their table among the record's.
@@ -316,17 +316,6 @@ pub(crate) enum Choice<'a> {
 /// into `out`, each symbol's table chosen by `choice`, on the loops up to `widest`. Every
 /// index that `choice` gives must name one of the tables.
 pub(crate) fn decode_chosen_blocks_with(
-    slots: &[u32],
-    choice: Choice<'_>,
-    stored: &[u8],
-    layout: &BlockLayout,
-    out: &mut [u8],
-    widest: BlockLoop,
-) -> Result<(), String> {
-    decode_by(slots, choice, stored, layout, out, widest)
-}
-
-fn decode_by(
     slots: &[u32],
     choice: Choice<'_>,
     stored: &[u8],
@@ -363,6 +352,7 @@ fn decode_by(
     Ok(())
 }
 
+#[cfg(target_arch = "x86_64")]
 thread_local! {
     /// This thread's copy of a record's words with 32 zero words after them, for the vector
     /// loops.

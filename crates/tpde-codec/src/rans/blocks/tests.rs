@@ -120,18 +120,7 @@ fn given(n: usize, tables: u8, seed: u64) -> (Vec<Table>, Vec<u8>, Vec<u8>) {
         .enumerate()
         .map(|(i, &t)| symbols(1, spread[usize::from(t) % spread.len()], (i as u64) ^ seed)[0])
         .collect();
-    let table_set = (0..tables)
-        .map(|t| {
-            let mut h = [0u64; 256];
-            for (&d, _) in data.iter().zip(&given).filter(|(_, &g)| g == t) {
-                h[usize::from(d)] += 1;
-            }
-            h[0] += 1;
-            h[255] += 1;
-            Table::from_histogram(&h)
-        })
-        .collect();
-    (table_set, data, given)
+    (tables_of(&data, &given, tables), data, given)
 }
 
 /// Records of several tables, each symbol's given (spec §6.4.2): every encoder writes the
@@ -160,23 +149,50 @@ fn given_tables_agree_in_every_loop_on_valid_and_damaged_records() {
         for l in loops() {
             assert_eq!(decode(&scalar, &layout, l).unwrap(), data, "{l:?}, n {n}");
         }
-        let mut s = n as u64 + 1;
-        for trial in 0..40 {
-            if layout.words.is_empty() {
-                break;
-            }
-            let mut bad = scalar.clone();
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            let at = layout.states + (s >> 33) as usize % (bad.len() - layout.states);
-            bad[at] ^= 1 << ((s >> 20) % 8);
-            let Ok(bad_layout) = BlockLayout::read_sized(&bad, 0, n, CONTEXT_BLOCK_SYMBOLS) else {
-                continue;
-            };
-            // The same symbols, or an error (each loop may name another condition).
-            let verdicts: Vec<_> = loops().into_iter().map(|l| decode(&bad, &bad_layout, l).ok()).collect();
-            assert!(verdicts.iter().all(|v| *v == verdicts[0]), "trial {trial}, n {n}");
-        }
+        agree_on_damage(&scalar, &layout, n, |bad, l, loop_| decode(bad, l, loop_));
     }
+}
+
+/// One bit flipped at 40 places of a record of 65536-symbol blocks from its states on: where
+/// the index still reads, every loop gives the same symbols, or an error (each loop may name
+/// another condition).
+fn agree_on_damage(
+    record: &[u8],
+    layout: &BlockLayout,
+    n: usize,
+    decode: impl Fn(&[u8], &BlockLayout, BlockLoop) -> Result<Vec<u8>, String>,
+) {
+    let mut s = n as u64 + 1;
+    for trial in 0..40 {
+        if layout.words.is_empty() {
+            break;
+        }
+        let mut bad = record.to_vec();
+        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let at = layout.states + (s >> 33) as usize % (bad.len() - layout.states);
+        bad[at] ^= 1 << ((s >> 20) % 8);
+        let Ok(bad_layout) = BlockLayout::read_sized(&bad, 0, n, CONTEXT_BLOCK_SYMBOLS) else {
+            continue;
+        };
+        let verdicts: Vec<_> = loops().into_iter().map(|l| decode(&bad, &bad_layout, l).ok()).collect();
+        assert!(verdicts.iter().all(|v| *v == verdicts[0]), "trial {trial}, n {n}");
+    }
+}
+
+/// A table for each of `count` indices, from the symbols of `data` that `indices` gives it
+/// (and symbols 0 and 255, so that every table has two).
+fn tables_of(data: &[u8], indices: &[u8], count: u8) -> Vec<Table> {
+    (0..count)
+        .map(|t| {
+            let mut h = [0u64; 256];
+            for (&d, _) in data.iter().zip(indices).filter(|(_, &i)| i == t) {
+                h[usize::from(d)] += 1;
+            }
+            h[0] += 1;
+            h[255] += 1;
+            Table::from_histogram(&h)
+        })
+        .collect()
 }
 
 /// Records of several tables chosen by the symbol each state decoded before (spec §6.2.7):
@@ -191,17 +207,7 @@ fn neighbour_tables_agree_in_every_loop_on_valid_and_damaged_records() {
         let (_, data, _) = given(n, 16, n as u64 + 3);
         let mut indices = Vec::new();
         neighbour_tables(&map, &data, &mut indices);
-        let tables: Vec<Table> = (0..13)
-            .map(|t| {
-                let mut h = [0u64; 256];
-                for (&d, _) in data.iter().zip(&indices).filter(|(_, &i)| i == t) {
-                    h[usize::from(d)] += 1;
-                }
-                h[0] += 1;
-                h[255] += 1;
-                Table::from_histogram(&h)
-            })
-            .collect();
+        let tables = tables_of(&data, &indices, 13);
         let slots = Table::all_slots(&tables);
         let mut enc = Vec::new();
         encode_given_blocks_with(&tables, &indices, &data, &mut enc, BlockLoop::Scalar);
@@ -213,22 +219,7 @@ fn neighbour_tables_agree_in_every_loop_on_valid_and_damaged_records() {
         for l in loops() {
             assert_eq!(decode(&enc, &layout, l).unwrap(), data, "{l:?}, n {n}");
         }
-        let mut s = n as u64 + 7;
-        for trial in 0..40 {
-            if layout.words.is_empty() {
-                break;
-            }
-            let mut bad = enc.clone();
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            let at = layout.states + (s >> 33) as usize % (bad.len() - layout.states);
-            bad[at] ^= 1 << ((s >> 20) % 8);
-            let Ok(bad_layout) = BlockLayout::read_sized(&bad, 0, n, CONTEXT_BLOCK_SYMBOLS) else {
-                continue;
-            };
-            // The same symbols, or an error (each loop may name another condition).
-            let verdicts: Vec<_> = loops().into_iter().map(|l| decode(&bad, &bad_layout, l).ok()).collect();
-            assert!(verdicts.iter().all(|v| *v == verdicts[0]), "trial {trial}, n {n}");
-        }
+        agree_on_damage(&enc, &layout, n, |bad, l, loop_| decode(bad, l, loop_));
     }
 }
 

@@ -28,7 +28,7 @@ pub(in crate::rans) fn decode(
     widest: BlockLoop,
 ) {
     // Every gather stays inside `slots`: its slot is below 4096 and its table below the count
-    // (checked here, as `decode_by` does, so that this function alone is sound).
+    // (checked here, so that this function alone is sound).
     let tables = slots.len() >> SCALE_BITS;
     assert!(tables > 0 && slots.len() == tables << SCALE_BITS);
     match choice {
