@@ -400,11 +400,13 @@ fn decode_with(
             PlaneRecord::Blocks(table, layout) => rans::decode_blocks(table, stored, layout, plane),
             PlaneRecord::BaseContexts(model, layout) => {
                 let base = base.ok_or_else(|| corrupt("a base-context record without a base".into()))?;
-                contexts::decode_given(model, stored, Ok(layout), base, &mut indexed, plane)
+                contexts::with_base_tables(model, base, &mut indexed, |t| model.decode_given(stored, layout, t, plane))
             }
             PlaneRecord::BaseContextBlocks(model, layout) => {
                 let base = base.ok_or_else(|| corrupt("a base-context record without a base".into()))?;
-                contexts::decode_given(model, stored, Err(layout), base, &mut indexed, plane)
+                contexts::with_base_tables(model, base, &mut indexed, |t| {
+                    model.decode_given_blocks(stored, layout, t, plane)
+                })
             }
         }
         .map_err(&corrupt)?;

@@ -44,7 +44,17 @@ impl Kind {
     }
 }
 
-const LOOPS: [BlockLoop; 2] = [BlockLoop::Avx2, BlockLoop::Avx512];
+/// The best time of `decode` on AVX2, then on AVX-512.
+fn each_loop(mut decode: impl FnMut(BlockLoop)) -> Vec<f64> {
+    [BlockLoop::Avx2, BlockLoop::Avx512].into_iter().map(|lp| best(|| decode(lp))).collect()
+}
+
+/// A context block record's map and tables, and its blocks' layout, for `n` symbols.
+fn read_blocks(rec: &[u8], n: usize) -> Result<(Contexts, BlockLayout), String> {
+    let (model, rest) = Contexts::read(rec)?;
+    let layout = BlockLayout::read_sized(rec, rec.len() - rest.len(), n, CONTEXT_BLOCK_SYMBOLS)?;
+    Ok((model, layout))
+}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -69,10 +79,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let mut rec = Vec::new();
             rans::encode_blocks(&table, &plane, &mut rec);
             let l = BlockLayout::read(&rec, 0, n)?;
-            let s: Vec<f64> = LOOPS
-                .iter()
-                .map(|&lp| best(|| rans::decode_blocks_with(&table, &rec, &l, &mut out, lp).unwrap()))
-                .collect();
+            let s = each_loop(|lp| rans::decode_blocks_with(&table, &rec, &l, &mut out, lp).unwrap());
             order0.add(rec.len(), &s);
 
             let pairs = context::pair_counts(&plane, rans::lane_count(n), false);
@@ -87,12 +94,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let map = Contexts::group(&pairs).expect("symbols");
             let mut rec = Vec::new();
             Contexts::encode_neighbour_blocks(map, Some(&pairs), &plane, &mut rec);
-            let (model, rest) = Contexts::read(&rec)?;
-            let l = BlockLayout::read_sized(&rec, rec.len() - rest.len(), n, CONTEXT_BLOCK_SYMBOLS)?;
-            let s: Vec<f64> = LOOPS
-                .iter()
-                .map(|&lp| best(|| model.decode_neighbour_blocks_with(&rec, &l, &mut out, lp).unwrap()))
-                .collect();
+            let (model, l) = read_blocks(&rec, n)?;
+            let s = each_loop(|lp| model.decode_neighbour_blocks_with(&rec, &l, &mut out, lp).unwrap());
             assert_eq!(out, plane);
             blocks.add(rec.len(), &s);
         }
@@ -129,12 +132,8 @@ fn deltas(new: &str, base: &str) -> Result<(), Box<dyn std::error::Error>> {
             lanes.add(rec.len(), &[best(|| m.decode_given(&rec, &l, &tables, &mut out).unwrap())]);
             let mut rec = Vec::new();
             model.encode_given_blocks(&plane, &tables, &mut rec);
-            let (m, rest) = Contexts::read(&rec)?;
-            let l = BlockLayout::read_sized(&rec, rec.len() - rest.len(), n, CONTEXT_BLOCK_SYMBOLS)?;
-            let s: Vec<f64> = LOOPS
-                .iter()
-                .map(|&lp| best(|| m.decode_given_blocks_with(&rec, &l, &tables, &mut out, lp).unwrap()))
-                .collect();
+            let (m, l) = read_blocks(&rec, n)?;
+            let s = each_loop(|lp| m.decode_given_blocks_with(&rec, &l, &tables, &mut out, lp).unwrap());
             assert_eq!(out, plane);
             blocks.add(rec.len(), &s);
         }

@@ -213,8 +213,8 @@ pub fn invalid(g: &mut Gen) {
         surgery::with_chunk(&file, t, 0, &s).expect("surgery")
     };
     let last_end = layout.ends + 4 * (layout.blocks as usize - 1);
-    let used = used_contexts(g, &file, t);
-    let unused = (0..256).find(|&k| !used.contains(&(k as u8))).expect("a context no element has");
+    let contexts = base_contexts_of(g, &file, t);
+    let unused = (0..256).find(|&k| !contexts.contains(&(k as u8))).expect("a context no element has");
     let cases: Vec<(&str, &str, Vec<u8>)> = vec![
         (
             "r25-context-blocks-map-entry-16",
@@ -240,7 +240,8 @@ pub fn invalid(g: &mut Gen) {
     let PlaneRecord::ContextBlocks(model8, layout8) = record else { unreachable!() };
     let map8 = layout8.ends - model8.tables().iter().map(table_len).sum::<usize>() - 256;
     assert_eq!(stored8[map8 - 1], 8, "a mode-8 record");
-    let mut plane = vec![0u8; layout8_len(&key)];
+    let mut plane =
+        vec![0u8; surgery::directory(&key).expect("a valid file").tensors[t8].chunks[0].element_count as usize];
     model8.decode_neighbour_blocks_with(&stored8, &layout8, &mut plane, rans::BlockLoop::Scalar).expect("valid");
     let absent = (1..256).find(|&a| !plane.contains(&(a as u8))).expect("a symbol the plane never holds");
     let mut s8 = stored8.clone();
@@ -255,19 +256,7 @@ pub fn invalid(g: &mut Gen) {
     );
     // Mode 8 where a tag does not allow it: the first mode-7 plane of the delta re-coded as a
     // mode-8 record of one table, whose symbols decode exactly.
-    let tables: Vec<u8> = {
-        let base = g
-            .get(BASE)
-            .tensors
-            .iter()
-            .find(|b| b.name == surgery::directory(&file).expect("valid").tensors[t].name)
-            .expect("a base tensor")
-            .clone();
-        let mut contexts = Vec::new();
-        let dtype = surgery::directory(&file).expect("valid").tensors[t].dtype;
-        tpde_codec::planes::base_contexts(dtype, &base.data, &mut contexts);
-        contexts.iter().map(|&k| model.map()[usize::from(k)]).collect()
-    };
+    let tables: Vec<u8> = contexts.iter().map(|&k| model.map()[usize::from(k)]).collect();
     let mut plane = vec![0u8; tables.len()];
     model.decode_given_blocks(&stored, &layout, &tables, &mut plane).expect("valid");
     let mut s = stored[..map - 1].to_vec();
@@ -320,14 +309,13 @@ fn as_context_blocks(g: &Gen, file: &[u8]) -> Vec<u8> {
         assert_eq!(tensor.chunks.len(), 1);
         let stored = &file[c.offset as usize..(c.offset + c.stored_length) as usize];
         let (w, n) = (tensor.dtype.size() as usize, c.element_count as usize);
-        let Ok((records, end)) = tpde_codec::planes::parse(c.codec, stored, 0, w, n) else { continue };
-        let base = g.get(BASE).tensors.iter().find(|b| b.name == tensor.name).expect("a base tensor");
-        let mut contexts = Vec::new();
-        tpde_codec::planes::base_contexts(tensor.dtype, &base.data, &mut contexts);
+        let contexts = base_contexts_of(g, file, t);
         let (mut chunk, mut at) = (Vec::new(), 0);
-        for record in &records {
-            let next = tpde_codec::planes::parse(c.codec, stored, at, 1, n).expect("valid").1;
-            match record {
+        for _ in 0..w {
+            let Ok((records, next)) = tpde_codec::planes::parse(c.codec, stored, at, 1, n) else {
+                break; // not a plane tag: left as it is
+            };
+            match &records[0] {
                 PlaneRecord::BaseContexts(model, layout) => {
                     let tables: Vec<u8> = contexts.iter().map(|&k| model.map()[usize::from(k)]).collect();
                     let mut plane = vec![0u8; n];
@@ -339,28 +327,23 @@ fn as_context_blocks(g: &Gen, file: &[u8]) -> Vec<u8> {
             }
             at = next;
         }
-        assert_eq!(at, end);
-        chunk.extend_from_slice(&stored[end..]);
-        out = surgery::with_chunk(&out, t, 0, &chunk).expect("surgery");
+        if at > 0 {
+            chunk.extend_from_slice(&stored[at..]);
+            out = surgery::with_chunk(&out, t, 0, &chunk).expect("surgery");
+        }
     }
     out
 }
 
-/// The base contexts (spec §6.4.1) that the elements of tensor `t` of `file` have in [`BASE`].
-fn used_contexts(g: &Gen, file: &[u8], t: usize) -> Vec<u8> {
+/// The base context (spec §6.4.1) of every element of tensor `t` of `file`, a delta against
+/// [`BASE`].
+fn base_contexts_of(g: &Gen, file: &[u8], t: usize) -> Vec<u8> {
     let dir = surgery::directory(file).expect("a valid file");
     let tensor = &dir.tensors[t];
     let base = g.get(BASE).tensors.iter().find(|b| b.name == tensor.name).expect("a base tensor");
     let mut contexts = Vec::new();
     tpde_codec::planes::base_contexts(tensor.dtype, &base.data, &mut contexts);
-    contexts.sort_unstable();
-    contexts.dedup();
     contexts
-}
-
-/// The elements of [`KEYFRAME`]'s tensor.
-fn layout8_len(file: &[u8]) -> usize {
-    surgery::directory(file).expect("a valid file").tensors[0].chunks[0].element_count as usize
 }
 
 /// Pair counts of (context 0, symbol): one table's histogram in row 0.

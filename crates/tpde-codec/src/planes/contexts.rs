@@ -1,6 +1,7 @@
-//! Modes 3, 4 and 7 (spec §6.2.4, §6.4.1, §6.4.2): rANS with tables chosen by context, the
-//! symbol before in the lane (mode 3, keyframes) or the element's base (mode 4 in lanes, mode 7
-//! in blocks, dense deltas).
+//! Modes 3, 4, 7 and 8 (spec §6.2.4, §6.4.1, §6.4.2, §6.2.7): rANS with tables chosen by
+//! context, the symbol before (keyframes: mode 3 in lanes, mode 8 in blocks, where it is the
+//! symbol its state decoded one step before) or the element's base (dense deltas: mode 4 in
+//! lanes, mode 7 in blocks).
 
 use tpde_format::DType;
 
@@ -9,11 +10,11 @@ use super::{
     rotates, with_word, Records, RANS_BASE_CONTEXTS, RANS_BASE_CONTEXT_BLOCKS, RANS_CONTEXTS, RANS_CONTEXT_BLOCKS,
 };
 use crate::rans::{self, context, BlockLayout, Contexts, LaneLayout, CONTEXT_BLOCK_SYMBOLS};
+use crate::shuffle::map_bytes;
 
 /// The minor version of format 1 that defines context block records (modes 7 and 8, spec
 /// §6.4.2, §6.2.7): a writer writes them only into files that declare it.
 pub const CONTEXT_BLOCKS_SINCE_MINOR: u16 = 11;
-use crate::shuffle::map_bytes;
 
 thread_local! {
     /// This thread's buffer for the table index of every element of a chunk with base-context
@@ -169,35 +170,30 @@ pub(super) fn parse(stored: &[u8], at: usize, n: usize) -> Result<(Contexts, Lan
     Ok((model, layout))
 }
 
-/// Reads a mode-7 or mode-8 record after its mode byte, at `at`, for a plane of `n` symbols: its context
-/// map and tables, and its blocks of 65536 symbols.
+/// Reads a mode-7 or mode-8 record after its mode byte, at `at`, for a plane of `n` symbols:
+/// its context map and tables, and its blocks of 65536 symbols.
 pub(super) fn parse_blocks(stored: &[u8], at: usize, n: usize) -> Result<(Contexts, BlockLayout), String> {
     let (model, after) = Contexts::read(&stored[at..])?;
     let layout = BlockLayout::read_sized(stored, stored.len() - after.len(), n, CONTEXT_BLOCK_SYMBOLS)?;
     Ok((model, layout))
 }
 
-/// Decodes a mode-4 record (`Ok`, lanes) or a mode-7 one (`Err`, blocks) into `plane`, its
-/// tables chosen by `base`'s contexts. `indexed`: the map the table indices in INDICES were
-/// computed with, for this chunk: the planes of one chunk share their contexts, so the writer
-/// gives them the same map, and the indices are computed once.
-pub(super) fn decode_given<'m>(
+/// Runs `decode` (a mode-4 or mode-7 record's) with the table index `model`'s map gives each
+/// element by `base`'s contexts. `indexed`: the map the table indices in INDICES were computed
+/// with, for this chunk: the planes of one chunk share their contexts, so the writer gives them
+/// the same map, and the indices are computed once.
+pub(super) fn with_base_tables<'m>(
     model: &'m Contexts,
-    stored: &[u8],
-    layout: Result<&LaneLayout, &BlockLayout>,
     base: BaseElements<'_>,
     indexed: &mut Option<&'m [u8; 256]>,
-    plane: &mut [u8],
+    decode: impl FnOnce(&[u8]) -> Result<(), String>,
 ) -> Result<(), String> {
     INDICES.with_borrow_mut(|tables| {
         if *indexed != Some(model.map()) {
             base_tables(base.dtype, base.elements, model.map(), tables);
             *indexed = Some(model.map());
         }
-        match layout {
-            Ok(lanes) => model.decode_given(stored, lanes, tables, plane),
-            Err(blocks) => model.decode_given_blocks(stored, blocks, tables, plane),
-        }
+        decode(tables)
     })
 }
 

@@ -356,11 +356,7 @@ impl Contexts {
                 Some(pairs) => Contexts::new(map, pairs),
                 None => Contexts::count_tables(map, symbols, tables),
             };
-            out.extend_from_slice(&model.map);
-            for t in &model.tables {
-                t.write(out);
-            }
-            super::blocks::encode_given_blocks(&model.tables, tables, symbols, out);
+            model.encode_given_blocks(symbols, tables, out);
         })
     }
 

@@ -1,5 +1,5 @@
 //! The device jobs of a chunk's rANS plane records: lanes (spec §6.2.3, §6.2.4, §6.4.1) and
-//! blocks (§6.2.6, §6.4.2), with the tables they decode with.
+//! blocks (§6.2.6, §6.2.7, §6.4.2), with the tables they decode with.
 
 use tpde_codec::rans::{BlockLayout, LaneLayout, Table};
 

@@ -73,10 +73,10 @@ pub(in crate::rans) fn decode(
         let mut group: Vec<Block> = left.iter().map(|&b| blocks[b].clone()).collect();
         let group_outs: Vec<&mut [u8]> = left.iter().map(|&b| std::mem::take(&mut outs[b])).collect();
         let group_tables: Option<Vec<&[u8]>> = tables.as_ref().map(|t| left.iter().map(|&b| t[b]).collect());
-        let choice = match (&group_tables, &next) {
-            (Some(t), _) => StepChoice::Given(t),
-            (None, Some(next)) => StepChoice::Neighbour(next),
-            (None, None) => StepChoice::One,
+        let choice = match (&group_tables, &next, choice) {
+            (Some(t), _, _) => StepChoice::Given(t),
+            (None, Some(next), Choice::Neighbour(map)) => StepChoice::Neighbour { map, next },
+            _ => StepChoice::One,
         };
         let at = Steps { slots, choice, words };
         // SAFETY: the CPU has the features each loop is compiled for (checked above).
@@ -115,13 +115,13 @@ struct Steps<'a> {
     words: &'a [u8],
 }
 
-/// [`Choice`] for a group: each block's table indices where given, or the table offset (index
-/// << 12) that follows each symbol.
+/// [`Choice`] for a group: each block's table indices where given, or the map of the table
+/// that follows each symbol and its tables' offsets (index << 12).
 #[derive(Clone, Copy)]
 enum StepChoice<'a> {
     One,
     Given(&'a [&'a [u8]]),
-    Neighbour(&'a [u32; 256]),
+    Neighbour { map: &'a [u8; 256], next: &'a [u32; 256] },
 }
 
 /// The whole steps all of `group` can take with every block's next 32 words inside `words`
@@ -178,10 +178,9 @@ unsafe fn steps512_body<'o, const G: usize, const VBMI: bool>(
     let lower = _mm512_set1_epi32(1 << 16);
     // The neighbour map's 256 table indices as four registers of 64 bytes (for VBMI).
     let quarters: [__m512i; 4] = match choice {
-        StepChoice::Neighbour(next) => {
-            let bytes: [u8; 256] = std::array::from_fn(|s| (next[s] >> SCALE_BITS) as u8);
-            // SAFETY: loads of 64 bytes from 256.
-            std::array::from_fn(|q| unsafe { _mm512_loadu_si512(bytes[64 * q..].as_ptr().cast()) })
+        // SAFETY: loads of 64 bytes from 256.
+        StepChoice::Neighbour { map, .. } => {
+            std::array::from_fn(|q| unsafe { _mm512_loadu_si512(map[64 * q..].as_ptr().cast()) })
         }
         _ => [_mm512_setzero_si512(); 4],
     };
@@ -189,7 +188,7 @@ unsafe fn steps512_body<'o, const G: usize, const VBMI: bool>(
     // decoded one step before (symbol 0 before a block's first step).
     let mut offset: [[__m512i; 2]; G] = std::array::from_fn(|g| {
         std::array::from_fn(|r| match choice {
-            StepChoice::Neighbour(next) => {
+            StepChoice::Neighbour { next, .. } => {
                 let t = group[g].step;
                 let before = match t {
                     0 => _mm512_setzero_si512(),
@@ -233,13 +232,13 @@ unsafe fn steps512_body<'o, const G: usize, const VBMI: bool>(
                             _mm_loadu_si128(tables[g][at..at + 16].as_ptr().cast())
                         })),
                     ),
-                    StepChoice::Neighbour(_) => _mm512_add_epi32(slot, offset[g][r]),
+                    StepChoice::Neighbour { .. } => _mm512_add_epi32(slot, offset[g][r]),
                     StepChoice::One => slot,
                 };
                 // SAFETY: slots has 4096 entries a table (asserted by `decode`), slot < 4096,
                 // and every table index names a table (asserted there too).
                 let e = unsafe { _mm512_i32gather_epi32::<4>(index, slots.as_ptr().cast()) };
-                if let StepChoice::Neighbour(next) = choice {
+                if let StepChoice::Neighbour { next, .. } = choice {
                     offset[g][r] = if VBMI {
                         // map[symbol] from four 64-byte quarters of the map, by the symbol's
                         // low byte (the other bytes' lookups are masked off), shifted to a
@@ -344,7 +343,7 @@ unsafe fn steps256<'o, const G: usize>(
     // As in `steps512`.
     let mut offset: [[__m256i; 4]; G] = std::array::from_fn(|g| {
         std::array::from_fn(|r| match choice {
-            StepChoice::Neighbour(next) => {
+            StepChoice::Neighbour { next, .. } => {
                 let t = group[g].step;
                 let before = match t {
                     0 => _mm256_setzero_si256(),
@@ -387,12 +386,12 @@ unsafe fn steps256<'o, const G: usize>(
                             _mm_loadl_epi64(tables[g][step + 8 * r..step + 8 * r + 8].as_ptr().cast())
                         })),
                     ),
-                    StepChoice::Neighbour(_) => _mm256_add_epi32(slot, offset[g][r]),
+                    StepChoice::Neighbour { .. } => _mm256_add_epi32(slot, offset[g][r]),
                     StepChoice::One => slot,
                 };
                 // SAFETY: as in `steps512`: slot < 4096 and the table index names a table.
                 let e = unsafe { _mm256_i32gather_epi32::<4>(slots.as_ptr().cast(), index) };
-                if let StepChoice::Neighbour(next) = choice {
+                if let StepChoice::Neighbour { next, .. } = choice {
                     // SAFETY: symbols are below 256, the table's length.
                     offset[g][r] =
                         unsafe { _mm256_i32gather_epi32::<4>(next.as_ptr().cast(), _mm256_and_si256(e, mask8)) };
