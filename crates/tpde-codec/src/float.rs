@@ -6,7 +6,7 @@
 
 use tpde_format::{CodecTag, DType};
 
-use crate::planes::{self, with_word, PlaneForm, Records};
+use crate::planes::{self, with_word, Finish, PlaneForm, Records};
 use crate::positions::PositionCoder;
 use crate::{no_params, ChunkCodec, ChunkContext, CodecError};
 
@@ -69,7 +69,7 @@ impl ChunkCodec for Planes {
     fn decode(&self, ctx: ChunkContext, params: &[u8], stored: &[u8], out: &mut [u8]) -> Result<(), CodecError> {
         no_params(self.tag(), params)?;
         let w = width(ctx.dtype);
-        let end = planes::decode(self.tag(), stored, 0, w, planes::rotates(ctx.dtype), None, out)?;
+        let end = planes::decode(self.tag(), stored, 0, w, Finish::keyframe(ctx.dtype), None, out)?;
         trailing(self.tag(), stored, end)
     }
 }
@@ -122,23 +122,6 @@ impl Dense {
                     }
                 };
                 c.copy_from_slice(&e.to_le_bytes());
-            }
-        });
-    }
-
-    /// Undoes [`Dense::forward`] in place: `out` holds the delta elements on entry.
-    pub fn inverse(op: DenseOp, dtype: DType, out: &mut [u8], base: &[u8]) {
-        let w = width(dtype);
-        with_word!(w, T => {
-            for (c, b) in out.chunks_exact_mut(w).zip(base.chunks_exact(w)) {
-                let e = T::from_le_bytes((&*c).try_into().expect("w bytes"));
-                let y = T::from_le_bytes(b.try_into().expect("w bytes"));
-                let x = match op {
-                    DenseOp::Xor if dtype.is_float() => e.rotate_right(1) ^ y,
-                    DenseOp::Xor => e ^ y,
-                    DenseOp::Sub => ((e >> 1) ^ (0 as T).wrapping_sub(e & 1)).wrapping_add(y),
-                };
-                c.copy_from_slice(&x.to_le_bytes());
             }
         });
     }
@@ -197,10 +180,9 @@ impl ChunkCodec for Dense {
         let w = width(ctx.dtype);
         let context_base =
             (self.1 == PlaneForm::BaseContexts).then_some(planes::BaseElements { dtype: ctx.dtype, elements: base });
-        let end = planes::decode(self.tag(), stored, 0, w, false, context_base, out)?;
-        trailing(self.tag(), stored, end)?;
-        Dense::inverse(self.0, ctx.dtype, out, base);
-        Ok(())
+        let finish = Finish::Delta { op: self.0, float: ctx.dtype.is_float(), base };
+        let end = planes::decode(self.tag(), stored, 0, w, finish, context_base, out)?;
+        trailing(self.tag(), stored, end)
     }
 }
 
@@ -328,7 +310,7 @@ impl ChunkCodec for Sparse {
         let mut positions = Vec::new();
         self.0.decode(&stored[layout.positions], count, n as u64, &mut positions).map_err(corrupt)?;
         let mut values = vec![0u8; count * w];
-        let end = planes::decode(tag, stored, layout.values, w, false, None, &mut values)?;
+        let end = planes::decode(tag, stored, layout.values, w, Finish::Keep, None, &mut values)?;
         trailing(tag, stored, end)?;
         out.copy_from_slice(base);
         with_word!(w, T => {

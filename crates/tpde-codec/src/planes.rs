@@ -46,6 +46,7 @@ use crate::rans::{self, BlockLayout, Contexts, LaneLayout, Table};
 #[cfg(test)]
 use crate::shuffle::split;
 pub(crate) use crate::shuffle::with_word;
+pub use crate::shuffle::Finish;
 use crate::shuffle::{merge, split_into};
 pub use crate::shuffle::{rotate, rotated_into, rotates};
 use crate::CodecError;
@@ -338,16 +339,15 @@ pub fn parse(
     Ok((records, at))
 }
 
-/// Decodes `w` planes at offset `at` of `stored` into `out` (the elements, still transformed,
-/// except that with `unrotate` each is rotated back right by one bit), returning the offset
-/// after them.
+/// Decodes `w` planes at offset `at` of `stored` into `out` (the elements, finished as
+/// `finish` says), returning the offset after them.
 /// `base`: the base of a chunk in [`PlaneForm::BaseContexts`].
 pub fn decode(
     codec: CodecTag,
     stored: &[u8],
     at: usize,
     w: usize,
-    unrotate: bool,
+    finish: Finish,
     base: Option<BaseElements<'_>>,
     out: &mut [u8],
 ) -> Result<usize, CodecError> {
@@ -358,7 +358,7 @@ pub fn decode(
     }
     // Stored planes merge straight from the chunk; only coded ones are decoded, into this
     // thread's scratch buffer, which every decode overwrites whole.
-    SCRATCH.with_borrow_mut(|scratch| decode_with(codec, stored, &records, n, unrotate, base, scratch, out))?;
+    SCRATCH.with_borrow_mut(|scratch| decode_with(codec, stored, &records, n, finish, base, scratch, out))?;
     Ok(end)
 }
 
@@ -368,7 +368,7 @@ fn decode_with(
     stored: &[u8],
     records: &[PlaneRecord],
     n: usize,
-    unrotate: bool,
+    finish: Finish,
     base: Option<BaseElements<'_>>,
     scratch: &mut Vec<u8>,
     out: &mut [u8],
@@ -419,7 +419,7 @@ fn decode_with(
             _ => decoded.next().expect("one decoded plane per coded record"),
         })
         .collect();
-    merge(&planes, out, unrotate);
+    merge(&planes, out, finish);
     Ok(())
 }
 
@@ -431,6 +431,8 @@ pub const MAX_EXPANSION: u64 = 32768;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{Dense, DenseOp};
+    use tpde_format::DType;
 
     #[test]
     fn split_and_merge_are_byte_planes_at_every_width_and_length() {
@@ -453,9 +455,23 @@ mod tests {
                 }
                 let mut back = vec![0u8; n * w];
                 let parts: Vec<&[u8]> = (0..w).map(|j| &planes[j * n..(j + 1) * n]).collect();
-                merge(&parts, &mut back, false);
+                merge(&parts, &mut back, Finish::Keep);
                 assert_eq!(back, elements, "w {w}, n {n}");
-                merge(&parts, &mut back, true);
+                // A dense delta applied in the merge is the element the encoder's transform
+                // took the delta of, for every op and every dtype of this width.
+                let base: Vec<u8> = elements.iter().rev().map(|b| b.wrapping_mul(31)).collect();
+                for dtype in DType::ALL.into_iter().filter(|d| d.size() as usize == w) {
+                    for op in [DenseOp::Xor, DenseOp::Sub] {
+                        let finish = Finish::Delta { op, float: dtype.is_float(), base: &base };
+                        merge(&parts, &mut back, finish);
+                        assert_eq!(
+                            Dense::forward(op, dtype, &back, &base),
+                            elements,
+                            "w {w}, n {n}, {dtype:?}, {op:?}"
+                        );
+                    }
+                }
+                merge(&parts, &mut back, Finish::Unrotate);
                 let mut again = Vec::new();
                 rotated_into(&back, w, &mut again);
                 assert_eq!(again, elements, "w {w}, n {n}, unrotated");

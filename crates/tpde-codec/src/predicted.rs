@@ -10,7 +10,7 @@
 use tpde_format::{CodecTag, DType, Prediction};
 
 use crate::float::{trailing, Dense, DenseOp};
-use crate::planes::{self, PlaneForm, Records};
+use crate::planes::{self, Finish, PlaneForm, Records};
 use crate::{ChunkCodec, ChunkContext, CodecError};
 
 /// The prediction of a NaN (spec §6.8): the canonical quiet NaN.
@@ -136,10 +136,10 @@ impl ChunkCodec for Predicted {
             });
         }
         let context_base = planes::BaseElements { dtype: ctx.dtype, elements: prediction };
-        let end = planes::decode(self.tag(), stored, 0, 4, false, Some(context_base), out)?;
-        trailing(self.tag(), stored, end)?;
-        Dense::inverse(DenseOp::Sub, ctx.dtype, out, prediction);
-        Ok(())
+        // The residual is `delta-sub`'s, against the prediction (spec §6.8).
+        let finish = Finish::Delta { op: DenseOp::Sub, float: ctx.dtype.is_float(), base: prediction };
+        let end = planes::decode(self.tag(), stored, 0, 4, finish, Some(context_base), out)?;
+        trailing(self.tag(), stored, end)
     }
 }
 

@@ -31,6 +31,8 @@ pub(crate) use with_word;
 
 use tpde_format::DType;
 
+use crate::DenseOp;
+
 /// Whether the dtype's bit patterns are rotated before planing.
 pub fn rotates(dtype: DType) -> bool {
     dtype.is_float()
@@ -197,43 +199,112 @@ fn split_blocks<const W: usize>(elements: &[u8], planes: &mut [u8]) {
     }
 }
 
-/// Interleaves planes of `n` bytes each into elements of `planes.len()` bytes, rotating each
-/// element right by one bit if `unrotate` (undoing [`rotate`] in the same pass).
-pub(crate) fn merge(planes: &[&[u8]], out: &mut [u8], unrotate: bool) {
-    if unrotate {
-        merge_width::<true>(planes, out)
-    } else {
-        merge_width::<false>(planes, out)
+/// What [`merge`] does to each element as it writes it out.
+#[derive(Clone, Copy, Debug)]
+pub enum Finish<'a> {
+    /// Nothing: the elements as the planes hold them.
+    Keep,
+    /// Each rotated right by one bit, undoing `planes`' rotation of floats (spec §6.2).
+    Unrotate,
+    /// Each a dense delta's element, applied to its base element (spec §6.4's decoding) in the
+    /// merge's pass, where it was a second pass over the chunk (issue 68, item 5).
+    Delta {
+        /// The delta's transform.
+        op: DenseOp,
+        /// Whether the dtype is a float's, whose `delta-xor` elements are rotated.
+        float: bool,
+        /// The base elements, at least as many bytes as the merge writes.
+        base: &'a [u8],
+    },
+}
+
+impl Finish<'_> {
+    /// A keyframe's: floats rotated back, other dtypes as they are.
+    pub fn keyframe(dtype: DType) -> Finish<'static> {
+        if rotates(dtype) {
+            Finish::Unrotate
+        } else {
+            Finish::Keep
+        }
     }
 }
 
-fn merge_width<const UNROTATE: bool>(planes: &[&[u8]], out: &mut [u8]) {
+// [`Finish`] as the const parameter of the merge loops, so that each is compiled without a
+// branch per element.
+const KEEP: u8 = 0;
+const UNROTATE: u8 = 1;
+const XOR_ROTATED: u8 = 2;
+const XOR: u8 = 3;
+const SUB: u8 = 4;
+
+/// Interleaves planes of `n` bytes each into elements of `planes.len()` bytes, finishing each
+/// as `finish` says. A [`Finish::Delta`]'s base holds at least as many bytes as `out`.
+pub(crate) fn merge(planes: &[&[u8]], out: &mut [u8], finish: Finish) {
+    match finish {
+        Finish::Keep => merge_width::<KEEP>(planes, out, &[]),
+        Finish::Unrotate => merge_width::<UNROTATE>(planes, out, &[]),
+        Finish::Delta { op: DenseOp::Xor, float: true, base } => merge_width::<XOR_ROTATED>(planes, out, base),
+        Finish::Delta { op: DenseOp::Xor, float: false, base } => merge_width::<XOR>(planes, out, base),
+        Finish::Delta { op: DenseOp::Sub, base, .. } => merge_width::<SUB>(planes, out, base),
+    }
+}
+
+fn merge_width<const F: u8>(planes: &[&[u8]], out: &mut [u8], base: &[u8]) {
     match planes {
-        [p0] if !UNROTATE => out.copy_from_slice(p0),
-        [p0] => merge_fixed::<u8, 1, UNROTATE>([p0], out),
-        [p0, p1] => merge_fixed::<u16, 2, UNROTATE>([p0, p1], out),
-        [p0, p1, p2, p3] => merge_fixed::<u32, 4, UNROTATE>([p0, p1, p2, p3], out),
-        _ => merge_fixed::<u64, 8, UNROTATE>(planes.try_into().expect("element widths are 1, 2, 4 or 8"), out),
+        [p0] if F == KEEP => out.copy_from_slice(p0),
+        [p0] => merge_fixed::<u8, 1, F>([p0], out, base),
+        [p0, p1] => merge_fixed::<u16, 2, F>([p0, p1], out, base),
+        [p0, p1, p2, p3] => merge_fixed::<u32, 4, F>([p0, p1, p2, p3], out, base),
+        _ => merge_fixed::<u64, 8, F>(planes.try_into().expect("element widths are 1, 2, 4 or 8"), out, base),
     }
 }
 
-fn merge_fixed<T: Word, const W: usize, const UNROTATE: bool>(planes: [&[u8]; W], out: &mut [u8]) {
+fn merge_fixed<T: Word, const W: usize, const F: u8>(planes: [&[u8]; W], out: &mut [u8], base: &[u8]) {
     let whole = out.len() / W / W * W;
-    for (k, o) in out.chunks_exact_mut(W * W).enumerate() {
-        let mut rows: [T; W] = std::array::from_fn(|j| T::load(&planes[j][W * k..][..W]));
-        transpose(&mut rows);
-        for (i, row) in rows.into_iter().enumerate() {
-            let row = if UNROTATE { row.rotate_right(1) } else { row };
-            row.store(&mut o[W * i..][..W]);
+    // Two loops, so that the one without a base reads none, and the one with walks it in step
+    // with `out` (an index into it per element kept the compiler from vectorising the loop).
+    if F >= XOR_ROTATED {
+        let blocks = out.chunks_exact_mut(W * W).zip(base.chunks_exact(W * W));
+        for (k, (o, b)) in blocks.enumerate() {
+            merge_block::<T, W, F>(&planes, k, o, b);
+        }
+    } else {
+        for (k, o) in out.chunks_exact_mut(W * W).enumerate() {
+            merge_block::<T, W, F>(&planes, k, o, &[]);
         }
     }
     for (i, o) in out[W * whole..].chunks_exact_mut(W).enumerate() {
         for j in 0..W {
             o[j] = planes[j][whole + i];
         }
-        if UNROTATE {
-            T::load(o).rotate_right(1).store(o);
-        }
+        let e = T::load(o);
+        let b = if F >= XOR_ROTATED { T::load(&base[W * (whole + i)..][..W]) } else { e };
+        finish::<T, F>(e, b).store(o);
+    }
+}
+
+/// Elements `W·k … W·k + W − 1`: W bytes of each plane transposed into `o`, finished with the
+/// base elements `b` where `F` has them.
+#[inline(always)]
+fn merge_block<T: Word, const W: usize, const F: u8>(planes: &[&[u8]; W], k: usize, o: &mut [u8], b: &[u8]) {
+    let mut rows: [T; W] = std::array::from_fn(|j| T::load(&planes[j][W * k..][..W]));
+    transpose(&mut rows);
+    for (i, row) in rows.into_iter().enumerate() {
+        let base = if F >= XOR_ROTATED { T::load(&b[W * i..][..W]) } else { row };
+        finish::<T, F>(row, base).store(&mut o[W * i..][..W]);
+    }
+}
+
+/// Element `e` finished as `F` says, `b` its base element where `F` has one.
+#[inline(always)]
+fn finish<T: Word, const F: u8>(e: T, b: T) -> T {
+    match F {
+        KEEP => e,
+        UNROTATE => e.rotate_right(1),
+        XOR_ROTATED => e.rotate_right(1) ^ b,
+        XOR => e ^ b,
+        // zigzag undone: (d >> 1) XOR (all ones if bit 0 of d is set), then added to the base.
+        _ => ((e >> 1) ^ (e & T::truncate(1)).wrapping_neg()).wrapping_add(b),
     }
 }
 
@@ -268,6 +339,8 @@ trait Word:
 {
     fn truncate(x: u64) -> Self;
     fn rotate_right(self, n: u32) -> Self;
+    fn wrapping_neg(self) -> Self;
+    fn wrapping_add(self, other: Self) -> Self;
     fn load(bytes: &[u8]) -> Self;
     fn store(self, bytes: &mut [u8]);
 }
@@ -282,6 +355,14 @@ macro_rules! word {
             #[inline(always)]
             fn rotate_right(self, n: u32) -> Self {
                 <$t>::rotate_right(self, n)
+            }
+            #[inline(always)]
+            fn wrapping_neg(self) -> Self {
+                <$t>::wrapping_neg(self)
+            }
+            #[inline(always)]
+            fn wrapping_add(self, other: Self) -> Self {
+                <$t>::wrapping_add(self, other)
             }
             #[inline(always)]
             fn load(bytes: &[u8]) -> Self {

@@ -44,7 +44,8 @@ fn chunk(g: &Gen, file: &str, ti: usize, base: Option<&str>) -> Chunk {
         base.map(|b| g.get(b).tensors.iter().find(|bt| bt.name == t.name).expect("base tensor").data.clone());
     let elements = base_data.as_ref().map(|d| BaseElements { dtype: DType::F32, elements: &d[..4 * n] });
     let mut out = vec![0u8; 4 * n];
-    planes::decode(c.codec, stored, 0, 4, false, elements, &mut out).unwrap_or_else(|e| panic!("{file}: {e}"));
+    planes::decode(c.codec, stored, 0, 4, planes::Finish::Keep, elements, &mut out)
+        .unwrap_or_else(|e| panic!("{file}: {e}"));
     let planes = (0..4).map(|j| out.iter().skip(j).step_by(4).copied().collect()).collect();
     Chunk { tensor: ti, tag: c.codec, planes }
 }
