@@ -18,8 +18,10 @@ its own folder:
 Printed per contender: the stored share of the raw training-state bytes of every step but the
 newest (which the reverse layout stores raw by design), of the deltas among them alone, and of
 the newest; the median stall of a save; the time to load the newest and the slowest retained
-step (medians of 5, in this process, page cache warm) over torch.load's of one step. Every load
-is checked bit for bit.
+step (medians of 5, in this process, page cache warm) over torch.load's of one step; a keyframe
+step's load (median over the keyframes but the newest) over torch.load's, and a reverse delta
+hop (a delta step's load less that of the newer step it is against, median) over a keyframe
+step's load (issue 68). Every load is checked bit for bit.
 """
 import argparse
 import os
@@ -94,8 +96,9 @@ def main():
     args = ap.parse_args()
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}")
     print("| optimizer | every | contender | older steps / raw | their deltas / raw | newest / raw | stall ms "
-          "| newest load / torch.load | slowest load / torch.load |")
-    print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
+          "| newest load / torch.load | slowest load / torch.load | a keyframe step's load / torch.load "
+          "| a reverse hop / a keyframe step's load |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for optim in args.optim:
         for every in args.every:
             run = states(optim, args.saves, every)
@@ -127,9 +130,15 @@ def main():
                     for s, want in zip(steps, run):
                         loads[s], back = timed(lambda s=s: ck.load(s), 5)
                         assert same(back, want), f"{name}: step {s} does not load bit-exact"
+                    # Issue 68's hop: what a delta step costs over the newer step its delta is against
+                    # (the reverse layout's base is the next step), over a keyframe step's load.
+                    keyframes = [loads[s] for s in steps[:-1] if s not in deltas]
+                    keyframe = statistics.median(keyframes) if keyframes else float("nan")
+                    hops = [loads[s] - loads[steps[i + 1]] for i, s in enumerate(steps[:-1]) if s in deltas]
+                    hop = statistics.median(hops) / keyframe if hops and kw.get("layout") != "forward" else float("nan")
                     print(f"| {optim} | {every} | {name} | {older:.3f} | {delta_share:.3f} | {newest:.3f} | "
                           f"{statistics.median(stalls[1:]) * 1e3:.0f} | {loads[steps[-1]] / torch_load:.2f} | "
-                          f"{max(loads.values()) / torch_load:.2f} |", flush=True)
+                          f"{max(loads.values()) / torch_load:.2f} | {keyframe / torch_load:.2f} | {hop:.2f} |", flush=True)
 
 
 if __name__ == "__main__":
