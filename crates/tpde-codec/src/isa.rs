@@ -49,3 +49,12 @@ pub fn avx512(vl: bool, vbmi: bool) -> bool {
         false
     };
 }
+
+/// Whether the AVX-512 loops that compress and expand bytes may run: [`avx512`]'s, and the CPU
+/// has VBMI2.
+pub fn avx512_vbmi2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return avx512(false, false) && is_x86_feature_detected!("avx512vbmi2");
+    #[cfg(not(target_arch = "x86_64"))]
+    return false;
+}

@@ -312,12 +312,12 @@ pub fn parse(
                 PlaneRecord::BaseContexts(model, layout)
             }
             (RANS_CONTEXT_BLOCKS, PlaneForm::Contexts) => {
-                let (model, layout) = contexts::parse_blocks(stored, at, n).map_err(&corrupt)?;
+                let (model, layout) = contexts::parse_blocks(stored, at, n, false).map_err(&corrupt)?;
                 at = layout.words.end;
                 PlaneRecord::ContextBlocks(model, layout)
             }
             (RANS_BASE_CONTEXT_BLOCKS, PlaneForm::BaseContexts) => {
-                let (model, layout) = contexts::parse_blocks(stored, at, n).map_err(&corrupt)?;
+                let (model, layout) = contexts::parse_blocks(stored, at, n, true).map_err(&corrupt)?;
                 at = layout.words.end;
                 PlaneRecord::BaseContextBlocks(model, layout)
             }

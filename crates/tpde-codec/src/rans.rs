@@ -26,6 +26,7 @@ mod serial;
 mod simd;
 mod symbol;
 mod table;
+pub mod unchanged;
 
 pub use blocks::{
     block_count, decode_blocks, decode_blocks_with, encode_blocks, BlockLayout, BlockLoop, BLOCK_STATES, BLOCK_SYMBOLS,

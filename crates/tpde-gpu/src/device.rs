@@ -52,6 +52,10 @@ struct Kernels {
     scatter: wgpu::ComputePipeline,
 }
 
+/// The decode kernels' source: `shaders/decode.wgsl`, and the block kernels' helpers for mode 7's
+/// unchanged contexts (spec §6.4.2) in a file of their own.
+const DECODE: [&str; 2] = [include_str!("shaders/decode.wgsl"), include_str!("shaders/unchanged.wgsl")];
+
 /// The prediction kernel (`shaders/predict.wgsl`, spec §6.8) and its bindings.
 pub(crate) struct Predictor {
     pub(crate) layout: wgpu::BindGroupLayout,
@@ -155,7 +159,7 @@ impl Gpu {
         };
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some("tpde decode"),
-            source: wgpu::ShaderSource::Wgsl(Cow::Borrowed(include_str!("shaders/decode.wgsl"))),
+            source: wgpu::ShaderSource::Wgsl(Cow::Owned(DECODE.join("\n"))),
         });
         let storage = |binding: u32, read_only: bool| wgpu::BindGroupLayoutEntry {
             binding,
@@ -191,7 +195,7 @@ impl Gpu {
         let subgroup_kernel = subgroups
             .then(|| {
                 let invalid = device.push_error_scope(wgpu::ErrorFilter::Validation);
-                let source = [include_str!("shaders/decode.wgsl"), include_str!("shaders/blocks_subgroups.wgsl")];
+                let source = [&DECODE[..], &[include_str!("shaders/blocks_subgroups.wgsl")]].concat();
                 let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
                     label: Some("tpde decode, subgroups"),
                     source: wgpu::ShaderSource::Wgsl(Cow::Owned(source.join("\n"))),

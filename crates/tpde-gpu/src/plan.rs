@@ -32,7 +32,7 @@ const PACKED_REC: usize = 8;
 const FINISH_REC: usize = 16;
 const SPARSE_REC: usize = 16;
 const PLANE_REC: usize = 4;
-const RANS_BLOCK_REC: usize = 12;
+const RANS_BLOCK_REC: usize = 13;
 const HEADER: usize = 23;
 
 /// A lane job with one table, or whose contexts are not the base's (the kernel's `NO_MAP`).
@@ -187,15 +187,15 @@ impl ChunkWork {
                 }
                 PlaneRecord::Lanes(table, layout) => self.lane_job(&[table], None, false, &layout, stored_at, n),
                 PlaneRecord::Blocks(table, layout) => {
-                    self.rans_block_job(std::slice::from_ref(&table), None, false, &layout, stored_at, n)
+                    self.rans_block_job(std::slice::from_ref(&table), None, false, false, &layout, stored_at, n)
                 }
                 PlaneRecord::BaseContextBlocks(model, layout) => {
                     let map = self.append_blob(model.map())?;
-                    self.rans_block_job(model.tables(), Some(map), true, &layout, stored_at, n)
+                    self.rans_block_job(model.tables(), Some(map), true, model.has_unchanged(), &layout, stored_at, n)
                 }
                 PlaneRecord::ContextBlocks(model, layout) => {
                     let map = self.append_blob(model.map())?;
-                    self.rans_block_job(model.tables(), Some(map), false, &layout, stored_at, n)
+                    self.rans_block_job(model.tables(), Some(map), false, false, &layout, stored_at, n)
                 }
                 PlaneRecord::Sparse(sparse) => self.sparse_plane(tag, stored, &sparse, n)?,
                 PlaneRecord::Contexts(model, layout) => {
@@ -504,6 +504,7 @@ fn assemble(limits: &Limits, chunks: &[ChunkWork]) -> Batch {
                 if r.base_contexts { out } else { NO_MAP },
                 c.w | u32::from(c.float) << 8,
                 r.size,
+                r.list.map_or(NO_MAP, |l| (scratch_at + l) as u32),
             ]);
             rans_block_prefix.push(rans_block_prefix.last().unwrap() + r.blocks);
         }

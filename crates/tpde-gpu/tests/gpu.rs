@@ -718,21 +718,28 @@ fn context_blocks_on(gpu: &Gpu) {
 }
 
 /// Base-context block records (spec §6.4.2): a delta whose change depends on its base's
-/// exponent, of two blocks of 65536 and a partial one, in bf16 and f32, bit for bit as the CPU
-/// reads it; and one changed word is rejected, as the CPU rejects it.
+/// exponent, of two blocks of 65536 and a partial one, bit for bit as the CPU reads it, with
+/// every context coded, and with the unchanged contexts left out; and one changed word of each
+/// kind is rejected, as the CPU rejects it.
 fn base_context_blocks_on(gpu: &Gpu) {
     use tpde_codec::planes::{PlaneRecord, CONTEXT_BLOCKS_SINCE_MINOR};
     let n = 2 * 65_536 + 1001;
     let a: Checkpoint = vec![
         ("h".into(), DType::BF16, vec![n as u64], tensor_bytes(DType::BF16, n, 5, true)),
         ("w".into(), DType::F32, vec![n as u64], tensor_bytes(DType::F32, n, 9, true)),
+        ("hu".into(), DType::BF16, vec![n as u64], tensor_bytes(DType::BF16, n, 6, true)),
+        ("wu".into(), DType::F32, vec![n as u64], tensor_bytes(DType::F32, n, 10, true)),
     ];
-    // Elements of half the exponents change by much in their low bits, the others by a bit.
+    // Elements of half the exponents change by much in their low bits, the others by a bit
+    // ("h", "w") or not at all ("hu", "wu": their contexts are left out).
     let mut b = a.clone();
-    for (_, dtype, _, data) in b.iter_mut() {
+    for (name, dtype, _, data) in b.iter_mut() {
         let w = dtype.size() as usize;
+        let left_out = name.ends_with('u');
         for (i, e) in data.chunks_exact_mut(w).enumerate() {
-            e[0] ^= if e[w - 1] & 1 == 0 { (i as u8).wrapping_mul(37) | 1 } else { 1 };
+            // (Small changes where the others stay, so that the sparse form does not win.)
+            let much = if left_out { (i as u8) % 4 + 1 } else { (i as u8).wrapping_mul(37) | 1 };
+            e[0] ^= if e[w - 1] & 1 == 0 { much } else { u8::from(!left_out) };
         }
     }
     let key = write_in(&a, None, Encoder::Auto, 1 << 20, CONTEXT_BLOCKS_SINCE_MINOR);
@@ -744,28 +751,31 @@ fn base_context_blocks_on(gpu: &Gpu) {
         let c = &t.chunks[0];
         let (records, _) = tpde_codec::planes::parse(c.codec, &stored, 0, t.dtype.size() as usize, n).unwrap();
         for r in &records {
-            if let PlaneRecord::BaseContextBlocks(_, layout) = r {
+            if let PlaneRecord::BaseContextBlocks(model, layout) = r {
                 assert_eq!(layout.blocks, 3);
-                found.push((ti, layout.words.start + 40));
+                found.push((ti, layout.words.start + 40, model.has_unchanged()));
             }
         }
     }
-    assert!(found.len() >= 2, "{found:?}: a base-context block record in every tensor");
+    let left_out = found.iter().filter(|f| f.2).count();
+    assert!(left_out >= 2 && found.len() > left_out, "{found:?}: records of both kinds");
     let cpu_key = std::sync::Arc::new(Reader::from_source(key).unwrap());
     let on_device = gpu.load(&cpu_key, None).unwrap();
     let cpu_delta = Reader::from_source(delta.clone()).unwrap().with_base(cpu_key.clone()).unwrap();
     let delta_on_device = gpu.load(&cpu_delta, Some(&on_device)).unwrap();
     assert_same(gpu, &delta_on_device, &cpu_delta, &b);
 
-    let (ti, at) = found[0];
-    let mut stored = r.chunk_bytes(&r.tensors()[ti], 0).unwrap().to_vec();
-    stored[at] ^= 0x5A;
-    let bad = tpde_format::surgery::with_chunk(&delta, ti, 0, &stored).unwrap();
-    let cpu = Reader::from_source(bad).unwrap().with_base(cpu_key).unwrap();
-    let cpu_err = cpu.read(&cpu.tensors()[ti].name).unwrap_err();
-    assert_eq!(cpu_err.kind(), ErrorKind::Malformed, "{cpu_err}");
-    let Err(gpu_err) = gpu.load(&cpu, Some(&on_device)) else { panic!("the device accepted the damaged record") };
-    assert!(gpu_err.to_string().contains("rANS block"), "{gpu_err}");
+    for unchanged in [false, true] {
+        let &(ti, at, _) = found.iter().find(|f| f.2 == unchanged).expect("both kinds");
+        let mut stored = r.chunk_bytes(&r.tensors()[ti], 0).unwrap().to_vec();
+        stored[at] ^= 0x5A;
+        let bad = tpde_format::surgery::with_chunk(&delta, ti, 0, &stored).unwrap();
+        let cpu = Reader::from_source(bad).unwrap().with_base(cpu_key.clone()).unwrap();
+        let cpu_err = cpu.read(&cpu.tensors()[ti].name).unwrap_err();
+        assert_eq!(cpu_err.kind(), ErrorKind::Malformed, "{cpu_err}");
+        let Err(gpu_err) = gpu.load(&cpu, Some(&on_device)) else { panic!("the device accepted the damaged record") };
+        assert!(gpu_err.to_string().contains("rANS block"), "{gpu_err}");
+    }
 }
 
 fn block_records_on(gpu: &Gpu) {

@@ -1,15 +1,15 @@
-//! What skipping a delta's *constant contexts* would buy (issue 68, item 3: near-empty planes in
-//! time proportional to what changed). A dense delta's plane of a base-context record (spec
-//! §6.4.2, mode 7) is coded per base context; in a real fine-tune's bf16 weights most contexts
-//! hold nothing but zero bytes in a chunk (the weights too large for the step to move their low
-//! byte). A record that did not code those elements at all would decode only the others, then
-//! expand. This example measures, per 4 MiB chunk of `delta-sub`'s planes (all of them), the mode
-//! 7 record as written today against a prototype of that record: the elements of constant
-//! contexts left out, the rest coded in mode 7's blocks with tables of the rest alone. Bytes, and
-//! decode time on one core (best of 15 runs, the record in cache). The prototype's time is its
-//! decode plus two passes a decoder would add, leaving out the constant elements' contexts and
-//! expanding the decoded symbols, each done three ways: BMI2's `pext`/`pdep`, byte shuffles from
-//! a table (AVX2), AVX-512 VBMI2's byte compress and expand.
+//! What leaving a delta's *constant contexts* out of a mode 7 record buys (issue 68, item 3:
+//! near-empty planes in time proportional to what changed): the measurement that chose spec
+//! 1.11's unchanged contexts (§6.4.2, `rans::unchanged`). A dense delta's plane of a
+//! base-context record is coded per base context; in a real fine-tune's bf16 weights most
+//! contexts hold nothing but zero bytes in a chunk (the weights too large for the step to move
+//! their low byte). This example measures, per 4 MiB chunk of `delta-sub`'s planes (all of
+//! them), the mode 7 record with every element coded against a prototype of the record that
+//! leaves those elements out: the rest coded in mode 7's blocks with tables of the rest alone.
+//! Bytes, and decode time on one core (best of 15 runs, the record in cache). The prototype's
+//! time is its decode plus two passes a decoder adds, leaving out the constant elements'
+//! contexts and expanding the decoded symbols, each done three ways: BMI2's `pext`/`pdep`, byte
+//! shuffles from a table (AVX2), AVX-512 VBMI2's byte compress and expand.
 //!
 //!     cargo run --release -p tpde --example constant_contexts -- NEW.safetensors BASE.safetensors
 

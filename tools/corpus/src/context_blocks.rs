@@ -13,7 +13,7 @@ use crate::valid::{encode, prediction_of, weights_and_steps};
 use crate::{Gen, Rng, Spec, T};
 
 /// The keyframe the base-context block deltas decode against.
-const BASE: &str = "valid/context-blocks-base.tpde";
+pub(crate) const BASE: &str = "valid/context-blocks-base.tpde";
 /// `delta-xor-context` whose float planes are mode-7 records.
 const XOR: &str = "valid/delta-xor-context-blocks-1-11.tpde";
 /// The base of [`PREDICTED`]: weights and the Adam moments predictor 4 reads.
@@ -22,10 +22,10 @@ const PREDICTED_BASE: &str = "valid/delta-predicted-context-blocks-base.tpde";
 const PREDICTED: &str = "valid/delta-predicted-context-blocks.tpde";
 
 /// A `planes-context` keyframe whose exponent plane is a mode-8 record.
-const KEYFRAME: &str = "valid/planes-context-blocks.tpde";
+pub(crate) const KEYFRAME: &str = "valid/planes-context-blocks.tpde";
 
 /// The mode-7 and mode-8 records of every chunk 0 of `file`: (tensor, stored bytes, record).
-fn context_blocks(file: &[u8]) -> Vec<(usize, Vec<u8>, PlaneRecord)> {
+pub(crate) fn context_blocks(file: &[u8]) -> Vec<(usize, Vec<u8>, PlaneRecord)> {
     let dir = surgery::directory(file).expect("a valid file");
     let mut found = Vec::new();
     for (t, tensor) in dir.tensors.iter().enumerate() {
@@ -337,7 +337,7 @@ fn as_context_blocks(g: &Gen, file: &[u8]) -> Vec<u8> {
 
 /// The base context (spec §6.4.1) of every element of tensor `t` of `file`, a delta against
 /// [`BASE`].
-fn base_contexts_of(g: &Gen, file: &[u8], t: usize) -> Vec<u8> {
+pub(crate) fn base_contexts_of(g: &Gen, file: &[u8], t: usize) -> Vec<u8> {
     let dir = surgery::directory(file).expect("a valid file");
     let tensor = &dir.tensors[t];
     let base = g.get(BASE).tensors.iter().find(|b| b.name == tensor.name).expect("a base tensor");
@@ -351,7 +351,7 @@ fn pairs_of(plane: &[u8]) -> Box<rans::context::Pairs> {
     rans::context::given_pair_counts(plane, &vec![0; plane.len()], false)
 }
 
-fn table_len(table: &Table) -> usize {
+pub(crate) fn table_len(table: &Table) -> usize {
     let mut t = Vec::new();
     table.write(&mut t);
     t.len()

@@ -15,6 +15,7 @@ mod invalid;
 mod isolation;
 mod reverse;
 mod sparse;
+mod unchanged;
 mod valid;
 
 use std::collections::HashMap;
@@ -52,11 +53,13 @@ pub fn generate() -> Corpus {
     blocks::valid(&mut g);
     blocks::elsewhere(&mut g);
     context_blocks::valid(&mut g);
+    unchanged::valid(&mut g);
     sparse::valid(&mut g);
     invalid::all(&mut g);
     reverse::invalid(&mut g);
     blocks::invalid(&mut g);
     context_blocks::invalid(&mut g);
+    unchanged::invalid(&mut g);
     sparse::invalid(&mut g);
     g.check_predictions_isolated();
     Corpus {

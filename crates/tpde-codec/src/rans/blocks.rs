@@ -13,9 +13,10 @@
 //! K = ⌈n / 16384⌉. Block b holds symbols 16384·b.. of the plane; its symbol i goes to state
 //! i mod 32 at step ⌊i / 32⌋. States lie in [2^16, 2^32).
 
-#[cfg(target_arch = "x86_64")]
 use super::simd::blocks as simd;
 use super::*;
+#[cfg(target_arch = "x86_64")]
+use std::ops::Range;
 
 /// Symbols a block of an order-0 record holds (the last holds the rest).
 pub const BLOCK_SYMBOLS: usize = 16384;
@@ -105,16 +106,13 @@ pub fn encode_blocks(table: &Table, symbols: &[u8], out: &mut Vec<u8>) {
 
 /// [`encode_blocks`] on the loops up to `widest` that the CPU has (the tests compare them).
 pub(crate) fn encode_blocks_with(table: &Table, symbols: &[u8], out: &mut Vec<u8>, widest: BlockLoop) {
-    encode_by(&BlockEncoder::new(std::slice::from_ref(table)), None, symbols, BLOCK_SYMBOLS, out, widest);
+    let ranges = block_ranges(symbols.len(), BLOCK_SYMBOLS);
+    encode_by(&BlockEncoder::new(std::slice::from_ref(table)), None, symbols, &ranges, out, widest);
 }
 
 /// Encodes `symbols` in blocks of [`CONTEXT_BLOCK_SYMBOLS`], symbol i with table `given[i]` of
-/// `tables` (spec §6.4.2), and appends the index and the words.
-pub(crate) fn encode_given_blocks(tables: &[Table], given: &[u8], symbols: &[u8], out: &mut Vec<u8>) {
-    encode_given_blocks_with(tables, given, symbols, out, BlockLoop::Avx512);
-}
-
-/// [`encode_given_blocks`] on the loops up to `widest` that the CPU has.
+/// `tables` (spec §6.4.2), and appends the index and the words, on the loops up to `widest`
+/// that the CPU has.
 pub(crate) fn encode_given_blocks_with(
     tables: &[Table],
     given: &[u8],
@@ -124,7 +122,24 @@ pub(crate) fn encode_given_blocks_with(
 ) {
     assert_eq!(given.len(), symbols.len());
     assert!(usize::from(max_index(given)) < tables.len(), "a table index past the tables");
-    encode_by(&BlockEncoder::new(tables), Some(given), symbols, CONTEXT_BLOCK_SYMBOLS, out, widest);
+    let ranges = block_ranges(symbols.len(), CONTEXT_BLOCK_SYMBOLS);
+    encode_by(&BlockEncoder::new(tables), Some(given), symbols, &ranges, out, widest);
+}
+
+/// [`encode_given_blocks_with`] for blocks of the symbols at `ranges` of `symbols`, which
+/// follow one another from 0 (mode 7's coded symbols, a block's share of each block of
+/// elements, spec §6.4.2).
+pub(crate) fn encode_given_ranges_with(
+    tables: &[Table],
+    given: &[u8],
+    symbols: &[u8],
+    ranges: &[Range<usize>],
+    out: &mut Vec<u8>,
+    widest: BlockLoop,
+) {
+    assert_eq!(given.len(), symbols.len());
+    assert!(usize::from(max_index(given)) < tables.len(), "a table index past the tables");
+    encode_by(&BlockEncoder::new(tables), Some(given), symbols, ranges, out, widest);
 }
 
 /// The table index of every symbol of a plane in blocks of [`CONTEXT_BLOCK_SYMBOLS`] with
@@ -141,11 +156,13 @@ pub(crate) fn neighbour_tables(map: &[u8; 256], symbols: &[u8], tables: &mut Vec
     }
 }
 
+/// Appends the index and the words of the blocks of `symbols` at `ranges` (one after another
+/// from 0), symbol i with table `given[i]` where given.
 fn encode_by(
     enc: &BlockEncoder,
     given: Option<&[u8]>,
     symbols: &[u8],
-    size: usize,
+    ranges: &[Range<usize>],
     out: &mut Vec<u8>,
     widest: BlockLoop,
 ) {
@@ -160,15 +177,14 @@ fn encode_by(
         let _ = widest;
         BlockLoop::Scalar
     };
-    let k = blocks_of(symbols.len(), size);
+    let k = ranges.len();
     let index = out.len();
     out.resize(index + 4 * k + 4 * BLOCK_STATES * k, 0);
     let words_at = out.len();
     // Room for the most words a block can take, one a symbol, written back to front, and eight
     // below them (the AVX2 loop stores eight words at a time).
-    let mut spill = vec![0u16; size + 8];
-    for b in 0..k {
-        let range = (b * size).min(symbols.len())..((b + 1) * size).min(symbols.len());
+    let mut spill = vec![0u16; ranges.iter().map(|r| r.len()).max().unwrap_or(0) + 8];
+    for (b, range) in ranges.iter().cloned().enumerate() {
         let (x, words) = enc.block(&symbols[range.clone()], given.map(|g| &g[range]), &mut spill, vectors);
         for w in words {
             out.extend_from_slice(&w.to_le_bytes());
@@ -297,7 +313,8 @@ pub fn decode_blocks_with(
     out: &mut [u8],
     widest: BlockLoop,
 ) -> Result<(), String> {
-    decode_chosen_blocks_with(&table.slots(), Choice::One, stored, layout, out, widest)
+    let ranges = block_ranges(out.len(), layout.size);
+    decode_chosen_blocks_with(&table.slots(), Choice::One, stored, layout, &ranges, out, widest)
 }
 
 /// How a block record's symbols choose their table among the record's.
@@ -313,16 +330,19 @@ pub(crate) enum Choice<'a> {
 }
 
 /// Decodes a block-form record of several tables (`slots`, 4096 a table, table after table)
-/// into `out`, each symbol's table chosen by `choice`, on the loops up to `widest`. Every
-/// index that `choice` gives must name one of the tables.
+/// into `out`, block b's symbols at `ranges[b]` (one after another from 0, one range a block),
+/// each symbol's table chosen by `choice`, on the loops up to `widest`. Every index that
+/// `choice` gives must name one of the tables.
 pub(crate) fn decode_chosen_blocks_with(
     slots: &[u32],
     choice: Choice<'_>,
     stored: &[u8],
     layout: &BlockLayout,
+    ranges: &[Range<usize>],
     out: &mut [u8],
     widest: BlockLoop,
 ) -> Result<(), String> {
+    assert_eq!(ranges.len(), layout.blocks as usize);
     // The vector loops gather `slots[(table << 12) + slot]`: every table index must name a
     // table (the readers' maps send every context to one; `simd::decode` checks it).
     let words = &stored[layout.words.clone()];
@@ -336,13 +356,11 @@ pub(crate) fn decode_chosen_blocks_with(
         padded.clear();
         padded.extend_from_slice(words);
         padded.resize(words.len() + 2 * BLOCK_STATES, 0);
-        simd::decode(slots, choice, padded, &mut blocks, layout.size, out, widest);
+        simd::decode(slots, choice, padded, &mut blocks, ranges, out, widest);
     });
     #[cfg(not(target_arch = "x86_64"))]
     let _ = widest;
-    let size = layout.size;
-    for (b, block) in blocks.iter_mut().enumerate() {
-        let range = block_range(out.len(), size, b);
+    for (b, (block, range)) in blocks.iter_mut().zip(ranges.iter().cloned()).enumerate() {
         let choice = match choice {
             Choice::Given(g) => Choice::Given(&g[range.clone()]),
             other => other,
@@ -364,9 +382,9 @@ pub(crate) fn max_index(indices: &[u8]) -> u8 {
     indices.iter().fold(0, |m, &t| m.max(t))
 }
 
-/// The symbols of block `b`, `size` a block, in a plane of `n`.
-pub(crate) fn block_range(n: usize, size: usize, b: usize) -> std::ops::Range<usize> {
-    (b * size).min(n)..((b + 1) * size).min(n)
+/// The symbols of each block, `size` a block, of a plane of `n`: at least one block.
+pub(crate) fn block_ranges(n: usize, size: usize) -> Vec<Range<usize>> {
+    (0..blocks_of(n, size)).map(|b| (b * size).min(n)..((b + 1) * size).min(n)).collect()
 }
 
 /// One block's decoder: its states, where it is in the record's words and its own end there,

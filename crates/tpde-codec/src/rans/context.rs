@@ -11,9 +11,11 @@
 //! context record  u8 map[256]; C = 1 + max(map) frequency tables (C ≤ 16); rANS lanes
 //! ```
 
-use super::blocks::Choice;
+use super::blocks::{block_ranges, Choice};
+use super::unchanged::{self, UNCHANGED};
 use super::{
-    decode_lanes_with, BlockLayout, BlockLoop, Kernel, LaneLayout, LaneRecord, Slots, Spill, SymbolEncoder, Table, L,
+    decode_lanes_with, BlockLayout, BlockLoop, Kernel, LaneLayout, LaneRecord, Slots, Spill, SymbolEncoder, Table,
+    CONTEXT_BLOCK_SYMBOLS, L,
 };
 
 /// The most tables a context record may have.
@@ -36,6 +38,15 @@ thread_local! {
     /// This thread's buffer for the table index of every symbol of a plane being encoded with
     /// neighbour contexts.
     static TABLES: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// This thread's buffers for a mode 7 plane's coded elements: their table indices and
+    /// their decoded symbols (padded for the expand).
+    static CODED: std::cell::RefCell<(Vec<u8>, Vec<u8>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// The tables a map names: one more than its largest entry other than [`UNCHANGED`] (at least
+/// one).
+fn table_count(map: &[u8; 256]) -> usize {
+    usize::from(map.iter().copied().filter(|&t| t != UNCHANGED).max().unwrap_or(0)) + 1
 }
 
 /// The symbol lane order puts before symbol `i` of a plane cut into `lanes` lanes (0 before a
@@ -120,11 +131,10 @@ impl Contexts {
         }))
     }
 
-    /// Each context's histogram under `map`.
+    /// Each context's histogram under `map` (none for the unchanged contexts).
     fn histograms(map: &[u8; 256], pairs: &Pairs) -> Vec<[u64; 256]> {
-        let tables = usize::from(map.iter().copied().max().unwrap_or(0)) + 1;
-        let mut hists = vec![[0u64; 256]; tables];
-        for (a, row) in pairs.iter().enumerate() {
+        let mut hists = vec![[0u64; 256]; table_count(map)];
+        for (a, row) in pairs.iter().enumerate().filter(|&(a, _)| map[a] != UNCHANGED) {
             let h = &mut hists[usize::from(map[a])];
             for (c, &p) in h.iter_mut().zip(row) {
                 *c += u64::from(p);
@@ -158,19 +168,21 @@ impl Contexts {
     /// stores, as counting one symbol at a time did (measured).
     pub fn count_tables(map: [u8; 256], symbols: &[u8], tables: &[u8]) -> Contexts {
         assert_eq!(symbols.len(), tables.len());
-        let count = usize::from(map.iter().copied().max().expect("256 entries")) + 1;
-        let mut hists = vec![[[0u32; 256]; 4]; count];
+        // A row past the tables for the unchanged elements' index, counted and dropped.
+        let count = table_count(&map);
+        let mut hists = vec![[[0u32; 256]; 4]; count + 1];
+        let row = |t: u8| usize::from(t).min(count);
         let mut words = symbols.chunks_exact(4).zip(tables.chunks_exact(4));
         for (s, t) in &mut words {
             for k in 0..4 {
-                hists[usize::from(t[k])][k][usize::from(s[k])] += 1;
+                hists[row(t[k])][k][usize::from(s[k])] += 1;
             }
         }
         let tail = symbols.len() / 4 * 4;
         for (&s, &t) in symbols[tail..].iter().zip(&tables[tail..]) {
-            hists[usize::from(t)][0][usize::from(s)] += 1;
+            hists[row(t)][0][usize::from(s)] += 1;
         }
-        let tables = hists
+        let tables = hists[..count]
             .iter()
             .map(|h| Table::from_histogram(&std::array::from_fn(|s| h.iter().map(|k| u64::from(k[s])).sum())))
             .collect();
@@ -276,12 +288,26 @@ impl Contexts {
 
     /// Reads the map and tables from the front of `input`, returning them and the bytes after.
     pub fn read(input: &[u8]) -> Result<(Contexts, &[u8]), String> {
+        Contexts::read_with(input, false)
+    }
+
+    /// [`Contexts::read`] for a mode 7 record (spec §6.4.2), whose map may also hold
+    /// [`UNCHANGED`] (but not only that).
+    pub fn read_base_blocks(input: &[u8]) -> Result<(Contexts, &[u8]), String> {
+        Contexts::read_with(input, true)
+    }
+
+    fn read_with(input: &[u8], unchanged: bool) -> Result<(Contexts, &[u8]), String> {
         let map: [u8; 256] = input.get(..256).ok_or("context map is cut short")?.try_into().expect("256 bytes");
-        if let Some(a) = map.iter().position(|&t| usize::from(t) >= MAX_TABLES) {
+        let allowed = |t: u8| usize::from(t) < MAX_TABLES || (unchanged && t == UNCHANGED);
+        if let Some(a) = map.iter().position(|&t| !allowed(t)) {
             return Err(format!("context map sends symbol {a} to table {}, past the 16 allowed", map[a]));
         }
+        if map.iter().all(|&t| t == UNCHANGED) {
+            return Err("context map sends every context to unchanged: no table".into());
+        }
         let mut rest = &input[256..];
-        let count = usize::from(map.iter().copied().max().expect("256 entries")) + 1;
+        let count = table_count(&map);
         let mut tables = Vec::with_capacity(count);
         for _ in 0..count {
             let (t, after) = Table::read(rest)?;
@@ -310,13 +336,28 @@ impl Contexts {
     }
 
     /// Appends the map, the tables and `symbols` in blocks of 65536 (spec §6.4.2), symbol i
-    /// coded with table `tables[i]`, `map` of its base context.
+    /// coded with table `tables[i]`, `map` of its base context; where that is [`UNCHANGED`],
+    /// symbol i is 0 and not coded.
     pub fn encode_given_blocks(&self, symbols: &[u8], tables: &[u8], out: &mut Vec<u8>) {
+        self.encode_given_blocks_with(symbols, tables, out, BlockLoop::Avx512);
+    }
+
+    /// [`Contexts::encode_given_blocks`] on the loops up to `widest` that the CPU has.
+    pub fn encode_given_blocks_with(&self, symbols: &[u8], tables: &[u8], out: &mut Vec<u8>, widest: BlockLoop) {
+        assert_eq!(symbols.len(), tables.len());
         out.extend_from_slice(&self.map);
         for t in &self.tables {
             t.write(out);
         }
-        super::blocks::encode_given_blocks(&self.tables, tables, symbols, out);
+        if !self.has_unchanged() {
+            return super::blocks::encode_given_blocks_with(&self.tables, tables, symbols, out, widest);
+        }
+        // The coded elements' symbols and table indices, each block of elements' share.
+        debug_assert!(symbols.iter().zip(tables).all(|(&s, &t)| t != UNCHANGED || s == 0), "an unchanged byte is 0");
+        let (mut coded, mut kept) = (Vec::new(), Vec::new());
+        let ranges = unchanged::leave_out(tables, CONTEXT_BLOCK_SYMBOLS, &mut coded);
+        unchanged::leave_out_of(tables, symbols, CONTEXT_BLOCK_SYMBOLS, &mut kept);
+        super::blocks::encode_given_ranges_with(&self.tables, &coded, &kept, &ranges, out, widest);
     }
 
     /// Decodes `out.len()` symbols from blocks laid out as `layout` in `stored`, symbol i with
@@ -342,7 +383,35 @@ impl Contexts {
     ) -> Result<(), String> {
         assert_eq!(tables.len(), out.len());
         let slots = Table::all_slots(&self.tables);
-        super::blocks::decode_chosen_blocks_with(&slots, Choice::Given(tables), stored, layout, out, widest)
+        if !self.has_unchanged() {
+            let ranges = block_ranges(out.len(), layout.size);
+            return super::blocks::decode_chosen_blocks_with(
+                &slots,
+                Choice::Given(tables),
+                stored,
+                layout,
+                &ranges,
+                out,
+                widest,
+            );
+        }
+        // Leave the unchanged elements out, decode the others, put them back among zeros.
+        CODED.with_borrow_mut(|(coded, decoded)| {
+            let ranges = unchanged::leave_out(tables, layout.size, coded);
+            decoded.resize(coded.len() + unchanged::PADDING, 0);
+            let given = Choice::Given(coded);
+            super::blocks::decode_chosen_blocks_with(
+                &slots,
+                given,
+                stored,
+                layout,
+                &ranges,
+                &mut decoded[..coded.len()],
+                widest,
+            )?;
+            unchanged::expand(tables, decoded, out);
+            Ok(())
+        })
     }
 
     /// Appends the map, the tables and `symbols` in blocks of 65536 with neighbour contexts
@@ -370,7 +439,21 @@ impl Contexts {
         widest: BlockLoop,
     ) -> Result<(), String> {
         let slots = Table::all_slots(&self.tables);
-        super::blocks::decode_chosen_blocks_with(&slots, Choice::Neighbour(&self.map), stored, layout, out, widest)
+        let ranges = block_ranges(out.len(), layout.size);
+        super::blocks::decode_chosen_blocks_with(
+            &slots,
+            Choice::Neighbour(&self.map),
+            stored,
+            layout,
+            &ranges,
+            out,
+            widest,
+        )
+    }
+
+    /// Whether the map holds [`UNCHANGED`] (a mode 7 record's, spec §6.4.2).
+    pub fn has_unchanged(&self) -> bool {
+        self.map.contains(&UNCHANGED)
     }
 
     /// The map: the table of a symbol in each context.

@@ -33,6 +33,9 @@ pub(super) struct RansBlockJob {
     pub(super) base_contexts: bool,
     /// Symbols a block: 16384, or 65536 with contexts.
     pub(super) size: u32,
+    /// Where the list of each block's coded elements goes, a scratch word an element, where
+    /// the map leaves unchanged contexts out (§6.4.2).
+    pub(super) list: Option<u64>,
     pub(super) n: u32,
     pub(super) blocks: u32,
     pub(super) ends: u64,
@@ -71,12 +74,15 @@ impl ChunkWork {
     }
 
     /// Queues the blocks of one block-form plane record (with its tables, and its map if a
-    /// context record) for the device; returns where its decoded plane will be.
+    /// context record, which may leave `unchanged` contexts out) for the device; returns where
+    /// its decoded plane will be.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn rans_block_job(
         &mut self,
         tables: &[Table],
         map: Option<u64>,
         base_contexts: bool,
+        unchanged: bool,
         layout: &BlockLayout,
         stored_at: u64,
         n: usize,
@@ -84,11 +90,13 @@ impl ChunkWork {
         let first = self.tables.len();
         self.tables.extend(tables.iter().map(table_entries));
         let out_word = self.alloc_scratch(n.div_ceil(4) as u64);
+        let list = unchanged.then(|| self.alloc_scratch(n as u64));
         self.rans_blocks.push(RansBlockJob {
             table: first,
             map,
             base_contexts,
             size: layout.size as u32,
+            list,
             n: n as u32,
             blocks: layout.blocks,
             ends: stored_at + layout.ends as u64,

@@ -15,7 +15,7 @@ var<workgroup> sg_needs: array<u32, 16>;
 @compute @workgroup_size(32)
 fn decode_blocks_subgroups(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                            @builtin(subgroup_id) sid: u32, @builtin(subgroup_invocation_id) lane: u32,
-                           @builtin(subgroup_size) width: u32) {
+                           @builtin(subgroup_size) width: u32, @builtin(local_invocation_index) li: u32) {
     let g = wg.y * nwg.x + wg.x;
     // Uniform across the workgroup: every value below up to `x` depends on the block alone.
     if (g >= jobs[H_RBLOCKS]) {
@@ -36,8 +36,11 @@ fn decode_blocks_subgroups(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_wo
     var pos = k.pos;
     let end = k.end;
     let first = k.first;
-    let len = k.len;
-    let steps = k.steps;
+    var len = k.len;
+    if (k.list != NO_MAP) {
+        len = rblock_list(k, li);
+    }
+    let steps = (len + 31u) / 32u;
     let below = (1u << (lane & 31u)) - 1u;
     var ok = true;
     // The symbol this state decoded one step before (neighbour contexts, §6.2.7).
@@ -93,6 +96,9 @@ fn decode_blocks_subgroups(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_wo
             fail(chunk, E_RBLOCK_SHORT);
         }
         return;
+    }
+    if (k.list != NO_MAP) {
+        rblock_expand(k, li, len);
     }
     if (live && (pos != end || x != 0x10000u)) {
         fail(chunk, E_RBLOCK_END);

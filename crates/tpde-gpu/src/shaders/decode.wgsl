@@ -47,7 +47,7 @@ const PACKED_REC: u32 = 8u;
 const FINISH_REC: u32 = 16u;
 const SPARSE_REC: u32 = 16u;
 const PLANE_REC: u32 = 4u;
-const RBLOCK_REC: u32 = 12u;
+const RBLOCK_REC: u32 = 13u;
 
 // finish modes
 const M_COPY: u32 = 0u;
@@ -278,7 +278,8 @@ fn decode_lanes(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) n
 // workgroup memory.
 // record: first table, n, blocks, ends (blob byte), states (blob byte), words (blob byte), out
 // (scratch word), chunk, map (blob byte, or NO_MAP), base contexts (the chunk's base byte, or
-// NO_MAP for neighbour contexts), w | float << 8, symbols a block
+// NO_MAP for neighbour contexts), w | float << 8, symbols a block, the coded elements' list
+// (scratch word, or NO_MAP where the map leaves no context unchanged)
 var<workgroup> rb_need: atomic<u32>;
 var<workgroup> rb_mask: u32;
 // Two steps' symbols: a step writes one half while a slow reader may still read the other.
@@ -304,6 +305,7 @@ struct RBlock {
     given: u32,   // base byte of the chunk's first element (base contexts), or NO_MAP
     w: u32,
     float: bool,
+    list: u32,    // scratch word of its record's list of coded elements (§6.4.2), or NO_MAP
 }
 
 // The first slot of the table that decodes symbol i of block k (the plane's symbol first + i):
@@ -312,6 +314,9 @@ struct RBlock {
 fn rblock_table(k: RBlock, i: u32, prev: u32) -> u32 {
     if (k.map == NO_MAP) {
         return k.table;
+    }
+    if (k.list != NO_MAP) {
+        return k.table + blob_byte(k.map + rblock_context(k, scratch[k.list + k.first + i])) * 4096u;
     }
     if (k.given == NO_MAP) {
         return k.table + blob_byte(k.map + prev) * 4096u;
@@ -335,7 +340,7 @@ fn rblock(g: u32) -> RBlock {
     let len = min(size, jobs[d + 1u] - first);
     return RBlock(jobs[d] * 4096u, jobs[d + 4u] + 128u * b, jobs[d + 5u], pos, blob_u32(ends + 4u * b),
                   jobs[d + 6u], first, len, (len + 31u) / 32u, jobs[d + 7u], jobs[d + 8u], jobs[d + 9u],
-                  shape & 0xffu, ((shape >> 8u) & 0xffu) != 0u);
+                  shape & 0xffu, ((shape >> 8u) & 0xffu) != 0u, jobs[d + 12u]);
 }
 
 @compute @workgroup_size(32)
@@ -354,8 +359,11 @@ fn decode_blocks(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) 
     var pos = k.pos;
     let end = k.end;
     let first = k.first;
-    let len = k.len;
-    let steps = k.steps;
+    var len = k.len;
+    if (k.list != NO_MAP) {
+        len = rblock_list(k, j);
+    }
+    let steps = (len + 31u) / 32u;
     var ok = true;
     // The symbol this state decoded one step before (neighbour contexts, §6.2.7).
     var prev = 0u;
@@ -408,6 +416,9 @@ fn decode_blocks(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) 
             fail(chunk, E_RBLOCK_SHORT);
         }
         return;
+    }
+    if (k.list != NO_MAP) {
+        rblock_expand(k, j, len);
     }
     if (pos != end || x != 0x10000u) {
         fail(chunk, E_RBLOCK_END);

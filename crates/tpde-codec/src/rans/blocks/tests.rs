@@ -144,7 +144,8 @@ fn given_tables_agree_in_every_loop_on_valid_and_damaged_records() {
         assert_eq!(layout.words.end, scalar.len());
         let decode = |stored: &[u8], layout: &BlockLayout, l| {
             let mut out = vec![0u8; n];
-            decode_chosen_blocks_with(&slots, Choice::Given(&given), stored, layout, &mut out, l).map(|()| out)
+            let ranges = block_ranges(n, CONTEXT_BLOCK_SYMBOLS);
+            decode_chosen_blocks_with(&slots, Choice::Given(&given), stored, layout, &ranges, &mut out, l).map(|()| out)
         };
         for l in loops() {
             assert_eq!(decode(&scalar, &layout, l).unwrap(), data, "{l:?}, n {n}");
@@ -214,7 +215,9 @@ fn neighbour_tables_agree_in_every_loop_on_valid_and_damaged_records() {
         let layout = BlockLayout::read_sized(&enc, 0, n, CONTEXT_BLOCK_SYMBOLS).unwrap();
         let decode = |stored: &[u8], layout: &BlockLayout, l| {
             let mut out = vec![0u8; n];
-            decode_chosen_blocks_with(&slots, Choice::Neighbour(&map), stored, layout, &mut out, l).map(|()| out)
+            let ranges = block_ranges(n, CONTEXT_BLOCK_SYMBOLS);
+            decode_chosen_blocks_with(&slots, Choice::Neighbour(&map), stored, layout, &ranges, &mut out, l)
+                .map(|()| out)
         };
         for l in loops() {
             assert_eq!(decode(&enc, &layout, l).unwrap(), data, "{l:?}, n {n}");

@@ -9,12 +9,13 @@
 #![allow(unsafe_code)]
 
 use std::arch::x86_64::*;
+use std::ops::Range;
 
 use crate::rans::blocks::{max_index, Block, BlockLoop, Choice, BLOCK_STATES};
 use crate::rans::SCALE_BITS;
 
 /// Decodes every whole step the vector loops can of `blocks` (block b's symbols are
-/// `out[size·b..]`), advancing their states, word positions and steps; the scalar loop
+/// `out[ranges[b]]`, the ranges one after another from 0), advancing their states, word positions and steps; the scalar loop
 /// goes on from there. Does nothing on a CPU with neither loop.
 /// `slots`: 4096 a table; `choice`: how each symbol's table is chosen, where there are several.
 /// `widest`: the widest loop to use ([`BlockLoop::Scalar`] uses none).
@@ -23,7 +24,7 @@ pub(in crate::rans) fn decode(
     choice: Choice<'_>,
     words: &[u8],
     blocks: &mut [Block],
-    size: usize,
+    ranges: &[Range<usize>],
     out: &mut [u8],
     widest: BlockLoop,
 ) {
@@ -52,9 +53,15 @@ pub(in crate::rans) fn decode(
         (false, true) => 2,
         _ => return,
     };
-    let mut outs: Vec<&mut [u8]> = out.chunks_mut(size).collect();
+    let mut outs: Vec<&mut [u8]> = Vec::with_capacity(ranges.len());
+    let mut rest = out;
+    for r in ranges {
+        let (block, after) = std::mem::take(&mut rest).split_at_mut(r.len());
+        outs.push(block);
+        rest = after;
+    }
     let tables: Option<Vec<&[u8]>> = match choice {
-        Choice::Given(t) => Some(t.chunks(size).collect()),
+        Choice::Given(t) => Some(ranges.iter().map(|r| &t[r.clone()]).collect()),
         _ => None,
     };
     // A group runs as long as its shortest block, so the blocks with whole steps left regroup
