@@ -243,13 +243,13 @@ fn encode_planes(
                     _ => false,
                 };
                 if !written {
-                    // Order 0: blocks in a keyframe's chunk, in a delta's where no larger.
+                    // Order 0: blocks in a keyframe's chunk, in a delta's within a margin of the lanes.
                     let blocks = records.blocks && form != PlaneForm::Serial && blocks::worth_it(n);
                     match (blocks, form) {
                         (true, PlaneForm::Contexts) => blocks::write(&table, plane, out),
                         (true, _) => {
                             table.write_record(form, plane, out);
-                            blocks::replace_lanes_if_no_larger(&table, plane, start, out);
+                            blocks::replace_lanes_if_within_margin(&table, plane, start, out);
                         }
                         (false, _) => table.write_record(form, plane, out),
                     }
