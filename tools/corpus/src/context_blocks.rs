@@ -22,7 +22,7 @@ const PREDICTED_BASE: &str = "valid/delta-predicted-context-blocks-base.tpde";
 const PREDICTED: &str = "valid/delta-predicted-context-blocks.tpde";
 
 /// A `planes-context` keyframe whose exponent plane is a mode-8 record.
-pub(crate) const KEYFRAME: &str = "valid/planes-context-blocks.tpde";
+const KEYFRAME: &str = "valid/planes-context-blocks.tpde";
 
 /// The mode-7 and mode-8 records of every chunk 0 of `file`: (tensor, stored bytes, record).
 pub(crate) fn context_blocks(file: &[u8]) -> Vec<(usize, Vec<u8>, PlaneRecord)> {
@@ -235,23 +235,12 @@ pub fn invalid(g: &mut Gen) {
         bad_delta(g, path, "R25", description, bytes, BASE, ErrorKind::Malformed);
     }
     // Mode 8's map, for a symbol the plane never holds (so no symbol decodes differently).
-    let key = g.get(KEYFRAME).bytes.clone();
-    let (t8, stored8, record) = context_blocks(&key).into_iter().next().expect("a mode-8 record");
-    let PlaneRecord::ContextBlocks(model8, layout8) = record else { unreachable!() };
-    let map8 = layout8.ends - model8.tables().iter().map(table_len).sum::<usize>() - 256;
-    assert_eq!(stored8[map8 - 1], 8, "a mode-8 record");
-    let mut plane =
-        vec![0u8; surgery::directory(&key).expect("a valid file").tensors[t8].chunks[0].element_count as usize];
-    model8.decode_neighbour_blocks_with(&stored8, &layout8, &mut plane, rans::BlockLoop::Scalar).expect("valid");
-    let absent = (1..256).find(|&a| !plane.contains(&(a as u8))).expect("a symbol the plane never holds");
-    let mut s8 = stored8.clone();
-    s8[map8 + absent] = 16;
     bad(
         g,
         "r25-context-blocks-neighbour-map-entry-16",
         "R25",
         "a neighbour-context block record (mode 8) whose map sends a symbol the plane never holds to table 16, past the 16 allowed",
-        surgery::with_chunk(&key, t8, 0, &s8).expect("surgery"),
+        with_neighbour_map_entry(g, 16),
         ErrorKind::Malformed,
     );
     // Mode 8 where a tag does not allow it: the first mode-7 plane of the delta re-coded as a
@@ -297,6 +286,23 @@ pub fn invalid(g: &mut Gen) {
         bytes,
         ErrorKind::Malformed,
     );
+}
+
+/// [`KEYFRAME`] with the map entry of its mode-8 record for a symbol the plane never holds set
+/// to `entry`: no symbol decodes differently.
+pub(crate) fn with_neighbour_map_entry(g: &Gen, entry: u8) -> Vec<u8> {
+    let key = g.get(KEYFRAME).bytes.clone();
+    let (t, stored, record) = context_blocks(&key).into_iter().next().expect("a mode-8 record");
+    let PlaneRecord::ContextBlocks(model, layout) = record else { unreachable!() };
+    let map = layout.ends - model.tables().iter().map(table_len).sum::<usize>() - 256;
+    assert_eq!(stored[map - 1], 8, "a mode-8 record");
+    let n = surgery::directory(&key).expect("a valid file").tensors[t].chunks[0].element_count as usize;
+    let mut plane = vec![0u8; n];
+    model.decode_neighbour_blocks_with(&stored, &layout, &mut plane, rans::BlockLoop::Scalar).expect("valid");
+    let absent = (1..256).find(|&a| !plane.contains(&(a as u8))).expect("a symbol the plane never holds");
+    let mut s = stored;
+    s[map + absent] = entry;
+    surgery::with_chunk(&key, t, 0, &s).expect("surgery")
 }
 
 /// `file` (a delta against [`BASE`]) with every base-context lane record (mode 4) re-coded as
