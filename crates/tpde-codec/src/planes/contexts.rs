@@ -101,9 +101,6 @@ pub(super) fn write_base_contexts(
                     map[usize::from(c)] = grouped[usize::from(c)];
                 }
             }
-            if map.iter().all(|&m| m == UNCHANGED) {
-                map = grouped;
-            }
             index(&map, tables);
         }
         let model = if sampled { Contexts::count_tables(map, plane, tables) } else { Contexts::new(map, &pairs) };

@@ -13,10 +13,11 @@
 //! K = ⌈n / 16384⌉. Block b holds symbols 16384·b.. of the plane; its symbol i goes to state
 //! i mod 32 at step ⌊i / 32⌋. States lie in [2^16, 2^32).
 
+use std::ops::Range;
+
+#[cfg(target_arch = "x86_64")]
 use super::simd::blocks as simd;
 use super::*;
-#[cfg(target_arch = "x86_64")]
-use std::ops::Range;
 
 /// Symbols a block of an order-0 record holds (the last holds the rest).
 pub const BLOCK_SYMBOLS: usize = 16384;
@@ -120,10 +121,8 @@ pub(crate) fn encode_given_blocks_with(
     out: &mut Vec<u8>,
     widest: BlockLoop,
 ) {
-    assert_eq!(given.len(), symbols.len());
-    assert!(usize::from(max_index(given)) < tables.len(), "a table index past the tables");
     let ranges = block_ranges(symbols.len(), CONTEXT_BLOCK_SYMBOLS);
-    encode_by(&BlockEncoder::new(tables), Some(given), symbols, &ranges, out, widest);
+    encode_given_ranges_with(tables, given, symbols, &ranges, out, widest);
 }
 
 /// [`encode_given_blocks_with`] for blocks of the symbols at `ranges` of `symbols`, which

@@ -321,7 +321,12 @@ fn rblock_table(k: RBlock, i: u32, prev: u32) -> u32 {
     if (k.given == NO_MAP) {
         return k.table + blob_byte(k.map + prev) * 4096u;
     }
-    return k.table + blob_byte(k.map + base_context(k.given + (k.first + i) * k.w, k.w, k.float)) * 4096u;
+    return k.table + blob_byte(k.map + rblock_context(k, i)) * 4096u;
+}
+
+// The base context of element `e` of block k (its offset in the block).
+fn rblock_context(k: RBlock, e: u32) -> u32 {
+    return base_context(k.given + (k.first + e) * k.w, k.w, k.float);
 }
 
 fn rblock(g: u32) -> RBlock {

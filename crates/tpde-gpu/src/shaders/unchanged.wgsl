@@ -7,11 +7,6 @@
 // workgroup's invocation index `li`).
 var<workgroup> rb_counts: array<u32, 32>;
 
-// The base context of element `e` of block k (its offset in the block).
-fn rblock_context(k: RBlock, e: u32) -> u32 {
-    return base_context(k.given + (k.first + e) * k.w, k.w, k.float);
-}
-
 fn rblock_coded(k: RBlock, e: u32) -> bool {
     return blob_byte(k.map + rblock_context(k, e)) != 0xffu;
 }

@@ -15,8 +15,9 @@ use crate::rans::blocks::{max_index, Block, BlockLoop, Choice, BLOCK_STATES};
 use crate::rans::SCALE_BITS;
 
 /// Decodes every whole step the vector loops can of `blocks` (block b's symbols are
-/// `out[ranges[b]]`, the ranges one after another from 0), advancing their states, word positions and steps; the scalar loop
-/// goes on from there. Does nothing on a CPU with neither loop.
+/// `out[ranges[b]]`, the ranges one after another from 0), advancing their states, word
+/// positions and steps; the scalar loop goes on from there. Does nothing on a CPU with neither
+/// loop.
 /// `slots`: 4096 a table; `choice`: how each symbol's table is chosen, where there are several.
 /// `widest`: the widest loop to use ([`BlockLoop::Scalar`] uses none).
 pub(in crate::rans) fn decode(
