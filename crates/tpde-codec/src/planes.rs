@@ -21,11 +21,12 @@
 //! Each record has its module: [`stored`] (mode 0), [`lanes`] (modes 1 and 2, one table),
 //! [`contexts`] (modes 3, 4, 7 and 8, tables chosen by context), [`sparse`] (mode 5) and
 //! [`blocks`] (mode 6); this one
-//! splits and merges the planes and dispatches by mode, and [`estimate`] holds what the writer
-//! chooses records by.
+//! splits and merges the planes and dispatches by mode, [`estimate`] holds the sizes the writer
+//! chooses records by, and [`cost`] their decode costs and the rule that weighs the two.
 
 mod blocks;
 mod contexts;
+mod cost;
 mod estimate;
 mod lanes;
 mod sparse;
@@ -40,6 +41,7 @@ pub use contexts::{base_contexts, BaseElements, CONTEXT_BLOCKS_SINCE_MINOR};
 pub use estimate::{estimate, histograms, sampled_histograms};
 pub use sparse::{SparsePlane, SPARSE_PLANES_SINCE_MINOR};
 
+use cost::Margin;
 use estimate::coded_bytes;
 
 use crate::rans::{self, BlockLayout, Contexts, LaneLayout, Table};
@@ -172,24 +174,19 @@ thread_local! {
 /// (not worth its decode time).
 /// `records`: the newer records the file may hold.
 pub fn encode(elements: &[u8], w: usize, form: PlaneForm, records: Records, out: &mut Vec<u8>) {
-    encode_with(elements, w, form, None, records, contexts::CONTEXT_GAIN, out);
+    encode_with(elements, w, form, None, records, Margin::KEYFRAME, out);
 }
 
 /// [`encode`] for a keyframe file's chunk: neighbour contexts only where they save more, since
 /// a keyframe is what a resume reads.
 pub fn encode_keyframe(elements: &[u8], w: usize, form: PlaneForm, records: Records, out: &mut Vec<u8>) {
-    let gain = match (w >= 4, records.blocks) {
-        (true, true) => blocks::WIDE_KEYFRAME_CONTEXT_GAIN,
-        (true, false) => contexts::WIDE_KEYFRAME_CONTEXT_GAIN,
-        (false, _) => contexts::CONTEXT_GAIN,
-    };
-    encode_with(elements, w, form, None, records, gain, out);
+    encode_with(elements, w, form, None, records, Margin::keyframe(w, records), out);
 }
 
 /// [`encode`] in [`PlaneForm::BaseContexts`], the elements' base contexts given; with
 /// `records.sparse`, a plane almost all one byte may take a sparse record (spec §6.2.5).
 pub fn encode_against_base(elements: &[u8], w: usize, contexts: &[u8], records: Records, out: &mut Vec<u8>) {
-    encode_with(elements, w, PlaneForm::BaseContexts, Some(contexts), records, contexts::CONTEXT_GAIN, out);
+    encode_with(elements, w, PlaneForm::BaseContexts, Some(contexts), records, Margin::DELTA, out);
 }
 
 fn encode_with(
@@ -198,7 +195,7 @@ fn encode_with(
     form: PlaneForm,
     contexts: Option<&[u8]>,
     records: Records,
-    gain: f64,
+    margin: Margin,
     out: &mut Vec<u8>,
 ) {
     let n = elements.len() / w;
@@ -207,7 +204,7 @@ fn encode_with(
     let sampled = (n >= estimate::SAMPLE_FROM).then(|| sampled_histograms(n, w, |r| &elements[r]));
     SCRATCH.with_borrow_mut(|planes| {
         split_into(elements, w, planes);
-        encode_planes(planes, n, w, sampled.as_deref(), form, contexts, records, gain, out)
+        encode_planes(planes, n, w, sampled.as_deref(), form, contexts, records, margin, out)
     })
 }
 
@@ -220,7 +217,7 @@ fn encode_planes(
     form: PlaneForm,
     contexts: Option<&[u8]>,
     records: Records,
-    gain: f64,
+    margin: Margin,
     out: &mut Vec<u8>,
 ) {
     // The map whose table indices INDICES holds for this chunk's contexts, if any.
@@ -233,29 +230,36 @@ fn encode_planes(
             let hist = rans::histogram(plane);
             let table = Table::from_histogram(&hist);
             let order0 = coded_bytes(&table, &hist, n, form);
-            if order0 < n as f64 * 0.98 {
+            // Coded at all where that saves 2% of storing it (which decodes at copy speed).
+            if cost::saves(order0, n as f64, Margin::KEYFRAME) {
                 let start = out.len();
                 let written = match (form, contexts) {
-                    (PlaneForm::Contexts, _) => contexts::write_contexts(plane, order0, gain, records, out),
+                    (PlaneForm::Contexts, _) => contexts::write_contexts(plane, order0, margin, records, out),
                     (PlaneForm::BaseContexts, Some(c)) => {
                         contexts::write_base_contexts(plane, c, order0, records, &mut indexed, out)
                     }
-                    _ => false,
+                    _ => None,
                 };
-                if !written {
-                    // Order 0: blocks in a keyframe's chunk, in a delta's within a margin of the lanes.
+                // Else order 0: blocks in a keyframe's chunk, in a delta's where chosen over lanes.
+                let cost = written.unwrap_or_else(|| {
                     let blocks = records.blocks && form != PlaneForm::Serial && blocks::worth_it(n);
                     match (blocks, form) {
-                        (true, PlaneForm::Contexts) => blocks::write(&table, plane, out),
+                        (true, PlaneForm::Contexts) => {
+                            blocks::write(&table, plane, out);
+                            cost::BLOCKS
+                        }
                         (true, _) => {
                             table.write_record(form, plane, out);
-                            blocks::replace_lanes_if_within_margin(&table, plane, start, out);
+                            blocks::replace_lanes_if_chosen(&table, plane, start, out)
                         }
-                        (false, _) => table.write_record(form, plane, out),
+                        (false, _) => {
+                            table.write_record(form, plane, out);
+                            cost::LANES
+                        }
                     }
-                }
+                });
                 if records.sparse && form == PlaneForm::BaseContexts {
-                    sparse::write_sparse_if_smaller(plane, &hist, start, out);
+                    sparse::write_sparse_if_chosen(plane, &hist, start, cost, out);
                 }
                 continue;
             }

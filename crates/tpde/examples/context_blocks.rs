@@ -7,6 +7,9 @@
 //!
 //!     cargo run --release -p tpde --example context_blocks -- A.safetensors
 //!     cargo run --release -p tpde --example context_blocks -- --deltas NEW.safetensors BASE.safetensors
+//!
+//! Each table also holds the same planes as order-0 records (modes 2 and 6): the costs of
+//! `planes/cost.rs` in tpde-codec are these rows.
 
 mod measure;
 
@@ -38,6 +41,16 @@ impl Kind {
         }
     }
 
+    /// Adds `plane` as an order-0 lane record (mode 2) of `table`, decoded into `out`.
+    fn add_lanes(&mut self, table: &Table, plane: &[u8], out: &mut [u8]) -> Result<(), String> {
+        let mut rec = Vec::new();
+        rans::encode_lanes(table, plane, &mut rec);
+        let l = LaneLayout::read(&rec, 0, plane.len())?;
+        self.add(rec.len(), &[best(|| rans::decode_lanes(table, &rec, &l, out).unwrap())]);
+        assert_eq!(out, plane);
+        Ok(())
+    }
+
     fn row(&self, name: &str, symbols: u64) {
         let ns: Vec<String> = self.s.iter().map(|s| format!("{:.3}", s * 1e9 / symbols as f64)).collect();
         println!("| {name} | {} | {:.4} | {} |", self.bytes, self.bytes as f64 * 8.0 / symbols as f64, ns.join(" | "));
@@ -66,6 +79,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let [path] = &args[..] else { return Err("usage: context_blocks A.safetensors".into()) };
     let st = SafetensorsFile::open(path.as_ref())?;
     let (mut order0, mut lanes, mut blocks, mut symbols) = (Kind::default(), Kind::default(), Kind::default(), 0);
+    let mut order0_lanes = Kind::default();
     for (_, dtype, _, data) in st.tensors() {
         if !matches!(dtype, DType::BF16 | DType::F32) || data.len() < CONTEXT_BLOCK_SYMBOLS * 4 {
             continue;
@@ -81,6 +95,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let l = BlockLayout::read(&rec, 0, n)?;
             let s = each_loop(|lp| rans::decode_blocks_with(&table, &rec, &l, &mut out, lp).unwrap());
             order0.add(rec.len(), &s);
+            order0_lanes.add_lanes(&table, &plane, &mut out)?;
 
             let pairs = context::pair_counts(&plane, rans::lane_count(n), false);
             let Some(map) = Contexts::group(&pairs) else { continue };
@@ -102,6 +117,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     println!("exponent planes of {path}: {symbols} symbols; ns a symbol on one core");
     println!("| record | bytes | bits a symbol | ns: AVX2 (lanes: best loop) | AVX-512 |\n|---|---:|---:|---:|---:|");
+    order0_lanes.row("order-0 lanes (mode 2)", symbols);
     order0.row("order-0 blocks (mode 6)", symbols);
     lanes.row("context lanes (mode 3)", symbols);
     blocks.row("context blocks (mode 8)", symbols);
@@ -112,6 +128,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 fn deltas(new: &str, base: &str) -> Result<(), Box<dyn std::error::Error>> {
     let (new, base) = (SafetensorsFile::open(new.as_ref())?, SafetensorsFile::open(base.as_ref())?);
     let (mut lanes, mut blocks, mut symbols) = (Kind::default(), Kind::default(), 0);
+    let (mut order0_lanes, mut order0) = (Kind::default(), Kind::default());
     for (_, dtype, new, base) in measure::common_floats(&new, &base) {
         for (chunk, b) in new.chunks(CHUNK).zip(base.chunks(CHUNK)) {
             let x: Vec<u8> = chunk.iter().zip(b).map(|(a, b)| a ^ b).collect();
@@ -136,10 +153,18 @@ fn deltas(new: &str, base: &str) -> Result<(), Box<dyn std::error::Error>> {
             let s = each_loop(|lp| m.decode_given_blocks_with(&rec, &l, &tables, &mut out, lp).unwrap());
             assert_eq!(out, plane);
             blocks.add(rec.len(), &s);
+            let table = Table::from_histogram(&rans::histogram(&plane));
+            order0_lanes.add_lanes(&table, &plane, &mut out)?;
+            let mut rec = Vec::new();
+            rans::encode_blocks(&table, &plane, &mut rec);
+            let l = BlockLayout::read(&rec, 0, n)?;
+            order0.add(rec.len(), &each_loop(|lp| rans::decode_blocks_with(&table, &rec, &l, &mut out, lp).unwrap()));
         }
     }
     println!("top planes of the XOR deltas: {symbols} symbols; ns a symbol on one core");
     println!("| record | bytes | bits a symbol | ns: AVX2 (lanes: best loop) | AVX-512 |\n|---|---:|---:|---:|---:|");
+    order0_lanes.row("order-0 lanes (mode 2)", symbols);
+    order0.row("order-0 blocks (mode 6)", symbols);
     lanes.row("base-context lanes (mode 4)", symbols);
     blocks.row("base-context blocks (mode 7)", symbols);
     Ok(())

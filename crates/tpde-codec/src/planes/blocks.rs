@@ -1,20 +1,13 @@
 //! Mode 6 (spec §6.2.6, since 1.10): one rANS table for the plane, and blocks of 16384 symbols
 //! that each decode with 32 interleaved states over one shared stream of 16-bit words.
 
+use super::cost::{self, Cost, Margin};
 use super::RANS_BLOCKS;
 use crate::rans::{self, BlockLayout, Table, BLOCK_SYMBOLS};
 
 /// The minor version of format 1 that defines block records (mode 6, spec §6.2.6): a writer
 /// writes them only into files that declare it.
 pub const BLOCKS_SINCE_MINOR: u16 = 10;
-
-/// In a keyframe of 4-byte elements that may hold block records, a context record (mode 3) is
-/// written only where it is estimated under this share of the order-0 record's bytes (0.95
-/// without blocks): an order-0 block decodes about three times as fast as a context lane, and
-/// on real fp32 and mixed-precision fine-tunes this made keyframe chunks decode 1.7-1.8x as fast
-/// for 0.29-0.37% more bytes than 1.9's (`examples/block_records`, docs/measurements.md). Not
-/// for 2-byte elements: at 0.95 of the 0.98 they keep, bf16 keyframes grew by 1.25%.
-pub(super) const WIDE_KEYFRAME_CONTEXT_GAIN: f64 = 0.93;
 
 /// Appends a mode-6 record of `plane`: mode, `table`, the blocks.
 pub(super) fn write(table: &Table, plane: &[u8], out: &mut Vec<u8>) {
@@ -30,23 +23,18 @@ pub(super) fn worth_it(n: usize) -> bool {
     n >= BLOCK_SYMBOLS
 }
 
-/// A delta's order-0 plane takes the block form (mode 6) where it is at most this share of the
-/// lane form's (mode 2) bytes. Blocks decode about twice as fast as lanes, and a delta is what
-/// a training run writes every step: at 1.0 (1.10's rule, no byte more) the lanes of a real
-/// fine-tune's f32 Adam-moments delta were 12% of its unpack; at 1.01 the delta is 0.10% larger
-/// and its own decode time 6-12% shorter (0.65-0.70 → 0.50-0.60 of its keyframe's, AVX-512;
-/// `tools/bench/delta_decode.py`, docs/measurements.md); 1.02 gained nothing more.
-const DELTA_BLOCK_MARGIN: f64 = 1.01;
-
 /// Replaces the mode-2 record of `plane` that starts at `start` of `out` with a mode-6 one
-/// where that is within [`DELTA_BLOCK_MARGIN`] of its bytes.
-pub(super) fn replace_lanes_if_within_margin(table: &Table, plane: &[u8], start: usize, out: &mut Vec<u8>) {
+/// where [`cost::chosen`] takes it by a delta's margin, returning the cost of the record left.
+pub(super) fn replace_lanes_if_chosen(table: &Table, plane: &[u8], start: usize, out: &mut Vec<u8>) -> Cost {
     let mut record = Vec::with_capacity(out.len() - start);
     write(table, plane, &mut record);
-    if record.len() as f64 <= (out.len() - start) as f64 * DELTA_BLOCK_MARGIN {
-        out.truncate(start);
-        out.extend_from_slice(&record);
+    let lanes = (out.len() - start) as f64;
+    if !cost::chosen(record.len() as f64, cost::BLOCKS, lanes, cost::LANES, Margin::DELTA) {
+        return cost::LANES;
     }
+    out.truncate(start);
+    out.extend_from_slice(&record);
+    cost::BLOCKS
 }
 
 /// Reads a mode-6 record after its mode byte, at `at`, for a plane of `n` symbols: its table

@@ -5,6 +5,7 @@
 
 use tpde_format::DType;
 
+use super::cost::{self, Cost, Margin};
 use super::estimate::SAMPLE_FROM;
 use super::{
     rotates, with_word, Records, RANS_BASE_CONTEXTS, RANS_BASE_CONTEXT_BLOCKS, RANS_CONTEXTS, RANS_CONTEXT_BLOCKS,
@@ -24,34 +25,36 @@ thread_local! {
 }
 
 /// For a plane about to be coded with one table, at `order0` estimated bytes: writes it as a
-/// context record if that is estimated under `gain` of it (16 tables decode more slowly than
-/// one, so a smaller gain is not worth it), returning whether it did: in blocks (mode 8) where
-/// `records` allows them and the plane fills half a block, else in lanes (mode 3). Chosen from
-/// a sample of the pairs, as the forms are.
-pub(super) fn write_contexts(plane: &[u8], order0: f64, gain: f64, records: Records, out: &mut Vec<u8>) -> bool {
+/// context record where [`cost::chosen`] takes it by `margin` (16 tables decode more slowly
+/// than one), returning its cost if it did: in blocks (mode 8) where `records` allows them and
+/// the plane fills half a block, else in lanes (mode 3). Chosen from a sample of the pairs, as
+/// the forms are.
+pub(super) fn write_contexts(
+    plane: &[u8],
+    order0: f64,
+    margin: Margin,
+    records: Records,
+    out: &mut Vec<u8>,
+) -> Option<Cost> {
     let n = plane.len();
     let sampled = n >= SAMPLE_FROM;
+    let chosen = |cost: Cost| move |bytes: f64| cost::chosen(bytes, cost, order0, Cost::order0(records, n), margin);
     if records.context_blocks && n >= CONTEXT_BLOCK_SYMBOLS / 2 {
+        // Mode 8's lag of 32 codes smaller than mode 3's lag of 1 (blocks are long): f32 Adam
+        // moments' keyframe is 0.6% smaller than 1.10's and decodes as fast or faster
+        // (docs/measurements.md).
         let pairs = context::block_pair_counts(plane, sampled);
-        // The gains of mode 3: on AVX-512 a context block decodes in about 1.3 order-0 blocks'
-        // time, on AVX2 in 2 (a context lane in 2.4), and its lag of 32 codes smaller than a
-        // lane's lag of 1 (blocks are long): at 0.93, f32 Adam moments' keyframe is 0.6%
-        // smaller than 1.10's and decodes as fast or faster (docs/measurements.md).
-        let Some(map) = worth(&pairs, n, order0 * gain) else {
-            return false;
-        };
+        let map = worth(&pairs, n, chosen(cost::CONTEXT_BLOCKS))?;
         out.push(RANS_CONTEXT_BLOCKS);
         Contexts::encode_neighbour_blocks(map, (!sampled).then_some(&*pairs), plane, out);
-        return true;
+        return Some(cost::CONTEXT_BLOCKS);
     }
     let lanes = rans::lane_count(n);
     let pairs = context::pair_counts(plane, lanes, sampled);
-    let Some(map) = worth(&pairs, n, order0 * gain) else {
-        return false;
-    };
+    let map = worth(&pairs, n, chosen(cost::CONTEXT_LANES))?;
     out.push(RANS_CONTEXTS);
     Contexts::encode_neighbours(map, (!sampled).then_some(&*pairs), plane, out);
-    true
+    Some(cost::CONTEXT_LANES)
 }
 
 /// [`write_contexts`] for a base-context record (spec §6.4.1), with the plane's base contexts
@@ -66,18 +69,21 @@ pub(super) fn write_base_contexts(
     records: Records,
     indexed: &mut Option<[u8; 256]>,
     out: &mut Vec<u8>,
-) -> bool {
+) -> Option<Cost> {
     let n = plane.len();
     let sampled = n >= SAMPLE_FROM;
     let mut pairs = context::given_pair_counts(plane, contexts, sampled);
     let blocks = records.context_blocks && n >= CONTEXT_BLOCK_SYMBOLS / 2;
-    let gain = if blocks { BASE_CONTEXT_BLOCK_GAIN } else { BASE_CONTEXT_GAIN };
     // In blocks, the contexts whose bytes are all 0 may be left out (spec §6.4.2): their
     // rows leave the pair counts, and the map sends them to UNCHANGED.
     let all = counted(&pairs);
-    let unchanged = if blocks { unchanged_contexts(&mut pairs) } else { [false; 256] };
-    let Some(grouped) = worth_of(&pairs, n, all, order0 * gain) else {
-        return false;
+    let (unchanged, left_out) = if blocks { unchanged_contexts(&mut pairs) } else { ([false; 256], 0.0) };
+    let cost = Cost::base_context_blocks(left_out);
+    let grouped = if blocks {
+        let order0_cost = Cost::order0(records, n);
+        worth_of(&pairs, n, all, |bytes| cost::chosen(bytes, cost, order0, order0_cost, Margin::DELTA))?
+    } else {
+        worth_of(&pairs, n, all, |bytes| cost::saves(bytes, order0, Margin::DELTA_LANES))?
     };
     let mut map = grouped;
     for (m, _) in map.iter_mut().zip(unchanged).filter(|&(_, u)| u) {
@@ -112,30 +118,26 @@ pub(super) fn write_base_contexts(
             model.encode_given(plane, tables, out);
         }
     });
-    true
+    Some(if blocks { cost } else { cost::BASE_CONTEXT_LANES })
 }
 
-/// A mode 7 record leaves out the contexts whose bytes are all 0 where they hold at least
-/// this share of the plane: below it, leaving out and expanding cost more than the symbols
-/// left out save on AVX2 (`examples/constant_contexts`: 1.07-1.2 times faster at 0.42-0.50
-/// of the symbols, 10% slower at 0.25; AVX-512 VBMI2 gains from about 0.25).
-const UNCHANGED_SHARE: f64 = 0.4;
-
-/// The contexts of `pairs` (counts of (base context, byte)) whose bytes are all 0, if they hold
-/// at least [`UNCHANGED_SHARE`] of the symbols counted and not all of them: their rows are
-/// cleared from `pairs`.
-fn unchanged_contexts(pairs: &mut context::Pairs) -> [bool; 256] {
+/// The contexts of `pairs` (counts of (base context, byte)) whose bytes are all 0, and the
+/// share of the symbols counted they hold, where leaving them out makes the record decode
+/// faster ([`cost::leave_out`]) and they are not all of them: their rows are cleared from
+/// `pairs`.
+fn unchanged_contexts(pairs: &mut context::Pairs) -> ([bool; 256], f64) {
     let count = |row: &[u32; 256]| row.iter().copied().map(u64::from).sum::<u64>();
     let unchanged: [bool; 256] = std::array::from_fn(|a| pairs[a][0] > 0 && count(&pairs[a]) == u64::from(pairs[a][0]));
     let total: u64 = pairs.iter().map(count).sum();
     let left_out: u64 = pairs.iter().zip(unchanged).filter(|&(_, u)| u).map(|(row, _)| count(row)).sum();
-    if (left_out as f64) < UNCHANGED_SHARE * total as f64 || left_out == total {
-        return [false; 256];
+    let share = left_out as f64 / total.max(1) as f64;
+    if !cost::leave_out(share) || left_out == total {
+        return ([false; 256], 0.0);
     }
     for (row, _) in pairs.iter_mut().zip(unchanged).filter(|&(_, u)| u) {
         *row = [0; 256];
     }
-    unchanged
+    (unchanged, share)
 }
 
 /// Whether every byte of `plane` whose table index is UNCHANGED is 0: one pass the compiler
@@ -144,31 +146,10 @@ fn left_out_are_zero(plane: &[u8], tables: &[u8]) -> bool {
     plane.iter().zip(tables).fold(0u8, |acc, (&p, &t)| acc | (p & u8::from(t == UNCHANGED).wrapping_neg())) == 0
 }
 
-/// A base-context record in lanes is written where it is estimated under this share of the
-/// order-0 record's bytes.
-const BASE_CONTEXT_GAIN: f64 = 0.95;
-
-/// The same for a base-context record in blocks, which decodes almost as fast as an order-0
-/// block (one more load a step), so any gain is worth it.
-const BASE_CONTEXT_BLOCK_GAIN: f64 = 0.99;
-
-/// A neighbour-context record in a keyframe of 4- or 8-byte elements is written where it is
-/// estimated under this share of the order-0 record's bytes. A context symbol decodes in about
-/// 1.8 ns on a Zen 3 core, an order-0 one in 1.1: at 0.98, the top planes of f32 Adam moments
-/// took 81 ms of a 121 ms keyframe decode; at 0.95, 63 ms, for 0.27% more bytes at most (issue
-/// 38: a keyframe may grow by 0.3% for speed; `examples/keyframe_planes`).
-pub(super) const WIDE_KEYFRAME_CONTEXT_GAIN: f64 = 0.95;
-
-/// The same everywhere else: in a delta file's keyframe chunks (delta files must not grow) and
-/// in keyframes of 1- and 2-byte elements. A 2-byte element's top plane is about twice the
-/// share of its chunk a 4-byte one's is, so the same plane saving grows the file twice as much:
-/// at 0.95, bf16 Adam moments' keyframes grew by 0.45-0.9%.
-pub(super) const CONTEXT_GAIN: f64 = 0.98;
-
 /// The map grouping these pair counts (of a plane of `n` symbols, or a sample of it) when its
-/// record is estimated under `limit` bytes.
-fn worth(pairs: &context::Pairs, n: usize, limit: f64) -> Option<[u8; 256]> {
-    worth_of(pairs, n, counted(pairs), limit)
+/// record's estimated bytes are `chosen`.
+fn worth(pairs: &context::Pairs, n: usize, chosen: impl Fn(f64) -> bool) -> Option<[u8; 256]> {
+    worth_of(pairs, n, counted(pairs), chosen)
 }
 
 /// The symbols `pairs` counts.
@@ -178,10 +159,10 @@ fn counted(pairs: &context::Pairs) -> u64 {
 
 /// [`worth`] for pair counts of `counted` symbols, some of whose rows may have been cleared
 /// (the unchanged contexts', which cost nothing).
-fn worth_of(pairs: &context::Pairs, n: usize, counted: u64, limit: f64) -> Option<[u8; 256]> {
+fn worth_of(pairs: &context::Pairs, n: usize, counted: u64, chosen: impl Fn(f64) -> bool) -> Option<[u8; 256]> {
     let map = Contexts::group(pairs)?;
     let bytes = Contexts::estimate(&map, pairs, n as f64 / counted.max(1) as f64) + 8.0 * rans::lane_count(n) as f64;
-    (bytes < limit).then_some(map)
+    chosen(bytes).then_some(map)
 }
 
 /// The base context of every element of `base` (spec §6.4.1): the top byte of its `planes`
@@ -261,8 +242,38 @@ pub(super) fn with_base_tables<'m>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{encode, encode_keyframe, PlaneForm, Records, RANS_LANES, STORED};
+    use super::super::{encode, encode_against_base, encode_keyframe, PlaneForm, Records, RANS_LANES, STORED};
     use super::*;
+
+    /// A base-context block record leaves out its unchanged contexts only where that makes it
+    /// decode faster by the cost table: a quarter of the symbols is too few, a half enough.
+    #[test]
+    fn contexts_are_left_out_only_where_that_decodes_faster() {
+        let n = 1 << 17;
+        let mut x = 0x9E37_79B9u32;
+        let contexts: Vec<u8> = (0..n).map(|i| (i % 64) as u8).collect();
+        for (unchanged, left_out) in [(16, false), (32, true)] {
+            // Contexts below `unchanged` hold 0; the others never do.
+            let plane: Vec<u8> = contexts
+                .iter()
+                .map(|&c| {
+                    x ^= x << 13;
+                    x ^= x >> 17;
+                    x ^= x << 5;
+                    if c < unchanged {
+                        0
+                    } else {
+                        1 + (x >> 8).trailing_zeros().min(12) as u8
+                    }
+                })
+                .collect();
+            let mut out = Vec::new();
+            encode_against_base(&plane, 1, &contexts, Records::of(CONTEXT_BLOCKS_SINCE_MINOR), &mut out);
+            assert_eq!(out[0], RANS_BASE_CONTEXT_BLOCKS);
+            let (model, _) = parse_blocks(&out, 1, n, true).unwrap();
+            assert_eq!(model.has_unchanged(), left_out, "{unchanged} of 64 contexts unchanged");
+        }
+    }
 
     /// A keyframe file's top plane of 4-byte elements takes neighbour contexts only where they
     /// save more than in a delta file's keyframe chunk: on planes whose symbols lean on the one

@@ -5,6 +5,7 @@ use std::ops::Range;
 
 use tpde_format::CodecTag;
 
+use super::cost::{self, Cost, Margin};
 use super::estimate::coded_bytes;
 use super::{lanes, PlaneForm, PlaneRecord, RANS_LANES, SPARSE, STORED};
 use crate::positions::PositionCoder;
@@ -88,13 +89,15 @@ pub(super) fn decode(sparse: &SparsePlane, stored: &[u8], out: &mut [u8]) -> Res
     SPARSE_SCRATCH.with_borrow_mut(|(positions, values)| sparse.decode(stored, positions, values, out))
 }
 
-/// Replaces the record of `plane` written at `start` of `out` by a sparse record (spec §6.2.5)
-/// when at most [`SPARSE_SHARE`] of the plane differs from its commonest byte and the sparse
-/// record is smaller: it then decodes faster too (a fill, a few positions, their bytes).
-pub(super) fn write_sparse_if_smaller(plane: &[u8], hist: &[u64; 256], start: usize, out: &mut Vec<u8>) {
+/// Replaces the record of `plane` written at `start` of `out`, costing `cost` to decode, by a
+/// sparse record (spec §6.2.5) when at most [`SPARSE_SHARE`] of the plane differs from its
+/// commonest byte and [`cost::chosen`] takes it by a delta's margin (a fill, a few positions
+/// and their bytes decode faster than any rANS record of the plane).
+pub(super) fn write_sparse_if_chosen(plane: &[u8], hist: &[u64; 256], start: usize, cost: Cost, out: &mut Vec<u8>) {
     let n = plane.len();
     let fill = (0..256).max_by_key(|&b| hist[b]).expect("256 symbols") as u8;
-    if (n as u64 - hist[usize::from(fill)]) as f64 > n as f64 * SPARSE_SHARE {
+    let listed = (n as u64 - hist[usize::from(fill)]) as f64;
+    if listed > n as f64 * SPARSE_SHARE {
         return;
     }
     SPARSE_SCRATCH.with_borrow_mut(|(positions, values)| {
@@ -125,7 +128,8 @@ pub(super) fn write_sparse_if_smaller(plane: &[u8], hist: &[u64; 256], start: us
         } else {
             super::stored::write(values, &mut record);
         }
-        if record.len() < out.len() - start {
+        let sparse = Cost::sparse(listed / n as f64);
+        if cost::chosen(record.len() as f64, sparse, (out.len() - start) as f64, cost, Margin::DELTA) {
             out.truncate(start);
             out.extend_from_slice(&record);
         }
