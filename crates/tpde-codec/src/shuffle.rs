@@ -119,6 +119,15 @@ unsafe fn split_avx2<const W: usize>(elements: &[u8], planes: &mut [u8]) {
 /// 256-entry lookup scalar, and that loop was 8% of a one-core bf16 delta decode.
 pub(crate) fn map_bytes(map: &[u8; 256], bytes: &mut [u8]) {
     #[cfg(target_arch = "x86_64")]
+    if crate::isa::avx512(false, true) {
+        // SAFETY: the CPU has AVX-512 F, BW and VBMI.
+        #[allow(unsafe_code)]
+        unsafe {
+            map_bytes_vbmi(map, bytes)
+        };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     if crate::isa::avx2() {
         // SAFETY: the CPU has AVX2.
         #[allow(unsafe_code)]
@@ -170,6 +179,33 @@ unsafe fn map_bytes_avx2(map: &[u8; 256], bytes: &mut [u8]) {
         }
         // SAFETY: the block is 32 bytes.
         unsafe { _mm256_storeu_si256(block.as_mut_ptr().cast(), v[0]) };
+    }
+    map_bytes_scalar(map, blocks.into_remainder());
+}
+
+/// [`map_bytes`] on AVX-512 VBMI, 64 bytes at a time: two 128-entry lookups (`vpermi2b`, by
+/// each byte's low 7 bits) and a blend by its top bit. About a quarter of the AVX2 loop's time
+/// (which was 5.8% of a one-core bf16 delta unpack).
+///
+/// # Safety
+/// The CPU must have AVX-512 F, BW and VBMI.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+#[allow(unsafe_code)]
+unsafe fn map_bytes_vbmi(map: &[u8; 256], bytes: &mut [u8]) {
+    use std::arch::x86_64::*;
+    // SAFETY: four 64-byte loads inside the 256-byte map.
+    let [t0, t1, t2, t3]: [__m512i; 4] =
+        std::array::from_fn(|q| unsafe { _mm512_loadu_si512(map.as_ptr().add(64 * q).cast()) });
+    let mut blocks = bytes.chunks_exact_mut(64);
+    for block in &mut blocks {
+        // SAFETY: the block is 64 bytes.
+        let c = unsafe { _mm512_loadu_si512(block.as_ptr().cast()) };
+        let low = _mm512_permutex2var_epi8(t0, c, t1);
+        let high = _mm512_permutex2var_epi8(t2, c, t3);
+        let v = _mm512_mask_blend_epi8(_mm512_movepi8_mask(c), low, high);
+        // SAFETY: the block is 64 bytes.
+        unsafe { _mm512_storeu_si512(block.as_mut_ptr().cast(), v) };
     }
     map_bytes_scalar(map, blocks.into_remainder());
 }
@@ -381,8 +417,8 @@ word!(u8, u16, u32, u64);
 mod tests {
     use super::*;
 
-    /// The AVX2 lookup gives what the scalar one gives, for every byte under random maps (and
-    /// the map of the identity), at lengths around the 32-byte blocks.
+    /// The AVX2 and AVX-512 lookups give what the scalar one gives, for every byte under random
+    /// maps (and the map of the identity), at lengths around the 32- and 64-byte blocks.
     #[test]
     fn map_bytes_is_the_scalar_lookup() {
         let mut x = 0x9E37_79B9u32;
@@ -399,9 +435,19 @@ mod tests {
                 let bytes: Vec<u8> = (0..len).map(|i| if len == 256 { i as u8 } else { next() as u8 }).collect();
                 let mut want = bytes.clone();
                 map_bytes_scalar(&map, &mut want);
-                let mut got = bytes;
+                let mut got = bytes.clone();
                 map_bytes(&map, &mut got);
                 assert_eq!(got, want, "round {round}, {len} bytes");
+                #[cfg(target_arch = "x86_64")]
+                if crate::isa::avx2() {
+                    let mut got = bytes.clone();
+                    // SAFETY: the CPU has AVX2.
+                    #[allow(unsafe_code)]
+                    unsafe {
+                        map_bytes_avx2(&map, &mut got)
+                    };
+                    assert_eq!(got, want, "AVX2, round {round}, {len} bytes");
+                }
             }
         }
     }
