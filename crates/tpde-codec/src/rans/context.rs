@@ -357,7 +357,8 @@ impl Contexts {
         let (mut coded, mut kept) = (Vec::new(), Vec::new());
         let ranges = unchanged::leave_out(tables, CONTEXT_BLOCK_SYMBOLS, &mut coded);
         unchanged::leave_out_of(tables, symbols, CONTEXT_BLOCK_SYMBOLS, &mut kept);
-        super::blocks::encode_given_ranges_with(&self.tables, &coded, &kept, &ranges, out, widest);
+        let n = unchanged::coded_count(&ranges);
+        super::blocks::encode_given_ranges_with(&self.tables, &coded[..n], &kept[..n], &ranges, out, widest);
     }
 
     /// Decodes `out.len()` symbols from blocks laid out as `layout` in `stored`, symbol i with
@@ -398,15 +399,19 @@ impl Contexts {
         // Leave the unchanged elements out, decode the others, put them back among zeros.
         CODED.with_borrow_mut(|(coded, decoded)| {
             let ranges = unchanged::leave_out(tables, layout.size, coded);
-            decoded.resize(coded.len() + unchanged::PADDING, 0);
-            let given = Choice::Given(coded);
+            let n = unchanged::coded_count(&ranges);
+            // Grown as needed, never shortened (zeroing it afresh each plane showed in profiles).
+            if decoded.len() < n + unchanged::PADDING {
+                decoded.resize(n + unchanged::PADDING, 0);
+            }
+            let given = Choice::Given(&coded[..n]);
             super::blocks::decode_chosen_blocks_with(
                 &slots,
                 given,
                 stored,
                 layout,
                 &ranges,
-                &mut decoded[..coded.len()],
+                &mut decoded[..n],
                 widest,
             )?;
             unchanged::expand(tables, decoded, out);

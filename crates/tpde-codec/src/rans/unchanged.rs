@@ -21,8 +21,10 @@ pub const UNCHANGED: u8 = 0xFF;
 pub(crate) const PADDING: usize = 64;
 
 /// The table indices of the coded elements of `tables` (those not [`UNCHANGED`]), in order,
-/// into `coded` (of any length and content), and where each block of `size` elements has its
-/// share of them: one range a block, one after another from 0.
+/// into the start of `coded` (of any length and content, grown as needed and not shortened: a
+/// thread's buffer zeroed afresh for every plane was 1.5% of a bf16 delta's unpack), and where
+/// each block of `size` elements has its share of them: one range a block, one after another
+/// from 0, so the last range's end is how many were coded.
 pub(crate) fn leave_out(tables: &[u8], size: usize, coded: &mut Vec<u8>) -> Vec<Range<usize>> {
     leave_out_of(tables, tables, size, coded)
 }
@@ -31,7 +33,9 @@ pub(crate) fn leave_out(tables: &[u8], size: usize, coded: &mut Vec<u8>) -> Vec<
 pub(crate) fn leave_out_of(tables: &[u8], values: &[u8], size: usize, coded: &mut Vec<u8>) -> Vec<Range<usize>> {
     assert_eq!(tables.len(), values.len());
     // Room for a whole vector's store past the last kept byte.
-    coded.resize(tables.len() + PADDING, 0);
+    if coded.len() < tables.len() + PADDING {
+        coded.resize(tables.len() + PADDING, 0);
+    }
     let mut at = 0;
     let ranges = block_ranges(tables.len(), size)
         .into_iter()
@@ -41,8 +45,12 @@ pub(crate) fn leave_out_of(tables: &[u8], values: &[u8], size: usize, coded: &mu
             start..at
         })
         .collect();
-    coded.truncate(at);
     ranges
+}
+
+/// How many elements `ranges` (from [`leave_out`]) say were coded.
+pub(crate) fn coded_count(ranges: &[Range<usize>]) -> usize {
+    ranges.last().map_or(0, |r| r.end)
 }
 
 /// Appends the bytes of `values` whose byte of `tables` is not [`UNCHANGED`] to `coded` at
@@ -263,7 +271,7 @@ mod tests {
                 let kept: Vec<u8> = tables.iter().copied().filter(|&t| t != UNCHANGED).collect();
                 let mut coded = Vec::new();
                 let ranges = leave_out(&tables, 65_536, &mut coded);
-                assert_eq!(coded, kept, "{case}");
+                assert_eq!(coded[..coded_count(&ranges)], kept, "{case}");
                 assert_eq!(
                     ranges,
                     block_ranges(n, 65_536)
