@@ -37,15 +37,14 @@ pub(crate) fn leave_out_of(tables: &[u8], values: &[u8], size: usize, coded: &mu
         coded.resize(tables.len() + PADDING, 0);
     }
     let mut at = 0;
-    let ranges = block_ranges(tables.len(), size)
+    block_ranges(tables.len(), size)
         .into_iter()
         .map(|block| {
             let start = at;
             at = compress(&tables[block.clone()], &values[block], coded, at);
             start..at
         })
-        .collect();
-    ranges
+        .collect()
 }
 
 /// How many elements `ranges` (from [`leave_out`]) say were coded.
