@@ -29,7 +29,7 @@ pub(super) fn replace_lanes_if_chosen(table: &Table, plane: &[u8], start: usize,
     let mut record = Vec::with_capacity(out.len() - start);
     write(table, plane, &mut record);
     let lanes = (out.len() - start) as f64;
-    if !cost::chosen(plane.len(), record.len() as f64, cost::BLOCKS, lanes, cost::LANES, Margin::DELTA) {
+    if !cost::chosen(record.len() as f64, cost::BLOCKS, lanes, cost::LANES, Margin::DELTA) {
         return cost::LANES;
     }
     out.truncate(start);

@@ -38,7 +38,7 @@ pub(super) fn write_contexts(
 ) -> Option<Cost> {
     let n = plane.len();
     let sampled = n >= SAMPLE_FROM;
-    let chosen = |cost: Cost| move |bytes: f64| cost::chosen(n, bytes, cost, order0, Cost::order0(records, n), margin);
+    let chosen = |cost: Cost| move |bytes: f64| cost::chosen(bytes, cost, order0, Cost::order0(records, n), margin);
     if records.context_blocks && n >= CONTEXT_BLOCK_SYMBOLS / 2 {
         // Mode 8's lag of 32 codes smaller than mode 3's lag of 1 (blocks are long): f32 Adam
         // moments' keyframe is 0.6% smaller than 1.10's and decodes as fast or faster
@@ -81,7 +81,7 @@ pub(super) fn write_base_contexts(
     let cost = Cost::base_context_blocks(left_out);
     let grouped = if blocks {
         let order0_cost = Cost::order0(records, n);
-        worth_of(&pairs, n, all, |bytes| cost::chosen(n, bytes, cost, order0, order0_cost, Margin::DELTA))?
+        worth_of(&pairs, n, all, |bytes| cost::chosen(bytes, cost, order0, order0_cost, Margin::DELTA))?
     } else {
         worth_of(&pairs, n, all, |bytes| cost::saves(bytes, order0, Margin::DELTA_LANES))?
     };

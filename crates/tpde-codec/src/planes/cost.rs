@@ -97,13 +97,9 @@ impl Cost {
     }
 }
 
-/// What a slower record must save to be written: a share of the faster record's bytes, plus,
-/// in a delta, bytes for each nanosecond of decode time it costs more.
+/// The share of the faster record's bytes that a slower record must save to be written.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) struct Margin {
-    share: f64,
-    bytes_per_ns: f64,
-}
+pub(super) struct Margin(f64);
 
 impl Margin {
     /// Keyframe chunks of 4- and 8-byte elements in files that may hold block records: 7%. An
@@ -111,30 +107,24 @@ impl Margin {
     /// lane); on real fp32 and mixed-precision fine-tunes this made keyframe chunks decode
     /// 1.7-1.8x as fast for 0.29-0.37% more bytes than 1.9's (`examples/block_records`), and
     /// under 1.11 the f32 Adam moments' keyframe is 0.6% smaller than 1.10's and decodes as fast.
-    pub(super) const WIDE_KEYFRAME: Margin = Margin { share: 0.07, bytes_per_ns: 0.0 };
+    pub(super) const WIDE_KEYFRAME: Margin = Margin(0.07);
     /// The same in files without block records (1.9's writer): 5%. At 2% the top planes of f32
     /// Adam moments took 81 ms of a 121 ms keyframe decode, at 5% 63 ms, for 0.27% more bytes
     /// at most (issue 38: a keyframe may grow by 0.3% for speed; `examples/keyframe_planes`).
-    pub(super) const WIDE_KEYFRAME_LANES: Margin = Margin { share: 0.05, bytes_per_ns: 0.0 };
+    pub(super) const WIDE_KEYFRAME_LANES: Margin = Margin(0.05);
     /// Keyframes of 1- and 2-byte elements and a delta file's keyframe chunks: 2%. A 2-byte
     /// element's top plane is about twice the share of its chunk a 4-byte one's is, so the same
     /// plane margin grows the file twice as much: at 5%, bf16 Adam moments' keyframes grew by
     /// 0.45-0.9%. Coding a plane at all (against storing it) takes the same 2%.
-    pub(super) const KEYFRAME: Margin = Margin { share: 0.02, bytes_per_ns: 0.0 };
-    /// A delta's planes in files that may hold context block records (1.11): 1%, and 0.02 bytes
-    /// (20 bytes a microsecond) for each nanosecond the slower record costs more. A share alone
-    /// kept the small records of near-empty planes in lanes, whose index is smaller than
-    /// blocks': in an every-step AdamW run the residuals' low planes were 3.8 ms of a 16.8 ms
-    /// predicted reverse hop. With the time term two hops decode in 35 ms, not 39.5, for 0.06%
-    /// more bytes; the README's deltas grow by 0.06-0.23%, the near-empty bf16 delta by 1.6%
-    /// (its top planes listed sparse: its AVX2 decode 0.82 → 0.75 of its keyframe's); at 0.05
-    /// the pure-bf16 row grew 0.8% (docs/measurements.md). At 0% share the lanes left in a real
-    /// f32 Adam-moments delta took 12% of its unpack, at 1% 0.10% more bytes bought 6-12% of
-    /// its decode, and 2% gained nothing more.
-    pub(super) const DELTA: Margin = Margin { share: 0.01, bytes_per_ns: 0.02 };
+    pub(super) const KEYFRAME: Margin = Margin(0.02);
+    /// A delta's planes in files that may hold context block records (1.11): 1%. At 0% the
+    /// lanes left in a real f32 Adam-moments delta took 12% of its unpack; at 1% the delta is
+    /// 0.10% larger and its own decode 6-12% shorter (`tools/bench/delta_decode.py`); 2% gained
+    /// nothing more.
+    pub(super) const DELTA: Margin = Margin(0.01);
     /// A delta's base-context records in lanes (mode 4) against one table: 5%, 1.8's writer's
     /// margin, when mode 4 was measured 1.45 times slower than mode 2 (issue 38).
-    pub(super) const DELTA_LANES: Margin = Margin { share: 0.05, bytes_per_ns: 0.0 };
+    pub(super) const DELTA_LANES: Margin = Margin(0.05);
 
     /// The margin of a keyframe chunk of `w`-byte elements in a file that may hold `records`.
     pub(super) fn keyframe(w: usize, records: Records) -> Margin {
@@ -147,21 +137,19 @@ impl Margin {
 }
 
 /// Whether a record of `bytes` costing `cost` is written rather than one of `than_bytes`
-/// costing `than`, for a plane of `n` symbols: the faster one, unless the slower saves more
-/// than `margin` asks.
-pub(super) fn chosen(n: usize, bytes: f64, cost: Cost, than_bytes: f64, than: Cost, margin: Margin) -> bool {
-    let time = n as f64 * (cost.avx2 - than.avx2).abs() * margin.bytes_per_ns;
+/// costing `than`: the faster one, unless the slower saves more than `margin` of its bytes.
+pub(super) fn chosen(bytes: f64, cost: Cost, than_bytes: f64, than: Cost, margin: Margin) -> bool {
     if cost.faster_than(than) {
-        than_bytes >= bytes * (1.0 - margin.share) - time
+        !saves(than_bytes, bytes, margin)
     } else {
-        bytes < than_bytes * (1.0 - margin.share) - time
+        saves(bytes, than_bytes, margin)
     }
 }
 
-/// Whether a record of `bytes` saves more than `margin`'s share of `than_bytes`: the rule for
-/// a record not ranked by cost (mode 4 against one table, a record against the stored plane).
+/// Whether a record of `bytes` saves more than `margin` of `than_bytes`: the rule for a record
+/// not ranked by cost (mode 4 against one table).
 pub(super) fn saves(bytes: f64, than_bytes: f64, margin: Margin) -> bool {
-    bytes < than_bytes * (1.0 - margin.share)
+    bytes < than_bytes * (1.0 - margin.0)
 }
 
 /// Whether leaving out the unchanged contexts, `left_out` of a mode-7 record's symbols, makes
@@ -177,21 +165,15 @@ mod tests {
     use super::*;
 
     /// The margins reproduce the thresholds they replaced: a context record in a keyframe
-    /// under 0.93 of the order-0 block record, whatever the plane's length; a delta's order-0
-    /// blocks within about 1% of its lanes, plus 0.02 bytes for each nanosecond they save.
+    /// under 0.93 of the order-0 block record, a delta's order-0 blocks within about 1% of its
+    /// lanes.
     #[test]
     fn the_slower_record_must_save_the_margin() {
         let m = Margin::WIDE_KEYFRAME;
-        for n in [0, 1 << 20] {
-            assert!(chosen(n, 92.9, CONTEXT_BLOCKS, 100.0, BLOCKS, m));
-            assert!(!chosen(n, 93.0, CONTEXT_BLOCKS, 100.0, BLOCKS, m));
-        }
-        assert!(chosen(0, 101.0, BLOCKS, 100.0, LANES, Margin::DELTA));
-        assert!(!chosen(0, 101.2, BLOCKS, 100.0, LANES, Margin::DELTA));
-        // 1000 symbols, 481 ns saved: 9.62 bytes more allowed.
-        let limit = (100.0 + 1000.0 * (LANES.avx2 - BLOCKS.avx2) * 0.02) / 0.99;
-        assert!(chosen(1000, limit - 0.05, BLOCKS, 100.0, LANES, Margin::DELTA));
-        assert!(!chosen(1000, limit + 0.05, BLOCKS, 100.0, LANES, Margin::DELTA));
+        assert!(chosen(92.9, CONTEXT_BLOCKS, 100.0, BLOCKS, m));
+        assert!(!chosen(93.0, CONTEXT_BLOCKS, 100.0, BLOCKS, m));
+        assert!(chosen(101.0, BLOCKS, 100.0, LANES, Margin::DELTA));
+        assert!(!chosen(101.2, BLOCKS, 100.0, LANES, Margin::DELTA));
     }
 
     /// AVX-512 ranks the records that compete for a plane as AVX2 does: a keyframe's order-0

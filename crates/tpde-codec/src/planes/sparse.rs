@@ -129,7 +129,7 @@ pub(super) fn write_sparse_if_chosen(plane: &[u8], hist: &[u64; 256], start: usi
             super::stored::write(values, &mut record);
         }
         let sparse = Cost::sparse(listed / n as f64);
-        if cost::chosen(n, record.len() as f64, sparse, (out.len() - start) as f64, cost, Margin::DELTA) {
+        if cost::chosen(record.len() as f64, sparse, (out.len() - start) as f64, cost, Margin::DELTA) {
             out.truncate(start);
             out.extend_from_slice(&record);
         }
