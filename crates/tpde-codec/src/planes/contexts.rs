@@ -77,7 +77,7 @@ pub(super) fn write_base_contexts(
     // In blocks, the contexts whose bytes are all 0 may be left out (spec §6.4.2): their
     // rows leave the pair counts, and the map sends them to UNCHANGED.
     let all = counted(&pairs);
-    let (unchanged, left_out) = if blocks { unchanged_contexts(&mut pairs) } else { ([false; 256], 0.0) };
+    let (unchanged, left_out) = if blocks { unchanged_contexts(&mut pairs, all) } else { ([false; 256], 0.0) };
     let cost = Cost::base_context_blocks(left_out);
     let grouped = if blocks {
         let order0_cost = Cost::order0(records, n);
@@ -121,14 +121,13 @@ pub(super) fn write_base_contexts(
     Some(if blocks { cost } else { cost::BASE_CONTEXT_LANES })
 }
 
-/// The contexts of `pairs` (counts of (base context, byte)) whose bytes are all 0, and the
-/// share of the symbols counted they hold, where leaving them out makes the record decode
-/// faster ([`cost::leave_out`]) and they are not all of them: their rows are cleared from
-/// `pairs`.
-fn unchanged_contexts(pairs: &mut context::Pairs) -> ([bool; 256], f64) {
+/// The contexts of `pairs` (counts of (base context, byte), `total` in all) whose bytes are all
+/// 0, and the share of the symbols counted they hold, where leaving them out makes the record
+/// decode faster ([`cost::leave_out`]) and they are not all of them: their rows are cleared
+/// from `pairs`.
+fn unchanged_contexts(pairs: &mut context::Pairs, total: u64) -> ([bool; 256], f64) {
     let count = |row: &[u32; 256]| row.iter().copied().map(u64::from).sum::<u64>();
     let unchanged: [bool; 256] = std::array::from_fn(|a| pairs[a][0] > 0 && count(&pairs[a]) == u64::from(pairs[a][0]));
-    let total: u64 = pairs.iter().map(count).sum();
     let left_out: u64 = pairs.iter().zip(unchanged).filter(|&(_, u)| u).map(|(row, _)| count(row)).sum();
     let share = left_out as f64 / total.max(1) as f64;
     if !cost::leave_out(share) || left_out == total {
